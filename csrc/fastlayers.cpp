@@ -1,0 +1,117 @@
+// The op surface of fastlayers: every public schema, in one place. Kernels are registered beside
+// their implementations (CPU, CUDA, autocast); fake kernels and autograd in python/fastlayers/ops.py.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <pybind11/pybind11.h>
+#include <torch/library.h>
+
+#ifdef FASTLAYERS_WITH_CUDA
+#include "../cuda/common/cufft_plans.h"
+#include "../cuda/fft_conv/fft_conv.h"
+#endif
+
+TORCH_LIBRARY(fastlayers, m) {
+  // FFT convolution, stride 1, dilation 1, groups 1, zero padding (ph, pw); `basis` is the
+  // Fourier basis size (nh, nw), at least the padded input. Cross-correlation as in nn.Conv2d.
+  // input [S, C, H, W], weight [K, C, kh, kw], bias [K]  ->  [S, K, H+2ph-kh+1, W+2pw-kw+1]
+  m.def("fft_conv2d(Tensor input, Tensor weight, Tensor? bias, SymInt[2] padding, "
+        "SymInt[2] basis, bool tf32=False) -> Tensor");
+  // grad_output [S, K, oh, ow], weight [K, C, kh, kw]  ->  grad_input [S, C, oh+kh-1-2ph, ...]
+  m.def("fft_conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[2] padding, "
+        "SymInt[2] basis, bool tf32=False) -> Tensor");
+  // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, H+2ph-oh+1, ...]
+  m.def("fft_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
+        "SymInt[2] basis, bool tf32=False) -> Tensor");
+}
+
+namespace fastlayers {
+namespace {
+
+// Under autocast the ops run in the autocast dtype, as nn.Conv2d does.
+template <c10::DeviceType D>
+constexpr c10::DispatchKey autocast_key() {
+  return D == c10::DeviceType::CUDA ? c10::DispatchKey::AutocastCUDA : c10::DispatchKey::AutocastCPU;
+}
+
+template <c10::DeviceType D>
+at::Tensor fft_conv2d_autocast(const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, c10::SymIntArrayRef padding,
+                               c10::SymIntArrayRef basis, bool tf32) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key<D>());
+  const auto dt = at::autocast::get_autocast_dtype(D);
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("fastlayers::fft_conv2d", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                         const std::optional<at::Tensor>&, c10::SymIntArrayRef,
+                                         c10::SymIntArrayRef, bool)>();
+  return op.call(at::autocast::cached_cast(dt, input, D), at::autocast::cached_cast(dt, weight, D),
+                 at::autocast::cached_cast(dt, bias, D), padding, basis, tf32);
+}
+
+template <c10::DeviceType D>
+at::Tensor grad_autocast(const char* name, const at::Tensor& a, const at::Tensor& b,
+                         c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key<D>());
+  const auto dt = at::autocast::get_autocast_dtype(D);
+  auto op = c10::Dispatcher::singleton()
+                .findSchemaOrThrow(name, "")
+                .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
+                                  c10::SymIntArrayRef, bool)>();
+  return op.call(at::autocast::cached_cast(dt, a, D), at::autocast::cached_cast(dt, b, D), padding,
+                 basis, tf32);
+}
+
+template <c10::DeviceType D>
+at::Tensor input_grad_autocast(const at::Tensor& grad_output, const at::Tensor& weight,
+                               c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32) {
+  return grad_autocast<D>("fastlayers::fft_conv2d_input_grad", grad_output, weight, padding, basis,
+                          tf32);
+}
+
+template <c10::DeviceType D>
+at::Tensor weight_grad_autocast(const at::Tensor& grad_output, const at::Tensor& input,
+                                c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32) {
+  return grad_autocast<D>("fastlayers::fft_conv2d_weight_grad", grad_output, input, padding, basis,
+                          tf32);
+}
+
+}  // namespace
+}  // namespace fastlayers
+
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
+  using namespace fastlayers;
+  m.impl("fft_conv2d", &fft_conv2d_autocast<c10::DeviceType::CUDA>);
+  m.impl("fft_conv2d_input_grad", &input_grad_autocast<c10::DeviceType::CUDA>);
+  m.impl("fft_conv2d_weight_grad", &weight_grad_autocast<c10::DeviceType::CUDA>);
+}
+
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) {
+  using namespace fastlayers;
+  m.impl("fft_conv2d", &fft_conv2d_autocast<c10::DeviceType::CPU>);
+  m.impl("fft_conv2d_input_grad", &input_grad_autocast<c10::DeviceType::CPU>);
+  m.impl("fft_conv2d_weight_grad", &weight_grad_autocast<c10::DeviceType::CPU>);
+}
+
+// Build facts and cache controls for the Python package.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "fastlayers native library";
+#ifdef FASTLAYERS_WITH_CUDA
+  m.attr("with_cuda") = true;
+  // Workspace bytes of one FFT-convolution pass (0 forward, 1 input grad, 2 weight grad),
+  // cuFFT's work areas excluded (they are small next to the buffers and need a device to ask).
+  m.def("fft_conv2d_workspace_bytes",
+        [](int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W, int64_t kh, int64_t kw,
+           int64_t ph, int64_t pw, int64_t nh, int64_t nw, int real_bytes) {
+          fastlayers::fft_conv::Shape s{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
+          return fastlayers::fft_conv::workspace_bytes(static_cast<fastlayers::fft_conv::Pass>(pass),
+                                                       s, real_bytes, false);
+        });
+  m.def("cufft_plan_cache_size", &fastlayers::cufft_plans::cache_size);
+  m.def("cufft_plan_cache_capacity", &fastlayers::cufft_plans::cache_capacity);
+  m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);
+  m.def("clear_cufft_plan_cache", &fastlayers::cufft_plans::clear_cache);
+  m.def("cufft_version", &fastlayers::cufft_plans::library_version);
+#else
+  m.attr("with_cuda") = false;
+#endif
+}

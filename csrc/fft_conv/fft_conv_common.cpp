@@ -1,0 +1,107 @@
+#include "fft_conv.h"
+
+namespace fastlayers {
+namespace fft_conv_host {
+namespace {
+
+const char* op_name(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "fft_conv2d";
+    case Pass::InputGrad: return "fft_conv2d_input_grad";
+    case Pass::WeightGrad: return "fft_conv2d_weight_grad";
+  }
+  return "fft_conv2d";
+}
+
+void check_tensor(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 4, op, ": `", name, "` must be 4-D, got ", t.dim(), "-D tensor of shape ",
+              t.sizes());
+  const auto dt = t.scalar_type();
+  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
+              ": `", name, "` has dtype ", dt, "; supported: float32, float64, float16, bfloat16");
+}
+
+}  // namespace
+
+Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
+               const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+               at::IntArrayRef basis) {
+  const char* op = op_name(pass);
+  const char* an = pass == Pass::Forward ? "input" : "grad_output";
+  const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
+  check_tensor(op, an, a);
+  check_tensor(op, bn, b);
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": `", an, "` (", a.scalar_type(), ") and `",
+              bn, "` (", b.scalar_type(), ") must have the same dtype");
+  TORCH_CHECK(a.device() == b.device(), op, ": `", an, "` is on ", a.device(), " but `", bn,
+              "` is on ", b.device());
+  TORCH_CHECK(padding.size() == 2, op, ": `padding` must have 2 values (ph, pw), got ", padding);
+  TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": `padding` must be >= 0, got ", padding);
+  TORCH_CHECK(basis.size() == 2, op, ": `basis` must have 2 values (nh, nw), got ", basis);
+  Geometry g{};
+  g.ph = padding[0];
+  g.pw = padding[1];
+  g.nh = basis[0];
+  g.nw = basis[1];
+  switch (pass) {
+    case Pass::Forward:
+      g.S = a.size(0); g.C = a.size(1); g.H = a.size(2); g.W = a.size(3);
+      g.K = b.size(0); g.kh = b.size(2); g.kw = b.size(3);
+      TORCH_CHECK(b.size(1) == g.C, op, ": `weight` has ", b.size(1),
+                  " input channels but `input` has ", g.C, " (groups are not supported)");
+      break;
+    case Pass::InputGrad:
+      g.S = a.size(0); g.K = a.size(1);
+      g.C = b.size(1); g.kh = b.size(2); g.kw = b.size(3);
+      TORCH_CHECK(b.size(0) == g.K, op, ": `weight` has ", b.size(0),
+                  " output channels but `grad_output` has ", g.K);
+      g.H = a.size(2) + g.kh - 1 - 2 * g.ph;
+      g.W = a.size(3) + g.kw - 1 - 2 * g.pw;
+      TORCH_CHECK(g.H >= 1 && g.W >= 1, op, ": `grad_output` of spatial size (", a.size(2), ", ",
+                  a.size(3), ") with kernel (", g.kh, ", ", g.kw, ") and `padding` ", padding,
+                  " implies an input of size (", g.H, ", ", g.W, "), which is empty");
+      break;
+    case Pass::WeightGrad:
+      g.S = a.size(0); g.K = a.size(1);
+      TORCH_CHECK(b.size(0) == g.S, op, ": `input` has batch ", b.size(0), " but `grad_output` has ",
+                  g.S);
+      g.C = b.size(1); g.H = b.size(2); g.W = b.size(3);
+      g.kh = g.H + 2 * g.ph - a.size(2) + 1;
+      g.kw = g.W + 2 * g.pw - a.size(3) + 1;
+      TORCH_CHECK(g.kh >= 1 && g.kw >= 1, op, ": `grad_output` of spatial size (", a.size(2), ", ",
+                  a.size(3), ") is larger than the padded `input` (", g.H + 2 * g.ph, ", ",
+                  g.W + 2 * g.pw, ")");
+      break;
+  }
+  TORCH_CHECK(g.H >= 1 && g.W >= 1, op, ": input spatial size must be >= 1, got (", g.H, ", ", g.W,
+              ")");
+  TORCH_CHECK(g.kh >= 1 && g.kw >= 1, op, ": kernel spatial size must be >= 1, got (", g.kh, ", ",
+              g.kw, ")");
+  TORCH_CHECK(g.kh <= g.H + 2 * g.ph && g.kw <= g.W + 2 * g.pw, op, ": kernel size (", g.kh, ", ",
+              g.kw, ") is larger than the padded input (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
+  TORCH_CHECK(g.nh >= g.H + 2 * g.ph && g.nw >= g.W + 2 * g.pw, op, ": `basis` ", basis,
+              " must be at least the padded input size (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
+  if (bias.has_value()) {
+    const at::Tensor& t = *bias;
+    TORCH_CHECK(pass == Pass::Forward, op, ": takes no bias");
+    TORCH_CHECK(t.dim() == 1 && t.size(0) == g.K, op, ": `bias` must have shape [", g.K, "], got ",
+                t.sizes());
+    TORCH_CHECK(t.scalar_type() == a.scalar_type(), op, ": `bias` has dtype ", t.scalar_type(),
+                " but `input` has ", a.scalar_type());
+    TORCH_CHECK(t.device() == a.device(), op, ": `bias` is on ", t.device(), " but `input` is on ",
+                a.device());
+  }
+  return g;
+}
+
+std::vector<int64_t> output_shape(Pass pass, const Geometry& g) {
+  switch (pass) {
+    case Pass::Forward: return {g.S, g.K, g.oh(), g.ow()};
+    case Pass::InputGrad: return {g.S, g.C, g.H, g.W};
+    case Pass::WeightGrad: return {g.K, g.C, g.kh, g.kw};
+  }
+  return {};
+}
+
+}  // namespace fft_conv_host
+}  // namespace fastlayers

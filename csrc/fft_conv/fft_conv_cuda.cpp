@@ -1,0 +1,78 @@
+// CUDA host glue: tensors -> raw pointers, current stream, PyTorch's cuBLAS handle, a workspace
+// from the caching allocator.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/library.h>
+
+#include "../../cuda/fft_conv/fft_conv.h"
+#include "fft_conv.h"
+
+namespace fastlayers {
+namespace fft_conv_host {
+namespace {
+
+template <typename T> struct DeviceType { using type = T; };
+template <> struct DeviceType<at::Half> { using type = __half; };
+template <> struct DeviceType<at::BFloat16> { using type = __nv_bfloat16; };
+
+at::Tensor run(Pass pass, const at::Tensor& a_in, const at::Tensor& b_in,
+               const std::optional<at::Tensor>& bias_in, at::IntArrayRef padding,
+               at::IntArrayRef basis, bool tf32) {
+  const Geometry g = check(pass, a_in, b_in, bias_in, padding, basis);
+  c10::cuda::CUDAGuard guard(a_in.device());
+  const auto a = a_in.contiguous();
+  const auto b = b_in.contiguous();
+  at::Tensor bias;
+  if (bias_in.has_value()) bias = bias_in->contiguous();
+  auto out = at::empty(output_shape(pass, g), a.options());
+  if (out.numel() == 0) return out;
+
+  const fft_conv::Shape s{g.S, g.C, g.K, g.H, g.W, g.kh, g.kw, g.ph, g.pw, g.nh, g.nw};
+  const auto fpass = static_cast<fft_conv::Pass>(static_cast<int>(pass));
+  const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
+  const size_t ws_bytes = fft_conv::workspace_bytes(fpass, s, real_bytes, true);
+  auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "fft_conv2d_cuda", [&] {
+    using T = typename DeviceType<scalar_t>::type;
+    fft_conv::run<T>(fpass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+                     reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
+                     bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
+                                    : nullptr,
+                     reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(),
+                     ws_bytes, stream, blas, tf32);
+  });
+  return out;
+}
+
+at::Tensor fft_conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+                           at::IntArrayRef basis, bool tf32) {
+  return run(Pass::Forward, input, weight, bias, padding, basis, tf32);
+}
+
+at::Tensor fft_conv2d_input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
+                                      at::IntArrayRef padding, at::IntArrayRef basis, bool tf32) {
+  return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis, tf32);
+}
+
+at::Tensor fft_conv2d_weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                       at::IntArrayRef padding, at::IntArrayRef basis, bool tf32) {
+  return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis, tf32);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
+  m.impl("fft_conv2d", &fft_conv2d_cuda);
+  m.impl("fft_conv2d_input_grad", &fft_conv2d_input_grad_cuda);
+  m.impl("fft_conv2d_weight_grad", &fft_conv2d_weight_grad_cuda);
+}
+
+}  // namespace fft_conv_host
+}  // namespace fastlayers

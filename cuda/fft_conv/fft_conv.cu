@@ -1,0 +1,302 @@
+#include "fft_conv.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "../common/check.h"
+#include "../common/cufft_plans.h"
+
+namespace fastlayers {
+namespace fft_conv {
+namespace {
+
+template <typename T> struct Real { using type = float; };
+template <> struct Real<double> { using type = double; };
+template <typename R> struct Complex;
+template <> struct Complex<float> { using type = float2; };
+template <> struct Complex<double> { using type = double2; };
+
+template <typename R> __device__ __forceinline__ R to_real(float v) { return v; }
+template <typename R> __device__ __forceinline__ R to_real(double v) { return static_cast<R>(v); }
+template <typename R> __device__ __forceinline__ R to_real(__half v) { return __half2float(v); }
+template <typename R> __device__ __forceinline__ R to_real(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T> __device__ __forceinline__ T from_real(float v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half from_real<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_real<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <typename T> __device__ __forceinline__ T from_real(double v) { return static_cast<T>(v); }
+
+inline unsigned grid_for(int64_t n, int threads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535 * 8)));
+}
+
+// in [n, h, w] (T) -> out [n, nh, nw] (R), `in` placed at (offh, offw), zeros elsewhere.
+template <typename T, typename R>
+__global__ void pad_kernel(const T* __restrict__ in, R* __restrict__ out, int64_t n, int64_t h,
+                           int64_t w, int64_t nh, int64_t nw, int64_t offh, int64_t offw) {
+  const int64_t total = n * nh * nw;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = idx % nw;
+    const int64_t i = (idx / nw) % nh;
+    const int64_t b = idx / (nw * nh);
+    const int64_t si = i - offh, sj = j - offw;
+    R v = R(0);
+    if (si >= 0 && si < h && sj >= 0 && sj < w) v = to_real<R>(in[(b * h + si) * w + sj]);
+    out[idx] = v;
+  }
+}
+
+// in [rows, cols] -> out [cols, rows]
+template <typename C>
+__global__ void transpose_kernel(const C* __restrict__ in, C* __restrict__ out, int64_t rows,
+                                 int64_t cols) {
+  __shared__ C tile[32][33];
+  const int64_t col_tiles = (cols + 31) / 32, row_tiles = (rows + 31) / 32;
+  for (int64_t t = blockIdx.x; t < col_tiles * row_tiles; t += gridDim.x) {
+    const int64_t c0 = (t % col_tiles) * 32, r0 = (t / col_tiles) * 32;
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+      const int64_t r = r0 + k, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[k][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+      const int64_t c = c0 + k, r = r0 + threadIdx.x;
+      if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][k];
+    }
+    __syncthreads();
+  }
+}
+
+// in [n, nh, nw] (R) -> out [n, oh, ow] (T): out = in[offh + i, offw + j] * scale + bias[n % ch]
+template <typename R, typename T>
+__global__ void clip_kernel(const R* __restrict__ in, T* __restrict__ out, int64_t n, int64_t nh,
+                            int64_t nw, int64_t offh, int64_t offw, int64_t oh, int64_t ow,
+                            R scale, const T* __restrict__ bias, int64_t channels) {
+  const int64_t total = n * oh * ow;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = idx % ow;
+    const int64_t i = (idx / ow) % oh;
+    const int64_t b = idx / (ow * oh);
+    R v = in[(b * nh + offh + i) * nw + offw + j] * scale;
+    if (bias != nullptr) v += to_real<R>(bias[b % channels]);
+    out[idx] = from_real<T>(v);
+  }
+}
+
+template <typename T, typename R>
+void pad(const T* in, R* out, int64_t n, int64_t h, int64_t w, const Shape& s, int64_t offh,
+         int64_t offw, cudaStream_t stream) {
+  const int64_t total = n * s.nh * s.nw;
+  if (total == 0) return;
+  pad_kernel<T, R><<<grid_for(total, 256), 256, 0, stream>>>(in, out, n, h, w, s.nh, s.nw, offh,
+                                                            offw);
+  FL_LAUNCH_CHECK();
+}
+
+template <typename C>
+void transpose(const C* in, C* out, int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t tiles = ((rows + 31) / 32) * ((cols + 31) / 32);
+  if (tiles == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, 1 << 20));
+  transpose_kernel<C><<<blocks, dim3(32, 8), 0, stream>>>(in, out, rows, cols);
+  FL_LAUNCH_CHECK();
+}
+
+template <typename R, typename T>
+void clip(const R* in, T* out, int64_t n, const Shape& s, int64_t offh, int64_t offw, int64_t oh,
+          int64_t ow, const T* bias, int64_t channels, cudaStream_t stream) {
+  const int64_t total = n * oh * ow;
+  if (total == 0) return;
+  const R scale = R(1) / static_cast<R>(s.nh * s.nw);
+  clip_kernel<R, T><<<grid_for(total, 256), 256, 0, stream>>>(in, out, n, s.nh, s.nw, offh, offw,
+                                                             oh, ow, scale, bias, channels);
+  FL_LAUNCH_CHECK();
+}
+
+inline int as_int(int64_t v, const char* what) {
+  if (v > INT_MAX) throw std::runtime_error(std::string("fastlayers: ") + what + " too large for cuBLAS");
+  return static_cast<int>(v);
+}
+
+// One complex GEMM per frequency, column-major as cuBLAS sees it.
+template <typename R>
+void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+          int64_t k, const typename Complex<R>::type* A, int64_t lda, const typename Complex<R>::type* B,
+          int64_t ldb, typename Complex<R>::type* Cm, int64_t ldc, int64_t batch, bool tf32,
+          cudaStream_t stream) {
+  using C = typename Complex<R>::type;
+  const bool dbl = sizeof(R) == 8;
+  const cudaDataType dt = dbl ? CUDA_C_64F : CUDA_C_32F;
+  const cublasComputeType_t ct =
+      dbl ? CUBLAS_COMPUTE_64F : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  const C one{R(1), R(0)}, zero{R(0), R(0)};
+  // The handle is shared with the framework: pin the math and pointer modes for this call so
+  // its own TF32 setting for matmul cannot leak into convolution, and put them back after.
+  cublasMath_t old_math;
+  cublasPointerMode_t old_ptr;
+  FL_CUBLAS_CHECK(cublasGetMathMode(blas, &old_math));
+  FL_CUBLAS_CHECK(cublasGetPointerMode(blas, &old_ptr));
+  FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+  FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
+  cublasStatus_t st = cublasGemmStridedBatchedEx(
+      blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"), &one, A, dt,
+      as_int(lda, "lda"), ta == CUBLAS_OP_N ? lda * k : lda * m, B, dt, as_int(ldb, "ldb"),
+      tb == CUBLAS_OP_N ? ldb * n : ldb * k, &zero, Cm, dt, as_int(ldc, "ldc"), ldc * n,
+      as_int(batch, "frequency count"), ct, CUBLAS_GEMM_DEFAULT);
+  cublasSetMathMode(blas, old_math);
+  cublasSetPointerMode(blas, old_ptr);
+  FL_CUBLAS_CHECK(st);
+}
+
+struct Operand {
+  int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
+};
+
+struct Plan {
+  Operand a, b;
+  int64_t n_out, oh, ow, offh, offw;  // output [n_out, oh, ow] clipped from (offh, offw)
+};
+
+Plan plan_for(Pass pass, const Shape& s) {
+  switch (pass) {
+    case Pass::Forward:
+      return {{s.S * s.C, s.H, s.W, s.ph, s.pw}, {s.K * s.C, s.kh, s.kw, 0, 0},
+              s.S * s.K, s.oh(), s.ow(), 0, 0};
+    case Pass::InputGrad:
+      return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.K * s.C, s.kh, s.kw, 0, 0},
+              s.S * s.C, s.H, s.W, s.ph, s.pw};
+    case Pass::WeightGrad:
+      return {{s.S * s.C, s.H, s.W, s.ph, s.pw}, {s.S * s.K, s.oh(), s.ow(), 0, 0},
+              s.K * s.C, s.kh, s.kw, 0, 0};
+  }
+  throw std::runtime_error("fastlayers: unknown pass");
+}
+
+constexpr size_t kAlign = 256;
+inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+struct Layout {
+  size_t at, bt, big, scratch, work, total;  // byte offsets (work: cuFFT work area)
+  size_t work_bytes;
+};
+
+Layout layout_for(Pass pass, const Shape& s, int real_bytes, bool include_fft_work) {
+  const Plan p = plan_for(pass, s);
+  const size_t F = static_cast<size_t>(s.freqs());
+  const size_t cb = 2 * static_cast<size_t>(real_bytes);
+  const size_t plane = static_cast<size_t>(s.nh * s.nw) * real_bytes;
+  const size_t na = p.a.n, nb = p.b.n, no = p.n_out;
+  Layout L{};
+  size_t off = 0;
+  L.at = off; off += align_up(na * F * cb);
+  L.bt = off; off += align_up(nb * F * cb);
+  // `big` holds the padded operands before the GEMM, the GEMM output, then the inverse output.
+  L.big = off; off += align_up(std::max(no * F * cb, std::max(na, nb) * plane));
+  L.scratch = off; off += align_up(std::max(std::max(na, nb), no) * F * cb);
+  L.work = off;
+  L.work_bytes = 0;
+  if (include_fft_work) {
+    using cufft_plans::Transform;
+    const bool dbl = real_bytes == 8;
+    const Transform fwd = dbl ? Transform::R2C_F64 : Transform::R2C_F32;
+    const Transform inv = dbl ? Transform::C2R_F64 : Transform::C2R_F32;
+    L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na) : 0,
+                             nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb) : 0,
+                             no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no) : 0});
+  }
+  off += align_up(L.work_bytes);
+  L.total = off;
+  return L;
+}
+
+template <typename T>
+void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* ws,
+              size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+  using R = typename Real<T>::type;
+  using C = typename Complex<R>::type;
+  const Plan p = plan_for(pass, s);
+  if (p.n_out == 0 || p.oh * p.ow == 0) return;
+  const Layout L = layout_for(pass, s, sizeof(R), true);
+  if (ws_size < L.total)
+    throw std::runtime_error("fastlayers: fft_conv workspace too small: " + std::to_string(ws_size) +
+                             " < " + std::to_string(L.total));
+  char* base = static_cast<char*>(ws);
+  C* at = reinterpret_cast<C*>(base + L.at);
+  C* bt = reinterpret_cast<C*>(base + L.bt);
+  R* big_r = reinterpret_cast<R*>(base + L.big);
+  C* big_c = reinterpret_cast<C*>(base + L.big);
+  C* scratch = reinterpret_cast<C*>(base + L.scratch);
+  void* work = base + L.work;
+  const int64_t F = s.freqs();
+
+  const int64_t M = p.n_out;  // [n_out] = product of the output's two leading dims
+  if (p.a.n == 0 || p.b.n == 0) {
+    // An empty reduction (S == 0 for the weight gradient, C == 0 or K == 0): zeros, plus bias.
+    FL_CUDA_CHECK(cudaMemsetAsync(big_r, 0, sizeof(R) * M * s.nh * s.nw, stream));
+  } else {
+    // Operand a: pad, R2C, transpose to [F, n_a].
+    pad<T, R>(a, big_r, p.a.n, p.a.h, p.a.w, s, p.a.offh, p.a.offw, stream);
+    cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.a.n, work, stream);
+    transpose<C>(scratch, at, p.a.n, F, stream);
+    // Operand b.
+    pad<T, R>(b, big_r, p.b.n, p.b.h, p.b.w, s, p.b.offh, p.b.offw, stream);
+    cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
+    transpose<C>(scratch, bt, p.b.n, F, stream);
+
+    // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, K].
+    switch (pass) {
+      case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
+        gemm<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C, big_c, s.K, F,
+                tf32, stream);
+        break;
+      case Pass::InputGrad:  // GX[S,C] = GY[S,K] W[K,C]
+        gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.C, s.S, s.K, bt, s.C, at, s.K, big_c, s.C, F,
+                tf32, stream);
+        break;
+      case Pass::WeightGrad:  // GW[K,C] = conj(GY[S,K])^T X[S,C]
+        gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, at, s.C, bt, s.K, big_c, s.C, F,
+                tf32, stream);
+        break;
+    }
+    // [F, n_out] -> [n_out, F] -> C2R into `big`.
+    transpose<C>(big_c, scratch, F, M, stream);
+    cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
+  }
+  clip<R, T>(big_r, out, M, s, p.offh, p.offw, p.oh, p.ow, bias, s.K, stream);
+}
+
+}  // namespace
+
+size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, bool include_fft_work) {
+  return layout_for(pass, s, real_bytes, include_fft_work).total;
+}
+
+template <typename T>
+void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
+         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+  run_impl<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
+}
+
+template void run<float>(Pass, const Shape&, const float*, const float*, const float*, float*,
+                         void*, size_t, cudaStream_t, cublasHandle_t, bool);
+template void run<double>(Pass, const Shape&, const double*, const double*, const double*, double*,
+                          void*, size_t, cudaStream_t, cublasHandle_t, bool);
+template void run<__half>(Pass, const Shape&, const __half*, const __half*, const __half*, __half*,
+                          void*, size_t, cudaStream_t, cublasHandle_t, bool);
+template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*, const __nv_bfloat16*,
+                                 const __nv_bfloat16*, __nv_bfloat16*, void*, size_t, cudaStream_t,
+                                 cublasHandle_t, bool);
+
+}  // namespace fft_conv
+}  // namespace fastlayers

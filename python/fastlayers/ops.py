@@ -1,0 +1,230 @@
+"""Typed wrappers of torch.ops.fastlayers.*, with their fake kernels and autograd formulas.
+
+Every op is a pure function of its arguments: the Fourier basis and the TF32 switch are explicit.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "fft_conv2d",
+    "fft_conv2d_input_grad",
+    "fft_conv2d_weight_grad",
+    "conv2d",
+    "good_fft_size",
+    "default_basis",
+    "conv_tf32_allowed",
+]
+
+IntPair = Union[int, Sequence[int]]
+
+
+def _pair(v: IntPair, name: str) -> Tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(int(x) for x in v)
+    if len(t) == 1:
+        return (t[0], t[0])
+    if len(t) != 2:
+        raise ValueError(f"`{name}` must be an int or a pair of ints, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+def good_fft_size(n: int) -> int:
+    """Smallest 2^a 3^b 5^c 7^d >= n: the sizes cuFFT and pocketfft transform fastest."""
+    n = max(int(n), 1)
+    while True:
+        m = n
+        for p in (2, 3, 5, 7):
+            while m % p == 0:
+                m //= p
+        if m == 1:
+            return n
+        n += 1
+
+
+def default_basis(input_hw: Sequence[int], padding: IntPair) -> Tuple[int, int]:
+    """The smallest fast basis that holds the padded input of spatial size `input_hw`."""
+    ph, pw = _pair(padding, "padding")
+    return (good_fft_size(input_hw[0] + 2 * ph), good_fft_size(input_hw[1] + 2 * pw))
+
+
+def conv_tf32_allowed() -> bool:
+    """Whether PyTorch currently allows TF32 for fp32 convolution (cuDNN's switch)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    prec = getattr(conv, "fp32_precision", None) if conv is not None else None
+    if prec == "tf32":
+        return True
+    if prec == "ieee":
+        return False
+    return bool(torch.backends.cudnn.allow_tf32)
+
+
+def _input_hw_of_grad(grad_output: Tensor, weight: Tensor, padding) -> Tuple[int, int]:
+    ph, pw = padding
+    return (grad_output.shape[2] + weight.shape[2] - 1 - 2 * ph,
+            grad_output.shape[3] + weight.shape[3] - 1 - 2 * pw)
+
+
+def fft_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
+               padding: IntPair = 0, basis: Optional[IntPair] = None,
+               tf32: Optional[bool] = None) -> Tensor:
+    """Forward FFT convolution (cross-correlation, stride 1): [S,C,H,W] x [K,C,kh,kw] -> [S,K,oh,ow]."""
+    padding = _pair(padding, "padding")
+    basis = default_basis(input.shape[-2:], padding) if basis is None else _pair(basis, "basis")
+    tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.fft_conv2d(input, weight, bias, padding, basis, tf32)
+
+
+def fft_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair = 0,
+                          basis: Optional[IntPair] = None, tf32: Optional[bool] = None) -> Tensor:
+    """Gradient of fft_conv2d with respect to its input: [S,K,oh,ow] x [K,C,kh,kw] -> [S,C,H,W]."""
+    padding = _pair(padding, "padding")
+    if basis is None:
+        basis = default_basis(_input_hw_of_grad(grad_output, weight, padding), padding)
+    tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.fft_conv2d_input_grad(grad_output, weight, padding,
+                                                      _pair(basis, "basis"), tf32)
+
+
+def fft_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair = 0,
+                           basis: Optional[IntPair] = None, tf32: Optional[bool] = None) -> Tensor:
+    """Gradient of fft_conv2d with respect to its weight: [S,K,oh,ow] x [S,C,H,W] -> [K,C,kh,kw]."""
+    padding = _pair(padding, "padding")
+    basis = default_basis(input.shape[-2:], padding) if basis is None else _pair(basis, "basis")
+    tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, input, padding, basis, tf32)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntPair = 1,
+           padding: Union[IntPair, str] = 0, dilation: IntPair = 1, groups: int = 1, *,
+           basis: Optional[IntPair] = None, tf32: Optional[bool] = None) -> Tensor:
+    """torch.nn.functional.conv2d's signature on FFT convolution; unsupported arguments raise."""
+    if _pair(stride, "stride") != (1, 1):
+        raise ValueError(f"fastlayers.ops.conv2d: `stride` must be 1 for FFT convolution, got {stride!r}")
+    if _pair(dilation, "dilation") != (1, 1):
+        raise ValueError(f"fastlayers.ops.conv2d: `dilation` must be 1 for FFT convolution, got {dilation!r}")
+    if groups != 1:
+        raise ValueError(f"fastlayers.ops.conv2d: `groups` must be 1 for FFT convolution, got {groups!r}")
+    unbatched = input.dim() == 3
+    if unbatched:
+        input = input.unsqueeze(0)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0, 0)
+        elif padding == "same":
+            kh, kw = weight.shape[-2:]
+            lo = ((kh - 1) // 2, (kw - 1) // 2)
+            hi = (kh - 1 - lo[0], kw - 1 - lo[1])
+            if lo != hi:  # asymmetric: pad explicitly (left/top gets the smaller half, as PyTorch)
+                input = torch.nn.functional.pad(input, (lo[1], hi[1], lo[0], hi[0]))
+                lo = (0, 0)
+            padding = lo
+        else:
+            raise ValueError(f"fastlayers.ops.conv2d: `padding` string must be 'same' or 'valid', got {padding!r}")
+    out = fft_conv2d(input, weight, bias, padding, basis, tf32)
+    return out.squeeze(0) if unbatched else out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake kernels: shapes only.
+
+
+def _check4(t: Tensor, op: str, name: str) -> None:
+    torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D")
+
+
+@torch.library.register_fake("fastlayers::fft_conv2d")
+def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32):
+    _check4(input, "fft_conv2d", "input")
+    _check4(weight, "fft_conv2d", "weight")
+    torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
+    torch._check(input.dtype == weight.dtype, lambda: "fft_conv2d: dtype mismatch")
+    ph, pw = padding
+    oh = input.shape[2] + 2 * ph - weight.shape[2] + 1
+    ow = input.shape[3] + 2 * pw - weight.shape[3] + 1
+    return input.new_empty((input.shape[0], weight.shape[0], oh, ow))
+
+
+@torch.library.register_fake("fastlayers::fft_conv2d_input_grad")
+def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32):
+    _check4(grad_output, "fft_conv2d_input_grad", "grad_output")
+    _check4(weight, "fft_conv2d_input_grad", "weight")
+    torch._check(grad_output.dtype == weight.dtype, lambda: "fft_conv2d_input_grad: dtype mismatch")
+    h, w = _input_hw_of_grad(grad_output, weight, padding)
+    return grad_output.new_empty((grad_output.shape[0], weight.shape[1], h, w))
+
+
+@torch.library.register_fake("fastlayers::fft_conv2d_weight_grad")
+def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32):
+    _check4(grad_output, "fft_conv2d_weight_grad", "grad_output")
+    _check4(input, "fft_conv2d_weight_grad", "input")
+    torch._check(grad_output.dtype == input.dtype, lambda: "fft_conv2d_weight_grad: dtype mismatch")
+    ph, pw = padding
+    kh = input.shape[2] + 2 * ph - grad_output.shape[2] + 1
+    kw = input.shape[3] + 2 * pw - grad_output.shape[3] + 1
+    return grad_output.new_empty((grad_output.shape[1], input.shape[1], kh, kw))
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd. The three passes are each other's adjoints, so every backward is made of the ops.
+
+
+def _setup_fwd(ctx, inputs, output):
+    input, weight, bias, padding, basis, tf32 = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.args = (padding, basis, tf32)
+    ctx.has_bias = bias is not None
+
+
+def _backward_fwd(ctx, grad):
+    input, weight = ctx.saved_tensors
+    padding, basis, tf32 = ctx.args
+    gi = gw = gb = None
+    if ctx.needs_input_grad[0]:
+        gi = torch.ops.fastlayers.fft_conv2d_input_grad(grad, weight, padding, basis, tf32)
+    if ctx.needs_input_grad[1]:
+        gw = torch.ops.fastlayers.fft_conv2d_weight_grad(grad, input, padding, basis, tf32)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        gb = grad.sum((0, 2, 3))
+    return gi, gw, gb, None, None, None
+
+
+def _setup_grad(ctx, inputs, output):
+    a, b, padding, basis, tf32 = inputs
+    ctx.save_for_backward(a, b)
+    ctx.args = (padding, basis, tf32)
+
+
+def _backward_input_grad(ctx, gg):
+    # gx = IG(gy, w):  <gg, IG(gy, w)> = <F(gg, w), gy>
+    grad_output, weight = ctx.saved_tensors
+    padding, basis, tf32 = ctx.args
+    d_gy = d_w = None
+    if ctx.needs_input_grad[0]:
+        d_gy = torch.ops.fastlayers.fft_conv2d(gg, weight, None, padding, basis, tf32)
+    if ctx.needs_input_grad[1]:
+        d_w = torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, gg, padding, basis, tf32)
+    return d_gy, d_w, None, None, None
+
+
+def _backward_weight_grad(ctx, gg):
+    # gw = WG(gy, x):  <gg, WG(gy, x)> = <F(x, gg), gy>
+    grad_output, input = ctx.saved_tensors
+    padding, basis, tf32 = ctx.args
+    d_gy = d_x = None
+    if ctx.needs_input_grad[0]:
+        d_gy = torch.ops.fastlayers.fft_conv2d(input, gg, None, padding, basis, tf32)
+    if ctx.needs_input_grad[1]:
+        d_x = torch.ops.fastlayers.fft_conv2d_input_grad(grad_output, gg, padding, basis, tf32)
+    return d_gy, d_x, None, None, None
+
+
+torch.library.register_autograd("fastlayers::fft_conv2d", _backward_fwd, setup_context=_setup_fwd)
+torch.library.register_autograd("fastlayers::fft_conv2d_input_grad", _backward_input_grad,
+                                setup_context=_setup_grad)
+torch.library.register_autograd("fastlayers::fft_conv2d_weight_grad", _backward_weight_grad,
+                                setup_context=_setup_grad)

@@ -1,0 +1,554 @@
+"""The tuner: per shape and per pass, the fastest candidate whose error is within tolerance.
+
+Candidates are PyTorch's own implementation (``native``, always present) and every fastlayers
+algorithm that supports the case. Decisions live in memory and in a JSON file; choosing a cached
+decision costs a dictionary look-up.
+
+Environment:
+  FASTLAYERS_TUNER_MODE       ``tune`` (measure on first sight; default), ``cache`` (use cached
+                              decisions, otherwise the heuristic), ``off`` (heuristic only)
+  FASTLAYERS_CACHE_DIR        folder of the decision file (default: $XDG_CACHE_HOME/fastlayers,
+                              else ~/.cache/fastlayers)
+  FASTLAYERS_TUNER_BUDGET     seconds of measuring per pass and shape (default 2)
+  FASTLAYERS_WORKSPACE_LIMIT  bytes a candidate's workspace may take (suffixes K, M, G allowed;
+                              default: the smaller of 1 GiB and a quarter of free device memory)
+  FASTLAYERS_TUNE_CPU         1 to measure on CPU tensors too (default: CPU uses the heuristic)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import ops as _ops
+
+__all__ = [
+    "ConvProblem", "Decision", "PASSES", "choose_conv2d", "candidates_conv2d", "report",
+    "decisions", "set_mode", "get_mode", "clear", "cache_file", "set_workspace_limit",
+    "workspace_limit", "set_budget", "note_fallback",
+]
+
+FORMAT = 1
+PASSES = ("forward", "input_grad", "weight_grad")
+MODES = ("tune", "cache", "off")
+_VERSION = "0.1.0"
+
+# Relative L2 error a candidate may show against a float64 reference: at most twice PyTorch's own
+# error in the same dtype, and never less than this floor (the dtype's storage rounding and an FFT's
+# log-depth accumulation, which a direct method does not have).
+ERROR_FLOOR = {
+    torch.float64: 1e-10,
+    torch.float32: 1e-5,
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+}
+
+
+def _parse_bytes(text: str) -> int:
+    text = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    if text and text[-1] in mult:
+        return int(float(text[:-1]) * mult[text[-1]])
+    return int(float(text))
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """Everything that changes the answer for a stride-1 convolution."""
+    S: int
+    C: int
+    K: int
+    H: int
+    W: int
+    kh: int
+    kw: int
+    ph: int
+    pw: int
+    dtype: str
+    device_type: str
+    device_name: str
+    capability: str
+    layout: str
+    tf32: bool
+    deterministic: bool
+
+    @staticmethod
+    def from_tensors(input: torch.Tensor, weight: torch.Tensor, padding: Sequence[int],
+                     tf32: Optional[bool] = None) -> "ConvProblem":
+        dev = input.device
+        if dev.type == "cuda":
+            name = torch.cuda.get_device_name(dev)
+            cap = "%d.%d" % torch.cuda.get_device_capability(dev)
+        else:
+            name, cap = dev.type, "-"
+        layout = ("channels_last" if input.dim() == 4 and not input.is_contiguous()
+                  and input.is_contiguous(memory_format=torch.channels_last) else "contiguous")
+        return ConvProblem(
+            S=input.shape[0], C=input.shape[1], K=weight.shape[0], H=input.shape[2], W=input.shape[3],
+            kh=weight.shape[2], kw=weight.shape[3], ph=int(padding[0]), pw=int(padding[1]),
+            dtype=str(input.dtype).replace("torch.", ""), device_type=dev.type, device_name=name,
+            capability=cap, layout=layout,
+            tf32=_ops.conv_tf32_allowed() if tf32 is None else bool(tf32),
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+        )
+
+    @property
+    def oh(self) -> int:
+        return self.H + 2 * self.ph - self.kh + 1
+
+    @property
+    def ow(self) -> int:
+        return self.W + 2 * self.pw - self.kw + 1
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def key(self, pass_: str) -> str:
+        versions = "torch=%s,cuda=%s,cudnn=%s,fastlayers=%s" % (
+            torch.__version__, torch.version.cuda, _cudnn_version(), _VERSION)
+        return ("conv2d.%s|S=%d,C=%d,K=%d,H=%d,W=%d,k=%dx%d,pad=%d,%d|%s|%s|%s|sm%s|tf32=%d|det=%d|%s"
+                % (pass_, self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw,
+                   self.dtype, self.layout, self.device_name, self.capability, self.tf32,
+                   self.deterministic, versions))
+
+    def describe(self) -> str:
+        return "S=%d C=%d K=%d %dx%d k=%dx%d pad=%d,%d %s %s%s" % (
+            self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw, self.dtype,
+            self.device_type, " tf32" if self.tf32 and self.dtype == "float32" else "")
+
+
+def _cudnn_version():
+    try:
+        return torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001 - no cuDNN in this build
+        return None
+
+
+@dataclass
+class Decision:
+    choice: str                      # "native" or "fft:NHxNW"
+    source: str                      # tuned, file, heuristic, forced
+    reason: str = ""
+    times_ms: Dict[str, float] = field(default_factory=dict)
+    errors: Dict[str, float] = field(default_factory=dict)
+    skipped: Dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"choice": self.choice, "reason": self.reason, "times_ms": self.times_ms,
+                "errors": self.errors, "skipped": self.skipped}
+
+    @staticmethod
+    def from_json(d: dict) -> "Decision":
+        return Decision(choice=str(d["choice"]), source="file", reason=str(d.get("reason", "")),
+                        times_ms=dict(d.get("times_ms", {})), errors=dict(d.get("errors", {})),
+                        skipped=dict(d.get("skipped", {})))
+
+
+def parse_choice(label: str) -> Tuple[str, Optional[Tuple[int, int]]]:
+    """'native' -> ('native', None); 'fft:16x12' -> ('fft', (16, 12))."""
+    if label == "native":
+        return "native", None
+    algo, _, params = label.partition(":")
+    if algo == "fft":
+        nh, nw = params.split("x")
+        return "fft", (int(nh), int(nw))
+    raise ValueError(f"unknown algorithm label {label!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# State
+
+
+class _State:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.mode = os.environ.get("FASTLAYERS_TUNER_MODE", "tune")
+        if self.mode not in MODES:
+            warnings.warn(f"fastlayers: FASTLAYERS_TUNER_MODE={self.mode!r} is not one of {MODES}; "
+                          "using 'tune'")
+            self.mode = "tune"
+        self.budget_s = float(os.environ.get("FASTLAYERS_TUNER_BUDGET", "2"))
+        lim = os.environ.get("FASTLAYERS_WORKSPACE_LIMIT")
+        self.workspace_limit: Optional[int] = _parse_bytes(lim) if lim else None
+        self.tune_cpu = os.environ.get("FASTLAYERS_TUNE_CPU", "0") not in ("", "0", "false")
+        self.memory: Dict[str, Decision] = {}
+        self.file_entries: Optional[Dict[str, dict]] = None  # loaded lazily
+        self.fallbacks: Dict[str, str] = {}
+        self.generation = 0
+
+
+_state = _State()
+
+
+def generation() -> int:
+    """Changes whenever cached choices may have become stale (mode switch, clear)."""
+    return _state.generation
+
+
+def set_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"tuner mode must be one of {MODES}, got {mode!r}")
+    with _state.lock:
+        _state.mode = mode
+        _state.generation += 1
+
+
+def get_mode() -> str:
+    return _state.mode
+
+
+@contextlib.contextmanager
+def mode(m: str):
+    """Temporarily switch the tuner's mode."""
+    old = get_mode()
+    set_mode(m)
+    try:
+        yield
+    finally:
+        set_mode(old)
+
+
+def set_budget(seconds: float) -> None:
+    _state.budget_s = float(seconds)
+
+
+def set_workspace_limit(nbytes: Optional[int]) -> None:
+    """Bytes of workspace a candidate may use; None restores the default bound."""
+    _state.workspace_limit = None if nbytes is None else int(nbytes)
+
+
+def workspace_limit(device: torch.device) -> int:
+    if _state.workspace_limit is not None:
+        return _state.workspace_limit
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return min(1 << 30, free // 4)
+    return 1 << 30
+
+
+def cache_file() -> Path:
+    d = os.environ.get("FASTLAYERS_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "fastlayers")
+    return Path(d) / ("tuner-v%d.json" % FORMAT)
+
+
+def clear(memory: bool = True, file: bool = False) -> None:
+    """Forget decisions: those in memory, and (file=True) the cache file too."""
+    with _state.lock:
+        if memory:
+            _state.memory.clear()
+            _state.fallbacks.clear()
+        if file:
+            with contextlib.suppress(FileNotFoundError):
+                cache_file().unlink()
+        _state.file_entries = None
+        _state.generation += 1
+
+
+# --------------------------------------------------------------------------------------------
+# The file: {"format": 1, "entries": {key: decision}}. Read once per process; written with a lock,
+# merged with what other processes wrote, replaced atomically.
+
+
+def _read_file(path: Path) -> Dict[str, dict]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        warnings.warn(f"fastlayers: tuner cache {path} could not be read ({e}); ignoring it")
+        return {}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+            raise ValueError("not a fastlayers tuner cache")
+    except ValueError as e:
+        warnings.warn(f"fastlayers: tuner cache {path} is corrupt ({e}); ignoring it")
+        return {}
+    if data.get("format") != FORMAT:
+        warnings.warn(f"fastlayers: tuner cache {path} has format {data.get('format')!r}, "
+                      f"this version reads {FORMAT}; ignoring it")
+        return {}
+    return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and "choice" in v}
+
+
+def _file_entries() -> Dict[str, dict]:
+    if _state.file_entries is None:
+        _state.file_entries = _read_file(cache_file())
+    return _state.file_entries
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(str(path) + ".lock", "a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _write_entry(key: str, decision: Decision) -> None:
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(path):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a bad file was reported when first read
+                entries = _read_file(path)
+            entries[key] = decision.to_json()
+            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"format": FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        _state.file_entries = entries
+    except OSError as e:
+        warnings.warn(f"fastlayers: could not write tuner cache {path} ({e}); decisions stay in memory")
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates and measurement
+
+
+def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
+    """Labels of every algorithm that supports the problem, `native` first."""
+    out = ["native"]
+    hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
+    bases = {(_ops.good_fft_size(hp), _ops.good_fft_size(wp)),
+             (1 << (hp - 1).bit_length(), 1 << (wp - 1).bit_length())}
+    for nh, nw in sorted(bases):
+        out.append("fft:%dx%d" % (nh, nw))
+    return out
+
+
+def fft_workspace_bytes(p: ConvProblem, pass_: str, basis: Tuple[int, int]) -> int:
+    """Device bytes an FFT candidate allocates beyond its inputs and output."""
+    from . import _C
+    real_bytes = 8 if p.dtype == "float64" else 4
+    if getattr(_C, "with_cuda", False):
+        ws = _C.fft_conv2d_workspace_bytes(PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.kh, p.kw,
+                                           p.ph, p.pw, basis[0], basis[1], real_bytes)
+    else:  # same buffers as the CUDA layout, counted here
+        F_ = basis[0] * (basis[1] // 2 + 1)
+        na, nb, no = {"forward": (p.S * p.C, p.K * p.C, p.S * p.K),
+                      "input_grad": (p.S * p.K, p.K * p.C, p.S * p.C),
+                      "weight_grad": (p.S * p.C, p.S * p.K, p.K * p.C)}[pass_]
+        cb = 2 * real_bytes
+        ws = (na + nb) * F_ * cb + max(no * F_ * cb, max(na, nb) * basis[0] * basis[1] * real_bytes)
+        ws += max(na, nb, no) * F_ * cb
+    return int(ws * 1.1)  # cuFFT's work areas, not counted above
+
+
+def _pass_fn(label: str, pass_: str, p: ConvProblem) -> Callable[..., torch.Tensor]:
+    algo, basis = parse_choice(label)
+    pad = [p.ph, p.pw]
+    if algo == "native":
+        if pass_ == "forward":
+            return lambda x, w, gy: F.conv2d(x, w, None, 1, pad)
+        mask = [True, False, False] if pass_ == "input_grad" else [False, True, False]
+        idx = 0 if pass_ == "input_grad" else 1
+        return lambda x, w, gy: torch.ops.aten.convolution_backward(
+            gy, x, w, None, [1, 1], pad, [1, 1], False, [0, 0], 1, mask)[idx]
+    tf32 = p.tf32
+    if pass_ == "forward":
+        return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d(x, w, None, pad, basis, tf32)
+    if pass_ == "input_grad":
+        return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, pad, basis, tf32)
+    return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, pad, basis, tf32)
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    if not torch.isfinite(out).all():
+        return math.inf
+    den = ref.norm().item()
+    diff = (out.double() - ref).norm().item()
+    return diff / den if den > 0 else diff
+
+
+def _timer(device: torch.device):
+    if device.type == "cuda":
+        def run(fn, args):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+    else:
+        def run(fn, args):
+            t0 = time.perf_counter()
+            fn(*args)
+            return (time.perf_counter() - t0) * 1e3
+    return run
+
+
+def _measure(p: ConvProblem, pass_: str, device: torch.device) -> Decision:
+    dt = p.torch_dtype
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(p.S, p.C, p.H, p.W, device=device, dtype=dt, generator=gen)
+    w = torch.randn(p.K, p.C, p.kh, p.kw, device=device, dtype=dt, generator=gen)
+    gy = torch.randn(p.S, p.K, p.oh, p.ow, device=device, dtype=dt, generator=gen)
+    if p.layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        ref = _pass_fn("native", pass_, p)(x.double(), w.double(), gy.double())
+    limit = workspace_limit(device)
+    timer = _timer(device)
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        return _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer)
+
+
+def _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer) -> Decision:
+    dt = p.torch_dtype
+    deadline = time.perf_counter() + _state.budget_s
+    times: Dict[str, float] = {}
+    errors: Dict[str, float] = {}
+    skipped: Dict[str, str] = {}
+    tol = None
+    for label in candidates_conv2d(p, pass_):
+        if label != "native":
+            if time.perf_counter() > deadline:
+                skipped[label] = "tuning budget spent"
+                continue
+            ws = fft_workspace_bytes(p, pass_, parse_choice(label)[1])
+            if ws > limit:
+                skipped[label] = "workspace %.0f MiB > bound %.0f MiB" % (ws / 2**20, limit / 2**20)
+                continue
+        fn = _pass_fn(label, pass_, p)
+        args = (x, w, gy)
+        try:
+            out = fn(*args)
+            err = _rel_err(out, ref)
+            del out
+        except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
+            skipped[label] = "failed: %s" % str(e).splitlines()[0][:120]
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        errors[label] = err
+        if label == "native":
+            tol = max(2 * err, ERROR_FLOOR.get(dt, 1e-5))
+        elif not err <= tol:
+            skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
+            continue
+        timer(fn, args)  # warm-up (plans, allocator)
+        samples = []
+        for _ in range(25):
+            samples.append(timer(fn, args))
+            if len(samples) >= 3 and time.perf_counter() > deadline:
+                break
+        times[label] = statistics.median(samples)
+    best = min(times, key=times.get)
+    reason = "fastest of %d measured" % len(times)
+    if best == "native" and len(times) == 1:
+        reason = "only candidate measured"
+    return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
+                    skipped=skipped)
+
+
+def choose_conv2d(p: ConvProblem, pass_: str) -> str:
+    """The algorithm label for one pass of `p`: 'native' or 'fft:NHxNW'."""
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
+    key = p.key(pass_)
+    d = _state.memory.get(key)
+    if d is not None:
+        return d.choice
+    with _state.lock:
+        d = _state.memory.get(key)
+        if d is not None:
+            return d.choice
+        if _state.mode != "off":
+            entry = _file_entries().get(key)
+            if entry is not None:
+                d = Decision.from_json(entry)
+        if d is None:
+            measurable = p.device_type == "cuda" or (p.device_type == "cpu" and _state.tune_cpu)
+            if _state.mode == "tune" and measurable:
+                d = _measure(p, pass_, torch.device(p.device_type, torch.cuda.current_device())
+                             if p.device_type == "cuda" else torch.device("cpu"))
+                _write_entry(key, d)
+            else:
+                why = {"off": "tuner off", "cache": "not in cache (mode 'cache')"}.get(_state.mode)
+                if why is None:
+                    why = "CPU tensors are not timed (FASTLAYERS_TUNE_CPU=1 to time them)"
+                d = Decision(choice="native", source="heuristic", reason=why)
+        _state.memory[key] = d
+        return d.choice
+
+
+def record_forced(p: ConvProblem, pass_: str, label: str) -> None:
+    with _state.lock:
+        _state.memory.setdefault("forced|" + p.key(pass_) + "|" + label,
+                                 Decision(choice=label, source="forced", reason="set on the module"))
+
+
+def note_fallback(what: str, reason: str) -> None:
+    """Record that a layer ran PyTorch's path because fastlayers does not support the case."""
+    with _state.lock:
+        _state.fallbacks[what] = reason
+
+
+def decisions() -> List[dict]:
+    """Every decision made or loaded in this process, and every fallback, as dicts."""
+    rows = []
+    with _state.lock:
+        for key, d in _state.memory.items():
+            rows.append({"key": key, "choice": d.choice, "source": d.source, "reason": d.reason,
+                         "times_ms": dict(d.times_ms), "errors": dict(d.errors),
+                         "skipped": dict(d.skipped)})
+        for what, reason in _state.fallbacks.items():
+            rows.append({"key": what, "choice": "native", "source": "unsupported", "reason": reason,
+                         "times_ms": {}, "errors": {}, "skipped": {}})
+    return rows
+
+
+def report() -> str:
+    """A readable table of what was chosen, for which shape and pass, and why."""
+    lines = ["fastlayers tuner: mode=%s, cache=%s" % (_state.mode, cache_file())]
+    rows = decisions()
+    if not rows:
+        lines.append("  (no decisions yet)")
+    for r in rows:
+        key = r["key"]
+        if key.startswith("forced|"):
+            key = key[len("forced|"):]
+        head = key.split("|torch=")[0]
+        lines.append("  %-10s %-12s %-10s %s" % (r["choice"], r["source"], "", head))
+        if r["reason"]:
+            lines.append("      why: %s" % r["reason"])
+        if r["times_ms"]:
+            lines.append("      ms:  " + ", ".join("%s %.4g" % kv for kv in r["times_ms"].items()))
+        if r["errors"]:
+            lines.append("      err: " + ", ".join("%s %.2e" % kv for kv in r["errors"].items()))
+        for label, why in r["skipped"].items():
+            lines.append("      skipped %s: %s" % (label, why))
+    return "\n".join(lines)
