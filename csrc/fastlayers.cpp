@@ -1,6 +1,7 @@
 // The op surface of fastlayers: every public schema, in one place. Kernels are registered beside
 // their implementations (CPU, CUDA, autocast); fake kernels and autograd in python/fastlayers/ops.py.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <pybind11/pybind11.h>
 #include <torch/library.h>
@@ -95,6 +96,9 @@ TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) {
 // Build facts and cache controls for the Python package.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "fastlayers native library";
+  // PyTorch's effective TF32 switch for cuDNN convolution (legacy and new APIs both honoured).
+  m.def("conv_tf32_allowed",
+        [] { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); });
 #ifdef FASTLAYERS_WITH_CUDA
   m.attr("with_cuda") = true;
   // Workspace bytes of one FFT-convolution pass (0 forward, 1 input grad, 2 weight grad),

@@ -53,14 +53,10 @@ def default_basis(input_hw: Sequence[int], padding: IntPair) -> Tuple[int, int]:
 
 
 def conv_tf32_allowed() -> bool:
-    """Whether PyTorch currently allows TF32 for fp32 convolution (cuDNN's switch)."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    prec = getattr(conv, "fp32_precision", None) if conv is not None else None
-    if prec == "tf32":
-        return True
-    if prec == "ieee":
-        return False
-    return bool(torch.backends.cudnn.allow_tf32)
+    """Whether PyTorch currently allows TF32 for fp32 convolution (cuDNN's switch, through either
+    `torch.backends.cudnn.allow_tf32` or `torch.backends.cudnn.conv.fp32_precision`)."""
+    from . import _C
+    return bool(_C.conv_tf32_allowed())
 
 
 def _input_hw_of_grad(grad_output: Tensor, weight: Tensor, padding) -> Tuple[int, int]:
