@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import fastlayers
-from fastlayers.tuner import ERROR_FLOOR
+from fastlayers.tuner import error_floor
 
 
 def rel(a, b):
@@ -43,7 +43,7 @@ def main():
                     torch.ops.fastlayers.fft_conv2d_weight_grad(gd, xd, pad, basis, tf32))
             for name, o, n, r in zip(("fwd", "igrad", "wgrad"), ours, native, ref):
                 eo, en = rel(o, r), rel(n, r)
-                tol = max(2 * en, ERROR_FLOOR[dt])
+                tol = max(2 * en, error_floor(dt, tf32))
                 ok = o.dtype == dt and o.shape == r.shape and eo <= tol
                 bad += not ok
                 print("%-5s %-9s tf32=%d %-30s ours %.2e  torch %.2e  %s" % (

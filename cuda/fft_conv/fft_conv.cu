@@ -177,7 +177,7 @@ Plan plan_for(Pass pass, const Shape& s) {
       return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.K * s.C, s.kh, s.kw, 0, 0},
               s.S * s.C, s.H, s.W, s.ph, s.pw};
     case Pass::WeightGrad:
-      return {{s.S * s.C, s.H, s.W, s.ph, s.pw}, {s.S * s.K, s.oh(), s.ow(), 0, 0},
+      return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.S * s.C, s.H, s.W, s.ph, s.pw},
               s.K * s.C, s.kh, s.kw, 0, 0};
   }
   throw std::runtime_error("fastlayers: unknown pass");
@@ -254,7 +254,7 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
     cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
     transpose<C>(scratch, bt, p.b.n, F, stream);
 
-    // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, K].
+    // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
     switch (pass) {
       case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
         gemm<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C, big_c, s.K, F,
@@ -265,7 +265,7 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
                 tf32, stream);
         break;
       case Pass::WeightGrad:  // GW[K,C] = conj(GY[S,K])^T X[S,C]
-        gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, at, s.C, bt, s.K, big_c, s.C, F,
+        gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K, big_c, s.C, F,
                 tf32, stream);
         break;
     }

@@ -45,7 +45,7 @@ size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, bool include_f
 // T: float, double, __half or __nv_bfloat16 (storage); arithmetic in float (double for double).
 // Forward:     a = x, b = w, out = y [S, K, oh, ow], bias [K] or null.
 // InputGrad:   a = grad_y, b = w, out = grad_x [S, C, H, W], bias must be null.
-// WeightGrad:  a = x, b = grad_y, out = grad_w [K, C, kh, kw], bias must be null.
+// WeightGrad:  a = grad_y, b = x, out = grad_w [K, C, kh, kw], bias must be null.
 // tf32: allow TF32 tensor-op GEMMs (only meaningful for float arithmetic).
 template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,

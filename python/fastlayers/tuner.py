@@ -56,6 +56,13 @@ ERROR_FLOOR = {
 }
 
 
+def error_floor(dtype: torch.dtype, tf32: bool) -> float:
+    """The smallest tolerance for `dtype`; with TF32 allowed, TF32's own rounding (10-bit mantissa)."""
+    if dtype == torch.float32 and tf32:
+        return 1e-3
+    return ERROR_FLOOR.get(dtype, 1e-5)
+
+
 def _parse_bytes(text: str) -> int:
     text = text.strip().upper().rstrip("B").rstrip("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -455,7 +462,7 @@ def _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer) -> Decisi
             continue
         errors[label] = err
         if label == "native":
-            tol = max(2 * err, ERROR_FLOOR.get(dt, 1e-5))
+            tol = max(2 * err, error_floor(dt, p.tf32))
         elif not err <= tol:
             skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
             continue
