@@ -46,6 +46,9 @@ def extensions():
     debug = bool(_env_flag("FASTLAYERS_DEBUG"))
 
     sources = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
+    # Link the C++ runtime the process already has, by its soname: where only the static archive
+    # is found, a private copy of libstdc++ (its own, uninitialised locale) would end up in _C.
+    link = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
     cxx = ["-std=c++17", "-O0" if debug else "-O3"] + (["-g"] if debug else [])
     nvcc = ["-std=c++17", "-O0" if debug else "-O3", "--expt-relaxed-constexpr"]
     nvcc += ["-G", "-lineinfo"] if debug else ["-lineinfo"]
@@ -58,11 +61,13 @@ def extensions():
             sources,
             define_macros=[("FASTLAYERS_WITH_CUDA", None)],
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+            extra_link_args=link,
             libraries=["cufft", "cublas"],
         )
     else:
         sources = [s for s in sources if not s.endswith("_cuda.cpp")]
-        ext = CppExtension("fastlayers._C", sources, extra_compile_args={"cxx": cxx})
+        ext = CppExtension("fastlayers._C", sources, extra_compile_args={"cxx": cxx},
+                           extra_link_args=link)
     print(
         "fastlayers build: cuda={} arch={} jobs={} debug={} torch={} cuda_home={}".format(
             with_cuda, os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else "-",

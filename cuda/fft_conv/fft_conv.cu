@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "../common/check.h"
@@ -33,26 +35,22 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_real<__nv_bfloat16>(fl
 }
 template <typename T> __device__ __forceinline__ T from_real(double v) { return static_cast<T>(v); }
 
-inline unsigned grid_for(int64_t n, int threads) {
-  int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535 * 8)));
-}
-
 // in [n, h, w] (T) -> out [n, nh, nw] (R), `in` placed at (offh, offw), zeros elsewhere.
+// Grid: x over the elements of one basis plane, y over planes (strided); index arithmetic is done
+// once per thread, not per element.
 template <typename T, typename R>
-__global__ void pad_kernel(const T* __restrict__ in, R* __restrict__ out, int64_t n, int64_t h,
-                           int64_t w, int64_t nh, int64_t nw, int64_t offh, int64_t offw) {
-  const int64_t total = n * nh * nw;
-  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
-       idx += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t j = idx % nw;
-    const int64_t i = (idx / nw) % nh;
-    const int64_t b = idx / (nw * nh);
-    const int64_t si = i - offh, sj = j - offw;
-    R v = R(0);
-    if (si >= 0 && si < h && sj >= 0 && sj < w) v = to_real<R>(in[(b * h + si) * w + sj]);
-    out[idx] = v;
-  }
+__global__ void pad_kernel(const T* __restrict__ in, R* __restrict__ out, int64_t n, int h, int w,
+                           int nh, int nw, int offh, int offw) {
+  const int plane = nh * nw;
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= plane) return;
+  const int i = e / nw, j = e - (e / nw) * nw;
+  const int si = i - offh, sj = j - offw;
+  const bool inside = si >= 0 && si < h && sj >= 0 && sj < w;
+  const int64_t src = inside ? static_cast<int64_t>(si) * w + sj : 0;
+  const int64_t in_plane = static_cast<int64_t>(h) * w;
+  for (int64_t b = blockIdx.y; b < n; b += gridDim.y)
+    out[b * plane + e] = inside ? to_real<R>(in[b * in_plane + src]) : R(0);
 }
 
 // in [rows, cols] -> out [cols, rows]
@@ -78,28 +76,34 @@ __global__ void transpose_kernel(const C* __restrict__ in, C* __restrict__ out, 
 
 // in [n, nh, nw] (R) -> out [n, oh, ow] (T): out = in[offh + i, offw + j] * scale + bias[n % ch]
 template <typename R, typename T>
-__global__ void clip_kernel(const R* __restrict__ in, T* __restrict__ out, int64_t n, int64_t nh,
-                            int64_t nw, int64_t offh, int64_t offw, int64_t oh, int64_t ow,
-                            R scale, const T* __restrict__ bias, int64_t channels) {
-  const int64_t total = n * oh * ow;
-  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
-       idx += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t j = idx % ow;
-    const int64_t i = (idx / ow) % oh;
-    const int64_t b = idx / (ow * oh);
-    R v = in[(b * nh + offh + i) * nw + offw + j] * scale;
+__global__ void clip_kernel(const R* __restrict__ in, T* __restrict__ out, int64_t n, int nh, int nw,
+                            int offh, int offw, int oh, int ow, R scale, const T* __restrict__ bias,
+                            int64_t channels) {
+  const int plane = oh * ow;
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= plane) return;
+  const int i = e / ow, j = e - (e / ow) * ow;
+  const int64_t src = static_cast<int64_t>(offh + i) * nw + offw + j;
+  const int64_t in_plane = static_cast<int64_t>(nh) * nw;
+  for (int64_t b = blockIdx.y; b < n; b += gridDim.y) {
+    R v = in[b * in_plane + src] * scale;
     if (bias != nullptr) v += to_real<R>(bias[b % channels]);
-    out[idx] = from_real<T>(v);
+    out[b * plane + e] = from_real<T>(v);
   }
+}
+
+inline dim3 plane_grid(int64_t plane, int64_t n, int threads) {
+  return dim3(static_cast<unsigned>((plane + threads - 1) / threads),
+              static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(n, 65535))));
 }
 
 template <typename T, typename R>
 void pad(const T* in, R* out, int64_t n, int64_t h, int64_t w, const Shape& s, int64_t offh,
          int64_t offw, cudaStream_t stream) {
-  const int64_t total = n * s.nh * s.nw;
-  if (total == 0) return;
-  pad_kernel<T, R><<<grid_for(total, 256), 256, 0, stream>>>(in, out, n, h, w, s.nh, s.nw, offh,
-                                                            offw);
+  if (n == 0) return;
+  pad_kernel<T, R><<<plane_grid(s.nh * s.nw, n, 256), 256, 0, stream>>>(
+      in, out, n, static_cast<int>(h), static_cast<int>(w), static_cast<int>(s.nh),
+      static_cast<int>(s.nw), static_cast<int>(offh), static_cast<int>(offw));
   FL_LAUNCH_CHECK();
 }
 
@@ -115,12 +119,18 @@ void transpose(const C* in, C* out, int64_t rows, int64_t cols, cudaStream_t str
 template <typename R, typename T>
 void clip(const R* in, T* out, int64_t n, const Shape& s, int64_t offh, int64_t offw, int64_t oh,
           int64_t ow, const T* bias, int64_t channels, cudaStream_t stream) {
-  const int64_t total = n * oh * ow;
-  if (total == 0) return;
+  if (n == 0 || oh * ow == 0) return;
   const R scale = R(1) / static_cast<R>(s.nh * s.nw);
-  clip_kernel<R, T><<<grid_for(total, 256), 256, 0, stream>>>(in, out, n, s.nh, s.nw, offh, offw,
-                                                             oh, ow, scale, bias, channels);
+  clip_kernel<R, T><<<plane_grid(oh * ow, n, 256), 256, 0, stream>>>(
+      in, out, n, static_cast<int>(s.nh), static_cast<int>(s.nw), static_cast<int>(offh),
+      static_cast<int>(offw), static_cast<int>(oh), static_cast<int>(ow), scale, bias, channels);
   FL_LAUNCH_CHECK();
+}
+
+// Experiment switches (temporary): FASTLAYERS_EXPERIMENT=layout,gemm3m
+inline bool experiment(const char* name) {
+  const char* e = std::getenv("FASTLAYERS_EXPERIMENT");
+  return e != nullptr && std::strstr(e, name) != nullptr;
 }
 
 inline int as_int(int64_t v, const char* what) {
@@ -149,7 +159,17 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
   FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
   FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-  cublasStatus_t st = cublasGemmStridedBatchedEx(
+  cublasStatus_t st;
+  if (!dbl && !tf32 && experiment("gemm3m")) {
+    st = cublasCgemm3mStridedBatched(
+        blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"),
+        reinterpret_cast<const cuComplex*>(&one), reinterpret_cast<const cuComplex*>(A),
+        as_int(lda, "lda"), ta == CUBLAS_OP_N ? lda * k : lda * m,
+        reinterpret_cast<const cuComplex*>(B), as_int(ldb, "ldb"),
+        tb == CUBLAS_OP_N ? ldb * n : ldb * k, reinterpret_cast<const cuComplex*>(&zero),
+        reinterpret_cast<cuComplex*>(Cm), as_int(ldc, "ldc"), ldc * n,
+        as_int(batch, "frequency count"));
+  } else st = cublasGemmStridedBatchedEx(
       blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"), &one, A, dt,
       as_int(lda, "lda"), ta == CUBLAS_OP_N ? lda * k : lda * m, B, dt, as_int(ldb, "ldb"),
       tb == CUBLAS_OP_N ? ldb * n : ldb * k, &zero, Cm, dt, as_int(ldc, "ldc"), ldc * n,
@@ -211,9 +231,11 @@ Layout layout_for(Pass pass, const Shape& s, int real_bytes, bool include_fft_wo
     const bool dbl = real_bytes == 8;
     const Transform fwd = dbl ? Transform::R2C_F64 : Transform::R2C_F32;
     const Transform inv = dbl ? Transform::C2R_F64 : Transform::C2R_F32;
-    L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na) : 0,
-                             nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb) : 0,
-                             no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no) : 0});
+    const auto lay = experiment("layout") ? cufft_plans::Layout::FrequencyMajor
+                                          : cufft_plans::Layout::BatchMajor;
+    L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na, lay) : 0,
+                             nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb, lay) : 0,
+                             no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no, lay) : 0});
   }
   off += align_up(L.work_bytes);
   L.total = off;
@@ -241,18 +263,29 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
   const int64_t F = s.freqs();
 
   const int64_t M = p.n_out;  // [n_out] = product of the output's two leading dims
+  const bool fmajor = experiment("layout");
+  constexpr auto FM = cufft_plans::Layout::FrequencyMajor;
+  R* result = big_r;
   if (p.a.n == 0 || p.b.n == 0) {
     // An empty reduction (S == 0 for the weight gradient, C == 0 or K == 0): zeros, plus bias.
     FL_CUDA_CHECK(cudaMemsetAsync(big_r, 0, sizeof(R) * M * s.nh * s.nw, stream));
   } else {
     // Operand a: pad, R2C, transpose to [F, n_a].
     pad<T, R>(a, big_r, p.a.n, p.a.h, p.a.w, s, p.a.offh, p.a.offw, stream);
-    cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.a.n, work, stream);
-    transpose<C>(scratch, at, p.a.n, F, stream);
+    if (fmajor) {
+      cufft_plans::rfft2(big_r, at, s.nh, s.nw, p.a.n, work, stream, FM);
+    } else {
+      cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.a.n, work, stream);
+      transpose<C>(scratch, at, p.a.n, F, stream);
+    }
     // Operand b.
     pad<T, R>(b, big_r, p.b.n, p.b.h, p.b.w, s, p.b.offh, p.b.offw, stream);
-    cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
-    transpose<C>(scratch, bt, p.b.n, F, stream);
+    if (fmajor) {
+      cufft_plans::rfft2(big_r, bt, s.nh, s.nw, p.b.n, work, stream, FM);
+    } else {
+      cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
+      transpose<C>(scratch, bt, p.b.n, F, stream);
+    }
 
     // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
     switch (pass) {
@@ -269,11 +302,15 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
                 tf32, stream);
         break;
     }
-    // [F, n_out] -> [n_out, F] -> C2R into `big`.
-    transpose<C>(big_c, scratch, F, M, stream);
-    cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
+    if (fmajor) {  // [F, n_out] -> C2R into `scratch`
+      cufft_plans::irfft2(big_c, reinterpret_cast<R*>(scratch), s.nh, s.nw, M, work, stream, FM);
+      result = reinterpret_cast<R*>(scratch);
+    } else {  // [F, n_out] -> [n_out, F] -> C2R into `big`.
+      transpose<C>(big_c, scratch, F, M, stream);
+      cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
+    }
   }
-  clip<R, T>(big_r, out, M, s, p.offh, p.offw, p.oh, p.ow, bias, s.K, stream);
+  clip<R, T>(result, out, M, s, p.offh, p.offw, p.oh, p.ow, bias, s.K, stream);
 }
 
 }  // namespace

@@ -72,13 +72,16 @@ class Conv2d(nn.Conv2d):
     'fft:NHxNW') on this module, bypassing the tuner (benchmarks, tests).
     """
 
+    _fl_forced: Optional[Dict[str, str]] = None  # pinned labels per pass, or None (tuner)
+    _fl_plans: Optional[Dict] = None  # this module's choices per input signature
+
     def force_algorithms(self, forward: Optional[str] = None, input_grad: Optional[str] = None,
                          weight_grad: Optional[str] = None) -> "Conv2d":
         forced = {k: v for k, v in (("forward", forward), ("input_grad", input_grad),
                                     ("weight_grad", weight_grad)) if v is not None}
         for v in forced.values():
             _tuner.parse_choice(v)
-        self.__dict__["_fl_forced"] = forced or None
+        self._fl_forced = forced or None
         return self
 
     def _unsupported(self, x: torch.Tensor) -> Optional[str]:
@@ -111,8 +114,12 @@ class Conv2d(nn.Conv2d):
         return x, (int(self.padding[0]), int(self.padding[1]))
 
     def _choices(self, x, w, padding, tf32, need_backward):
-        forced = self.__dict__.get("_fl_forced")
-        plans: Dict = self.__dict__.setdefault("_fl_plans", {})
+        forced = self._fl_forced
+        plans = self._fl_plans
+        if plans is None:
+            plans = {}
+            if not torch.compiler.is_compiling():
+                self._fl_plans = plans
         key = (tuple(x.shape), x.dtype, x.device, padding, tf32, need_backward,
                torch.are_deterministic_algorithms_enabled(), _tuner.generation())
         if forced is None and key in plans:

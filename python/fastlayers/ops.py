@@ -54,7 +54,14 @@ def default_basis(input_hw: Sequence[int], padding: IntPair) -> Tuple[int, int]:
 
 def conv_tf32_allowed() -> bool:
     """Whether PyTorch currently allows TF32 for fp32 convolution (cuDNN's switch, through either
-    `torch.backends.cudnn.allow_tf32` or `torch.backends.cudnn.conv.fp32_precision`)."""
+    `torch.backends.cudnn.allow_tf32` or `torch.backends.cudnn.conv.fp32_precision`).
+
+    Under torch.compile the value is read once, when the graph is traced."""
+    return _conv_tf32_allowed()
+
+
+@torch.compiler.assume_constant_result
+def _conv_tf32_allowed() -> bool:
     from . import _C
     return bool(_C.conv_tf32_allowed())
 
@@ -134,7 +141,7 @@ def _check4(t: Tensor, op: str, name: str) -> None:
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d")
-def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32):
+def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False):
     _check4(input, "fft_conv2d", "input")
     _check4(weight, "fft_conv2d", "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
@@ -146,7 +153,7 @@ def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32):
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d_input_grad")
-def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32):
+def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32=False):
     _check4(grad_output, "fft_conv2d_input_grad", "grad_output")
     _check4(weight, "fft_conv2d_input_grad", "weight")
     torch._check(grad_output.dtype == weight.dtype, lambda: "fft_conv2d_input_grad: dtype mismatch")
@@ -155,7 +162,7 @@ def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32):
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d_weight_grad")
-def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32):
+def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32=False):
     _check4(grad_output, "fft_conv2d_weight_grad", "grad_output")
     _check4(input, "fft_conv2d_weight_grad", "input")
     torch._check(grad_output.dtype == input.dtype, lambda: "fft_conv2d_weight_grad: dtype mismatch")

@@ -210,6 +210,7 @@ def set_mode(mode: str) -> None:
         raise ValueError(f"tuner mode must be one of {MODES}, got {mode!r}")
     with _state.lock:
         _state.mode = mode
+        _state.memory.clear()  # decisions made under the old mode are re-made under the new one
         _state.generation += 1
 
 

@@ -1,0 +1,58 @@
+"""Per-kernel device time of the FFT convolution passes on a few layers (torch.profiler).
+
+    python3 benchmarks/profile_fft_conv.py [--layers L3,L4] [--tf32]
+"""
+import argparse
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import fastlayers
+
+LAYERS = {  # S, C, K, n, k (valid)
+    "L1": (128, 3, 96, 128, 11), "L2": (128, 64, 64, 64, 9), "L3": (128, 128, 128, 32, 9),
+    "L4": (128, 128, 128, 16, 7), "L5": (128, 384, 384, 13, 3),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", default="L2,L3,L4")
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    for name in args.layers.split(","):
+        S, C, K, n, k = LAYERS[name]
+        x = torch.randn(S, C, n, n, device=dev)
+        w = torch.randn(K, C, k, k, device=dev)
+        gy = torch.randn(S, K, n - k + 1, n - k + 1, device=dev)
+        basis = fastlayers.ops.default_basis((n, n), 0)
+        fns = {
+            "fprop": lambda: torch.ops.fastlayers.fft_conv2d(x, w, None, [0, 0], basis, args.tf32),
+            "bprop": lambda: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, [0, 0], basis, args.tf32),
+            "accGrad": lambda: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, [0, 0], basis, args.tf32),
+        }
+        for pname, fn in fns.items():
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.reps):
+                    fn()
+                torch.cuda.synchronize()
+            rows = []
+            for e in prof.key_averages():
+                if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0) > 0:
+                    t = getattr(e, "self_device_time_total", 0) / args.reps
+                    if t > 0:
+                        rows.append((t, e.key[:90], e.count // args.reps))
+            rows.sort(reverse=True)
+            total = sum(r[0] for r in rows)
+            print("\n== %s %s basis %s tf32=%d: %.1f us/call" % (name, pname, basis, args.tf32, total))
+            for t, key, cnt in rows[:12]:
+                print("  %8.1f us  %5.1f%%  x%d  %s" % (t, 100 * t / total, cnt, key))
+
+
+if __name__ == "__main__":
+    main()

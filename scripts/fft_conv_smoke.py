@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""A tiny run of the three FFT-convolution ops (fp32, small shapes), checked against PyTorch on the
+CPU. Meant to run under compute-sanitizer (scripts/gpu-check): it touches cuDNN nowhere, so the
+sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS.
+
+    python3 scripts/fft_conv_smoke.py [--device cuda|cpu]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import fastlayers  # noqa: E402,F401
+
+# S, C, K, H, W, kh, kw, padding, basis (None: the default basis)
+CASES = [
+    (2, 3, 4, 9, 9, 3, 3, (0, 0), None),
+    (2, 3, 4, 9, 9, 3, 3, (1, 1), (16, 16)),
+    (1, 2, 3, 7, 10, 4, 3, (1, 2), (12, 14)),
+    (3, 5, 2, 13, 13, 5, 5, (2, 2), (17, 20)),
+    (2, 4, 4, 16, 16, 7, 7, (0, 0), (16, 16)),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    dev = ap.parse_args().device
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    worst = 0.0
+    for S, C, K, H, W, kh, kw, pad, basis in CASES:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
+        w = torch.randn(K, C, kh, kw, generator=g, dtype=torch.float64)
+        b = torch.randn(K, generator=g, dtype=torch.float64)
+        oh, ow = H + 2 * pad[0] - kh + 1, W + 2 * pad[1] - kw + 1
+        gy = torch.randn(S, K, oh, ow, generator=g, dtype=torch.float64)
+        if basis is None:
+            basis = fastlayers.ops.default_basis((H, W), pad)
+        ref_y = F.conv2d(x, w, b, 1, pad)
+        ref_gx, ref_gw, _ = torch.ops.aten.convolution_backward(
+            gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1, [True, True, False])
+        xd, wd, bd, gyd = (t.float().to(dev) for t in (x, w, b, gy))
+        got = {
+            "fft_conv2d": (torch.ops.fastlayers.fft_conv2d(xd, wd, bd, list(pad), list(basis), False), ref_y),
+            "fft_conv2d_input_grad": (torch.ops.fastlayers.fft_conv2d_input_grad(
+                gyd, wd, list(pad), list(basis), False), ref_gx),
+            "fft_conv2d_weight_grad": (torch.ops.fastlayers.fft_conv2d_weight_grad(
+                gyd, xd, list(pad), list(basis), False), ref_gw),
+        }
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        for name, (out, ref) in got.items():
+            out = out.double().cpu()
+            assert out.shape == ref.shape, (name, out.shape, ref.shape)
+            err = ((out - ref).norm() / ref.norm()).item()
+            worst = max(worst, err)
+            print("%-24s S=%d C=%d K=%d %dx%d k=%dx%d pad=%s basis=%s: rel err %.2e"
+                  % (name, S, C, K, H, W, kh, kw, pad, tuple(basis), err), flush=True)
+    ok = worst < 1e-5
+    print("fft_conv_smoke on %s: worst relative error %.2e -> %s" % (dev, worst, "OK" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+import random
+
+import pytest
+import torch
+
+import fastlayers
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="CUDA device not available")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def tuner_cache(tmp_path, monkeypatch):
+    """Every test gets its own, empty tuner cache folder and a tuner in its default state."""
+    state = fastlayers.tuner._state
+    cache_dir = tmp_path / "fastlayers-cache"
+    monkeypatch.setenv("FASTLAYERS_CACHE_DIR", str(cache_dir))
+    for name in ("mode", "budget_s", "workspace_limit", "tune_cpu"):
+        monkeypatch.setattr(state, name, getattr(state, name))
+    state.mode = "tune"
+    state.tune_cpu = False
+    state.workspace_limit = None
+    fastlayers.tuner.clear()
+    yield cache_dir
+    fastlayers.tuner.clear()

@@ -1,0 +1,436 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import fastlayers
+from fastlayers import ops, tuner
+
+REPO_PYTHON = Path(__file__).resolve().parents[1] / "python"
+
+
+def problem(S=2, C=3, K=4, H=9, W=11, k=3, pad=1, dtype=torch.float32):
+    x = torch.randn(S, C, H, W, dtype=dtype)
+    w = torch.randn(K, C, k, k, dtype=dtype)
+    return tuner.ConvProblem.from_tensors(x, w, (pad, pad), tf32=False)
+
+
+def by_key():
+    return {r["key"]: r for r in tuner.decisions()}
+
+
+def write_cache(entries, fmt=tuner.FORMAT):
+    path = tuner.cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": fmt, "entries": entries}))
+    tuner.clear()
+    return path
+
+
+def run_python(script, cache_dir, *args, **env):
+    env = dict(os.environ, PYTHONPATH=str(REPO_PYTHON), FASTLAYERS_CACHE_DIR=str(cache_dir), **env)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=180):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return out
+
+
+@pytest.fixture
+def tune_cpu(monkeypatch):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0.05)
+
+
+@pytest.fixture
+def no_measuring(monkeypatch):
+    def fail(*args):
+        raise AssertionError("the tuner measured")
+    monkeypatch.setattr(tuner, "_measure", fail)
+
+
+def test_cache_lives_in_the_test_folder(tuner_cache):
+    assert tuner.cache_file().parent == tuner_cache
+    assert tuner.cache_file().name == "tuner-v%d.json" % tuner.FORMAT
+
+
+def test_cpu_is_not_measured_by_default(no_measuring):
+    p = problem()
+    assert [tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES] == ["native"] * 3
+    assert {r["source"] for r in tuner.decisions()} == {"heuristic"}
+    assert "FASTLAYERS_TUNE_CPU" in tuner.decisions()[0]["reason"]
+    assert not tuner.cache_file().exists()
+
+
+def test_tuning_on_cpu_decides_every_pass(tune_cpu):
+    p = problem()
+    labels = {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES}
+    rows = by_key()
+    assert len(rows) == 3
+    for pass_, label in labels.items():
+        row = rows[p.key(pass_)]
+        candidates = tuner.candidates_conv2d(p, pass_)
+        assert row["source"] == "tuned" and row["choice"] == label
+        assert label in candidates and label in row["times_ms"]
+        assert "native" in row["times_ms"]
+        assert set(row["times_ms"]) | set(row["skipped"]) == set(candidates)
+        assert all(err <= tuner.ERROR_FLOOR[torch.float32] for err in row["errors"].values())
+
+    data = json.loads(tuner.cache_file().read_text())
+    assert data["format"] == tuner.FORMAT
+    for pass_, label in labels.items():
+        assert data["entries"][p.key(pass_)]["choice"] == label
+
+
+def test_module_tuned_on_cpu(tune_cpu, monkeypatch):
+    m = fastlayers.Conv2d(3, 4, 3, padding=1)
+    ref = nn.Conv2d(3, 4, 3, padding=1)
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(2, 3, 9, 11, requires_grad=True)
+    m(x).sum().backward()
+    assert {r["source"] for r in tuner.decisions()} == {"tuned"}
+    assert {r["key"].split("|")[0] for r in tuner.decisions()} == {
+        "conv2d." + pass_ for pass_ in tuner.PASSES}
+
+    monkeypatch.setattr(tuner, "_measure", lambda *a: pytest.fail("measured twice"))
+    grad = x.grad.clone()
+    x.grad = None
+    y = m(x)
+    y.sum().backward()
+    torch.testing.assert_close(y, ref(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(x.grad, grad)
+
+
+def test_second_process_reads_the_file(tune_cpu, tuner_cache):
+    p = problem()
+    labels = {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES}
+    script = """
+        import json, torch
+        from fastlayers import tuner
+        x, w = torch.randn(2, 3, 9, 11), torch.randn(4, 3, 3, 3)
+        p = tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False)
+        tuner._measure = None
+        labels = {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES}
+        print(json.dumps({"labels": labels, "decisions": tuner.decisions()}))
+    """
+    out = json.loads(finish(run_python(script, tuner_cache, FASTLAYERS_TUNER_MODE="cache")))
+    assert out["labels"] == labels
+    assert {r["source"] for r in out["decisions"]} == {"file"}
+    assert {r["key"] for r in out["decisions"]} == {p.key(pass_) for pass_ in tuner.PASSES}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"format": 1, "entries": []}', ""])
+def test_corrupt_file_is_ignored_then_overwritten(tune_cpu, text):
+    path = tuner.cache_file()
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    tuner.clear()
+    p = problem()
+    with pytest.warns(UserWarning, match="corrupt"):
+        label = tuner.choose_conv2d(p, "forward")
+    assert by_key()[p.key("forward")]["source"] == "tuned"
+    data = json.loads(path.read_text())
+    assert data["format"] == tuner.FORMAT
+    assert data["entries"][p.key("forward")]["choice"] == label
+
+
+def test_corrupt_file_in_cache_mode_falls_back_to_the_heuristic(no_measuring):
+    path = tuner.cache_file()
+    path.parent.mkdir(parents=True)
+    path.write_text("\x00\x01garbage")
+    tuner.set_mode("cache")
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert tuner.choose_conv2d(problem(), "forward") == "native"
+    assert tuner.decisions()[0]["source"] == "heuristic"
+
+
+def test_foreign_format_is_ignored(no_measuring):
+    p = problem()
+    write_cache({p.key("forward"): {"choice": "fft:16x16"}}, fmt=tuner.FORMAT + 1)
+    tuner.set_mode("cache")
+    with pytest.warns(UserWarning, match="format %d" % (tuner.FORMAT + 1)):
+        assert tuner.choose_conv2d(p, "forward") == "native"
+    assert by_key()[p.key("forward")]["source"] == "heuristic"
+
+
+def test_entries_without_a_choice_are_ignored(no_measuring):
+    p = problem()
+    write_cache({p.key("forward"): {"reason": "no choice"}, p.key("input_grad"): "fft:16x16",
+                 p.key("weight_grad"): {"choice": "fft:16x16"}})
+    tuner.set_mode("cache")
+    assert [tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES] == [
+        "native", "native", "fft:16x16"]
+
+
+WRITER = """
+    import sys, time
+    from pathlib import Path
+    from fastlayers import tuner
+    wid, n, go = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    (go.parent / ("ready-%d" % wid)).touch()
+    while not go.exists():
+        time.sleep(0.001)
+    for i in range(n):
+        tuner._write_entry("test|writer=%d|%d" % (wid, i),
+                           tuner.Decision(choice="native", source="tuned", reason=str(wid)))
+"""
+
+
+def test_concurrent_writer_processes(tuner_cache, tmp_path):
+    writers, n = 4, 25
+    go = tmp_path / "go"
+    procs = [run_python(WRITER, tuner_cache, wid, n, go) for wid in range(writers)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < writers:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.01)
+    go.touch()
+    for proc in procs:
+        finish(proc)
+    data = json.loads(tuner.cache_file().read_text())
+    expected = {"test|writer=%d|%d" % (wid, i) for wid in range(writers) for i in range(n)}
+    assert set(data["entries"]) == expected
+    assert not list(tuner_cache.glob("*.tmp"))
+
+
+def test_concurrent_writer_threads():
+    threads, n = 8, 20
+    barrier = threading.Barrier(threads)
+    errors = []
+
+    def write(tid):
+        try:
+            barrier.wait()
+            for i in range(n):
+                tuner._write_entry("test|thread=%d|%d" % (tid, i),
+                                   tuner.Decision(choice="native", source="tuned"))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    pool = [threading.Thread(target=write, args=(t,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors
+    data = json.loads(tuner.cache_file().read_text())
+    assert set(data["entries"]) == {"test|thread=%d|%d" % (t, i)
+                                    for t in range(threads) for i in range(n)}
+
+
+def test_unwritable_cache_keeps_decisions_in_memory(tune_cpu, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FASTLAYERS_CACHE_DIR", str(blocker / "cache"))
+    tuner.clear()
+    p = problem()
+    with pytest.warns(UserWarning, match="could not write"):
+        label = tuner.choose_conv2d(p, "forward")
+    assert by_key()[p.key("forward")]["choice"] == label
+
+
+def test_modes(tune_cpu, no_measuring):
+    p = problem()
+    write_cache({p.key("forward"): {"choice": "fft:16x16", "reason": "by hand"}})
+
+    with pytest.raises(ValueError, match="tuner mode"):
+        tuner.set_mode("fast")
+    assert tuner.get_mode() == "tune"
+
+    tuner.set_mode("off")
+    assert [tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES] == ["native"] * 3
+    assert {(r["source"], r["reason"]) for r in tuner.decisions()} == {("heuristic", "tuner off")}
+    assert all(not r["times_ms"] for r in tuner.decisions())
+
+    tuner.set_mode("cache")
+    tuner.clear()
+    assert tuner.choose_conv2d(p, "forward") == "fft:16x16"
+    assert tuner.choose_conv2d(p, "input_grad") == "native"
+    rows = by_key()
+    assert rows[p.key("forward")]["source"] == "file"
+    assert rows[p.key("forward")]["reason"] == "by hand"
+    assert rows[p.key("input_grad")]["source"] == "heuristic"
+    assert "not in cache" in rows[p.key("input_grad")]["reason"]
+
+    with tuner.mode("off"):
+        assert tuner.get_mode() == "off"
+    assert tuner.get_mode() == "cache"
+
+
+def test_tune_mode_uses_file_entries_and_measures_the_rest(tune_cpu):
+    p = problem()
+    write_cache({p.key("forward"): {"choice": "fft:16x16"}})
+    assert tuner.choose_conv2d(p, "forward") == "fft:16x16"
+    tuner.choose_conv2d(p, "input_grad")
+    rows = by_key()
+    assert rows[p.key("forward")]["source"] == "file"
+    assert rows[p.key("input_grad")]["source"] == "tuned"
+    entries = json.loads(tuner.cache_file().read_text())["entries"]
+    assert set(entries) == {p.key("forward"), p.key("input_grad")}
+
+
+def test_mode_switch_reaches_modules(tune_cpu, no_measuring):
+    m = fastlayers.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 9, 11)
+    p = tuner.ConvProblem.from_tensors(x, m.weight, (1, 1), ops.conv_tf32_allowed())
+    write_cache({p.key("forward"): {"choice": "fft:16x16"}})
+    tuner.set_mode("off")
+    with torch.no_grad():
+        m(x)
+    assert tuner.decisions()[0]["choice"] == "native"
+    generation = tuner.generation()
+    tuner.set_mode("cache")
+    assert tuner.generation() != generation
+    with torch.no_grad():
+        m(x)
+    assert by_key()[p.key("forward")]["choice"] == "fft:16x16"
+
+
+def test_environment_is_read_at_start(monkeypatch):
+    monkeypatch.setenv("FASTLAYERS_TUNER_MODE", "cache")
+    monkeypatch.setenv("FASTLAYERS_TUNE_CPU", "1")
+    monkeypatch.setenv("FASTLAYERS_TUNER_BUDGET", "0.5")
+    monkeypatch.setenv("FASTLAYERS_WORKSPACE_LIMIT", "64M")
+    state = tuner._State()
+    assert (state.mode, state.tune_cpu, state.budget_s, state.workspace_limit) == (
+        "cache", True, 0.5, 64 << 20)
+    monkeypatch.setenv("FASTLAYERS_TUNER_MODE", "sometimes")
+    monkeypatch.setenv("FASTLAYERS_TUNE_CPU", "0")
+    with pytest.warns(UserWarning, match="FASTLAYERS_TUNER_MODE"):
+        state = tuner._State()
+    assert state.mode == "tune" and not state.tune_cpu
+
+
+@pytest.mark.parametrize("text, value", [("512", 512), ("4K", 4096), ("1.5M", 3 << 19),
+                                         ("2GiB", 2 << 30), ("1gb", 1 << 30)])
+def test_workspace_limit_parsing(text, value):
+    assert tuner._parse_bytes(text) == value
+
+
+def test_workspace_limit_skips_fft_candidates(tune_cpu):
+    tuner.set_workspace_limit(1)
+    assert tuner.workspace_limit(torch.device("cpu")) == 1
+    p = problem()
+    for pass_ in tuner.PASSES:
+        assert tuner.choose_conv2d(p, pass_) == "native"
+        row = by_key()[p.key(pass_)]
+        ffts = [c for c in tuner.candidates_conv2d(p, pass_) if c != "native"]
+        assert ffts and set(row["skipped"]) == set(ffts)
+        assert all("workspace" in why for why in row["skipped"].values())
+        assert set(row["times_ms"]) == {"native"}
+    tuner.set_workspace_limit(None)
+    assert tuner.workspace_limit(torch.device("cpu")) == 1 << 30
+
+
+def test_inaccurate_or_failing_candidates_are_rejected(tune_cpu, monkeypatch):
+    real = tuner._pass_fn
+    labels = iter(["inaccurate", "failing"])
+    behaviour = {}
+
+    def pass_fn(label, pass_, p):
+        fn = real(label, pass_, p)
+        if label == "native":
+            return fn
+        kind = behaviour.setdefault(label, next(labels))
+        if kind == "inaccurate":
+            return lambda *a: fn(*a) * 1.001
+        def fail(*a):
+            raise RuntimeError("out of luck\nsecond line")
+        return fail
+
+    monkeypatch.setattr(tuner, "_pass_fn", pass_fn)
+    p = problem()
+    assert tuner.choose_conv2d(p, "forward") == "native"
+    skipped = by_key()[p.key("forward")]["skipped"]
+    assert len(skipped) == 2
+    reasons = sorted(skipped.values())
+    assert reasons[0].startswith("error ") and "> tolerance" in reasons[0]
+    assert reasons[1] == "failed: out of luck"
+
+
+def test_deterministic_mode_is_part_of_the_key(no_measuring):
+    p = problem()
+    old = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        q = problem()
+        tuner.choose_conv2d(q, "forward")
+    finally:
+        torch.use_deterministic_algorithms(old)
+    tuner.choose_conv2d(p, "forward")
+    assert q.deterministic and not p.deterministic
+    assert "det=1" in q.key("forward") and "det=0" in p.key("forward")
+    assert p.key("forward") != q.key("forward")
+    assert set(by_key()) == {p.key("forward"), q.key("forward")}
+
+
+def test_key_separates_what_changes_the_answer():
+    base = problem()
+    keys = {base.key(pass_) for pass_ in tuner.PASSES}
+    for other in (problem(S=3), problem(C=2), problem(K=5), problem(H=10), problem(W=12),
+                  problem(k=5), problem(pad=0), problem(dtype=torch.float64)):
+        keys.add(other.key("forward"))
+    x, w = torch.randn(2, 3, 9, 11), torch.randn(4, 3, 3, 3)
+    keys.add(tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=True).key("forward"))
+    keys.add(tuner.ConvProblem.from_tensors(x.contiguous(memory_format=torch.channels_last), w,
+                                            (1, 1), tf32=False).key("forward"))
+    assert len(keys) == 3 + 10
+
+
+def test_candidates_hold_the_padded_input():
+    p = problem(H=9, W=13, pad=2)
+    for pass_ in tuner.PASSES:
+        cands = tuner.candidates_conv2d(p, pass_)
+        assert cands[0] == "native"
+        bases = [tuner.parse_choice(c)[1] for c in cands[1:]]
+        assert (14, 18) in bases and (16, 32) in bases
+        assert all(nh >= 13 and nw >= 17 for nh, nw in bases)
+
+
+def test_parse_choice():
+    assert tuner.parse_choice("native") == ("native", None)
+    assert tuner.parse_choice("fft:16x12") == ("fft", (16, 12))
+    with pytest.raises(ValueError):
+        tuner.parse_choice("winograd:4x4")
+    with pytest.raises(ValueError):
+        tuner.choose_conv2d(problem(), "backward")
+
+
+def test_clear_can_remove_the_file(tune_cpu):
+    tuner.choose_conv2d(problem(), "forward")
+    assert tuner.cache_file().exists() and tuner.decisions()
+    tuner.clear()
+    assert not tuner.decisions() and tuner.cache_file().exists()
+    tuner.clear(file=True)
+    assert not tuner.cache_file().exists()
+
+
+def test_report(tune_cpu):
+    assert "(no decisions yet)" in tuner.report()
+    p = problem()
+    labels = [tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES]
+    forced = fastlayers.Conv2d(3, 4, 3, padding=1).force_algorithms(forward="fft:16x16")
+    strided = fastlayers.Conv2d(3, 4, 3, stride=2)
+    with torch.no_grad():
+        forced(torch.randn(1, 3, 9, 11))
+        strided(torch.randn(1, 3, 9, 11))
+    text = tuner.report()
+    assert "mode=tune" in text and str(tuner.cache_file()) in text
+    for label in labels:
+        assert label in text
+    for word in ("tuned", "forced", "unsupported", "stride", "why:", "ms:", "err:", "fft:16x16"):
+        assert word in text
+    for pass_ in tuner.PASSES:
+        assert "conv2d.%s|S=2,C=3,K=4,H=9,W=11,k=3x3,pad=1,1" % pass_ in text
+    assert "|torch=" not in text
