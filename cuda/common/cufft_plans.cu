@@ -14,19 +14,16 @@ namespace {
 struct Key {
   int device;
   Transform t;
-  Layout layout;
   int64_t nh, nw, batch;
   bool operator==(const Key& o) const {
-    return std::tie(device, t, layout, nh, nw, batch) ==
-           std::tie(o.device, o.t, o.layout, o.nh, o.nw, o.batch);
+    return std::tie(device, t, nh, nw, batch) == std::tie(o.device, o.t, o.nh, o.nw, o.batch);
   }
 };
 
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = std::hash<int64_t>()(k.nh);
-    for (int64_t v : {static_cast<int64_t>(k.device), static_cast<int64_t>(k.t),
-                      static_cast<int64_t>(k.layout), k.nw, k.batch})
+    for (int64_t v : {static_cast<int64_t>(k.device), static_cast<int64_t>(k.t), k.nw, k.batch})
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     return h;
   }
@@ -61,21 +58,8 @@ class Cache {
     try {
       FL_CUFFT_CHECK(cufftSetAutoAllocation(p.handle, 0));
       long long n[2] = {k.nh, k.nw};
-      if (k.layout == Layout::BatchMajor) {
-        FL_CUFFT_CHECK(cufftMakePlanMany64(p.handle, 2, n, nullptr, 1, 0, nullptr, 1, 0,
-                                           cufft_type(k.t), k.batch, &p.work));
-      } else {
-        // Complex side strided by `batch`, one transform per offset: [nh, nw/2+1, batch].
-        long long real_embed[2] = {k.nh, k.nw}, complex_embed[2] = {k.nh, k.nw / 2 + 1};
-        const bool forward = k.t == Transform::R2C_F32 || k.t == Transform::R2C_F64;
-        long long* in_embed = forward ? real_embed : complex_embed;
-        long long* out_embed = forward ? complex_embed : real_embed;
-        const long long in_stride = forward ? 1 : k.batch, in_dist = forward ? k.nh * k.nw : 1;
-        const long long out_stride = forward ? k.batch : 1, out_dist = forward ? 1 : k.nh * k.nw;
-        FL_CUFFT_CHECK(cufftMakePlanMany64(p.handle, 2, n, in_embed, in_stride, in_dist, out_embed,
-                                           out_stride, out_dist, cufft_type(k.t), k.batch,
-                                           &p.work));
-      }
+      FL_CUFFT_CHECK(cufftMakePlanMany64(p.handle, 2, n, nullptr, 1, 0, nullptr, 1, 0,
+                                         cufft_type(k.t), k.batch, &p.work));
     } catch (...) {
       cufftDestroy(p.handle);
       throw;
@@ -104,16 +88,16 @@ Cache& cache() {
   return *c;
 }
 
-Key make_key(Transform t, int64_t nh, int64_t nw, int64_t batch, Layout layout) {
+Key make_key(Transform t, int64_t nh, int64_t nw, int64_t batch) {
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
-  return Key{dev, t, layout, nh, nw, batch};
+  return Key{dev, t, nh, nw, batch};
 }
 
 template <typename Exec>
-void run(Transform t, int64_t nh, int64_t nw, int64_t batch, Layout layout, void* work,
-         cudaStream_t stream, Exec exec) {
-  Key k = make_key(t, nh, nw, batch, layout);
+void run(Transform t, int64_t nh, int64_t nw, int64_t batch, void* work, cudaStream_t stream,
+         Exec exec) {
+  Key k = make_key(t, nh, nw, batch);
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu_);
   Plan p = c.get(k);
@@ -124,38 +108,38 @@ void run(Transform t, int64_t nh, int64_t nw, int64_t batch, Layout layout, void
 
 }  // namespace
 
-size_t work_bytes(Transform t, int64_t nh, int64_t nw, int64_t batch, Layout layout) {
-  Key k = make_key(t, nh, nw, batch, layout);
+size_t work_bytes(Transform t, int64_t nh, int64_t nw, int64_t batch) {
+  Key k = make_key(t, nh, nw, batch);
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu_);
   return c.get(k).work;
 }
 
 void rfft2(const float* in, float2* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-           cudaStream_t stream, Layout layout) {
-  run(Transform::R2C_F32, nh, nw, batch, layout, work, stream, [&](cufftHandle h) {
+           cudaStream_t stream) {
+  run(Transform::R2C_F32, nh, nw, batch, work, stream, [&](cufftHandle h) {
     FL_CUFFT_CHECK(cufftExecR2C(h, const_cast<float*>(in), reinterpret_cast<cufftComplex*>(out)));
   });
 }
 
 void rfft2(const double* in, double2* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-           cudaStream_t stream, Layout layout) {
-  run(Transform::R2C_F64, nh, nw, batch, layout, work, stream, [&](cufftHandle h) {
+           cudaStream_t stream) {
+  run(Transform::R2C_F64, nh, nw, batch, work, stream, [&](cufftHandle h) {
     FL_CUFFT_CHECK(
         cufftExecD2Z(h, const_cast<double*>(in), reinterpret_cast<cufftDoubleComplex*>(out)));
   });
 }
 
 void irfft2(float2* in, float* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-            cudaStream_t stream, Layout layout) {
-  run(Transform::C2R_F32, nh, nw, batch, layout, work, stream, [&](cufftHandle h) {
+            cudaStream_t stream) {
+  run(Transform::C2R_F32, nh, nw, batch, work, stream, [&](cufftHandle h) {
     FL_CUFFT_CHECK(cufftExecC2R(h, reinterpret_cast<cufftComplex*>(in), out));
   });
 }
 
 void irfft2(double2* in, double* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-            cudaStream_t stream, Layout layout) {
-  run(Transform::C2R_F64, nh, nw, batch, layout, work, stream, [&](cufftHandle h) {
+            cudaStream_t stream) {
+  run(Transform::C2R_F64, nh, nw, batch, work, stream, [&](cufftHandle h) {
     FL_CUFFT_CHECK(cufftExecZ2D(h, reinterpret_cast<cufftDoubleComplex*>(in), out));
   });
 }

@@ -13,24 +13,19 @@ namespace cufft_plans {
 
 enum class Transform : int { R2C_F32 = 0, C2R_F32 = 1, R2C_F64 = 2, C2R_F64 = 3 };
 
-// Layout of the complex side. Batch-major: [batch, nh, nw/2+1]. Frequency-major: [nh, nw/2+1, batch]
-// (the transposed layout a per-frequency GEMM wants, written by the transform itself).
-enum class Layout : int { BatchMajor = 0, FrequencyMajor = 1 };
-
 // Bytes of work area the plan for `batch` transforms of nh x nw needs (creates and caches it).
-size_t work_bytes(Transform t, int64_t nh, int64_t nw, int64_t batch,
-                  Layout layout = Layout::BatchMajor);
+size_t work_bytes(Transform t, int64_t nh, int64_t nw, int64_t batch);
 
-// in:  [batch, nh, nw] real      out: complex in `layout`   (unnormalised)
+// in:  [batch, nh, nw] real      out: [batch, nh, nw/2+1] complex   (unnormalised)
 void rfft2(const float* in, float2* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-           cudaStream_t stream, Layout layout = Layout::BatchMajor);
+           cudaStream_t stream);
 void rfft2(const double* in, double2* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-           cudaStream_t stream, Layout layout = Layout::BatchMajor);
-// in:  complex in `layout` (overwritten)   out: [batch, nh, nw] real   (unnormalised)
+           cudaStream_t stream);
+// in:  [batch, nh, nw/2+1] complex (overwritten)   out: [batch, nh, nw] real   (unnormalised)
 void irfft2(float2* in, float* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-            cudaStream_t stream, Layout layout = Layout::BatchMajor);
+            cudaStream_t stream);
 void irfft2(double2* in, double* out, int64_t nh, int64_t nw, int64_t batch, void* work,
-            cudaStream_t stream, Layout layout = Layout::BatchMajor);
+            cudaStream_t stream);
 
 // Cache control.
 size_t cache_size();

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "../common/check.h"
@@ -127,12 +125,6 @@ void clip(const R* in, T* out, int64_t n, const Shape& s, int64_t offh, int64_t 
   FL_LAUNCH_CHECK();
 }
 
-// Experiment switches (temporary): FASTLAYERS_EXPERIMENT=layout,gemm3m
-inline bool experiment(const char* name) {
-  const char* e = std::getenv("FASTLAYERS_EXPERIMENT");
-  return e != nullptr && std::strstr(e, name) != nullptr;
-}
-
 inline int as_int(int64_t v, const char* what) {
   if (v > INT_MAX) throw std::runtime_error(std::string("fastlayers: ") + what + " too large for cuBLAS");
   return static_cast<int>(v);
@@ -159,17 +151,7 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
   FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
   FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-  cublasStatus_t st;
-  if (!dbl && !tf32 && experiment("gemm3m")) {
-    st = cublasCgemm3mStridedBatched(
-        blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"),
-        reinterpret_cast<const cuComplex*>(&one), reinterpret_cast<const cuComplex*>(A),
-        as_int(lda, "lda"), ta == CUBLAS_OP_N ? lda * k : lda * m,
-        reinterpret_cast<const cuComplex*>(B), as_int(ldb, "ldb"),
-        tb == CUBLAS_OP_N ? ldb * n : ldb * k, reinterpret_cast<const cuComplex*>(&zero),
-        reinterpret_cast<cuComplex*>(Cm), as_int(ldc, "ldc"), ldc * n,
-        as_int(batch, "frequency count"));
-  } else st = cublasGemmStridedBatchedEx(
+  cublasStatus_t st = cublasGemmStridedBatchedEx(
       blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"), &one, A, dt,
       as_int(lda, "lda"), ta == CUBLAS_OP_N ? lda * k : lda * m, B, dt, as_int(ldb, "ldb"),
       tb == CUBLAS_OP_N ? ldb * n : ldb * k, &zero, Cm, dt, as_int(ldc, "ldc"), ldc * n,
@@ -231,11 +213,9 @@ Layout layout_for(Pass pass, const Shape& s, int real_bytes, bool include_fft_wo
     const bool dbl = real_bytes == 8;
     const Transform fwd = dbl ? Transform::R2C_F64 : Transform::R2C_F32;
     const Transform inv = dbl ? Transform::C2R_F64 : Transform::C2R_F32;
-    const auto lay = experiment("layout") ? cufft_plans::Layout::FrequencyMajor
-                                          : cufft_plans::Layout::BatchMajor;
-    L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na, lay) : 0,
-                             nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb, lay) : 0,
-                             no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no, lay) : 0});
+    L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na) : 0,
+                             nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb) : 0,
+                             no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no) : 0});
   }
   off += align_up(L.work_bytes);
   L.total = off;
@@ -263,29 +243,18 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
   const int64_t F = s.freqs();
 
   const int64_t M = p.n_out;  // [n_out] = product of the output's two leading dims
-  const bool fmajor = experiment("layout");
-  constexpr auto FM = cufft_plans::Layout::FrequencyMajor;
-  R* result = big_r;
   if (p.a.n == 0 || p.b.n == 0) {
     // An empty reduction (S == 0 for the weight gradient, C == 0 or K == 0): zeros, plus bias.
     FL_CUDA_CHECK(cudaMemsetAsync(big_r, 0, sizeof(R) * M * s.nh * s.nw, stream));
   } else {
     // Operand a: pad, R2C, transpose to [F, n_a].
     pad<T, R>(a, big_r, p.a.n, p.a.h, p.a.w, s, p.a.offh, p.a.offw, stream);
-    if (fmajor) {
-      cufft_plans::rfft2(big_r, at, s.nh, s.nw, p.a.n, work, stream, FM);
-    } else {
-      cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.a.n, work, stream);
-      transpose<C>(scratch, at, p.a.n, F, stream);
-    }
+    cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.a.n, work, stream);
+    transpose<C>(scratch, at, p.a.n, F, stream);
     // Operand b.
     pad<T, R>(b, big_r, p.b.n, p.b.h, p.b.w, s, p.b.offh, p.b.offw, stream);
-    if (fmajor) {
-      cufft_plans::rfft2(big_r, bt, s.nh, s.nw, p.b.n, work, stream, FM);
-    } else {
-      cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
-      transpose<C>(scratch, bt, p.b.n, F, stream);
-    }
+    cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
+    transpose<C>(scratch, bt, p.b.n, F, stream);
 
     // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
     switch (pass) {
@@ -302,15 +271,11 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
                 tf32, stream);
         break;
     }
-    if (fmajor) {  // [F, n_out] -> C2R into `scratch`
-      cufft_plans::irfft2(big_c, reinterpret_cast<R*>(scratch), s.nh, s.nw, M, work, stream, FM);
-      result = reinterpret_cast<R*>(scratch);
-    } else {  // [F, n_out] -> [n_out, F] -> C2R into `big`.
-      transpose<C>(big_c, scratch, F, M, stream);
-      cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
-    }
+    // [F, n_out] -> [n_out, F] -> C2R into `big`.
+    transpose<C>(big_c, scratch, F, M, stream);
+    cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
   }
-  clip<R, T>(result, out, M, s, p.offh, p.offw, p.oh, p.ow, bias, s.K, stream);
+  clip<R, T>(big_r, out, M, s, p.offh, p.offw, p.oh, p.ow, bias, s.K, stream);
 }
 
 }  // namespace
