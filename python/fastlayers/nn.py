@@ -85,21 +85,17 @@ class Conv2d(nn.Conv2d):
         return self
 
     def _unsupported(self, x: torch.Tensor) -> Optional[str]:
-        if x.dim() not in (3, 4):
-            return None  # nn.Conv2d raises its own error
-        if tuple(self.stride) != (1, 1):
+        if self.stride != (1, 1):
             return "stride %s (FFT convolution needs stride 1)" % (tuple(self.stride),)
-        if tuple(self.dilation) != (1, 1):
+        if self.dilation != (1, 1):
             return "dilation %s" % (tuple(self.dilation),)
         if self.groups != 1:
             return "groups=%d" % self.groups
-        if x.device.type not in ("cuda", "cpu"):
-            return "device %s" % x.device.type
-        if x.dtype != self.weight.dtype:
-            return None  # nn.Conv2d raises its own error
-        ok = _CUDA_DTYPES if x.device.type == "cuda" else _CPU_DTYPES
-        if x.dtype not in ok:
-            return "dtype %s on %s" % (x.dtype, x.device.type)
+        dev = x.device.type
+        if dev != "cuda" and dev != "cpu":
+            return "device %s" % dev
+        if x.dtype not in (_CUDA_DTYPES if dev == "cuda" else _CPU_DTYPES):
+            return "dtype %s on %s" % (x.dtype, dev)
         return None
 
     def _padding_pair(self, x: torch.Tensor):
@@ -121,40 +117,39 @@ class Conv2d(nn.Conv2d):
             if not torch.compiler.is_compiling():
                 self._fl_plans = plans
         key = (tuple(x.shape), x.dtype, x.device, padding, tf32, need_backward,
-               torch.are_deterministic_algorithms_enabled(), _tuner.generation())
-        if forced is None and key in plans:
-            return plans[key]
-        if torch.compiler.is_compiling():
+               torch.are_deterministic_algorithms_enabled(),
+               None if forced is None else tuple(sorted(forced.items())), _tuner.generation())
+        got = plans.get(key)
+        if got is not None:
+            return got
+        compiling = torch.compiler.is_compiling()
+        if compiling and forced is None:
             # No measuring while tracing: what this module chose eagerly, else PyTorch's path.
-            got = {k[:-1]: v for k, v in plans.items()}.get(key[:-1])
-            if forced is None:
-                return got if got is not None else ("native", "native", "native")
-        p = _tuner.ConvProblem.from_tensors(x, w, padding, tf32)
+            return ("native", "native", "native")
+        p = None if compiling else _tuner.ConvProblem.from_tensors(x, w, padding, tf32)
         out = []
         for pass_ in _tuner.PASSES:
             if forced is not None and pass_ in forced:
                 label = forced[pass_]
-                if not torch.compiler.is_compiling():
+                if p is not None:
                     _tuner.record_forced(p, pass_, label)
-            elif pass_ != "forward" and not need_backward:
-                label = "native"
-            elif torch.compiler.is_compiling():
+            elif compiling or (pass_ != "forward" and not need_backward):
                 label = "native"
             else:
                 label = _tuner.choose_conv2d(p, pass_)
             out.append(label)
         choice = tuple(out)
-        if forced is None:
+        if not compiling:
             plans[key] = choice
         return choice
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if input.dim() not in (3, 4) or input.dtype != self.weight.dtype:
+            return super().forward(input)  # nn.Conv2d's own error
         reason = self._unsupported(input)
         if reason is not None:
             if not torch.compiler.is_compiling():
                 _tuner.note_fallback("conv2d %s: %s" % (self.extra_repr(), reason), reason)
-            return super().forward(input)
-        if input.dim() not in (3, 4) or input.dtype != self.weight.dtype:
             return super().forward(input)
         unbatched = input.dim() == 3
         x = input.unsqueeze(0) if unbatched else input
@@ -169,15 +164,17 @@ class Conv2d(nn.Conv2d):
         x, padding = self._padding_pair(x)
         if x.shape[-2] < w.shape[-2] or x.shape[-1] < w.shape[-1]:
             return super().forward(input)  # nn.Conv2d raises its own error
-        tf32 = conv_tf32_allowed() and x.dtype == torch.float32
+        tf32 = x.dtype == torch.float32 and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
         fwd, igrad, wgrad = self._choices(x, w, padding, tf32, need_backward)
-        with torch.autocast(dev, enabled=False):
-            if fwd == igrad == wgrad == "native":
-                y = F.conv2d(x, w, b, 1, padding)
-            else:
-                y = _Conv2dFunction.apply(x, w, b, padding, fwd, igrad, wgrad, tf32)
+        # Under autocast the operands already have the autocast dtype, so its casts are no-ops.
+        if fwd == igrad == wgrad == "native":
+            y = F.conv2d(x, w, b, 1, padding)
+        elif not need_backward:
+            y = _Conv2dFunction.forward(x, w, b, padding, fwd, igrad, wgrad, tf32)
+        else:
+            y = _Conv2dFunction.apply(x, w, b, padding, fwd, igrad, wgrad, tf32)
         return y.squeeze(0) if unbatched else y
 
 

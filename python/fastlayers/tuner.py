@@ -56,6 +56,11 @@ ERROR_FLOOR = {
 }
 
 
+# A fastlayers candidate replaces PyTorch's path only when it is measurably faster: its median
+# must be below this fraction of native's (timing noise and per-call host cost stay on the safe side).
+WIN_MARGIN = 0.95
+
+
 def error_floor(dtype: torch.dtype, tf32: bool) -> float:
     """The smallest tolerance for `dtype`; with TF32 allowed, TF32's own rounding (10-bit mantissa)."""
     if dtype == torch.float32 and tf32:
@@ -478,6 +483,9 @@ def _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer) -> Decisi
     reason = "fastest of %d measured" % len(times)
     if best == "native" and len(times) == 1:
         reason = "only candidate measured"
+    elif best != "native" and "native" in times and times[best] > WIN_MARGIN * times["native"]:
+        reason = "%s within %.0f%% of native: kept native" % (best, 100 * (1 - WIN_MARGIN))
+        best = "native"
     return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
                     skipped=skipped)
 
