@@ -350,9 +350,17 @@ def _write_entry(key: str, decision: Decision) -> None:
 # Candidates and measurement
 
 
+# Whether each algorithm gives bitwise-identical results run to run (no atomics, no
+# order-dependent reductions): FFT convolution uses cuFFT, cuBLAS and kernels without atomics.
+DETERMINISTIC = {"native": True, "fft": True}
+
+
 def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
-    """Labels of every algorithm that supports the problem, `native` first."""
+    """Labels of every algorithm that supports the problem, `native` first; under
+    torch.use_deterministic_algorithms(True) only deterministic ones."""
     out = ["native"]
+    if p.deterministic and not DETERMINISTIC["fft"]:
+        return out
     hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
     bases = {(_ops.good_fft_size(hp), _ops.good_fft_size(wp)),
              (1 << (hp - 1).bit_length(), 1 << (wp - 1).bit_length())}
