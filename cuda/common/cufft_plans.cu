@@ -32,6 +32,8 @@ struct KeyHash {
 struct Plan {
   cufftHandle handle;
   size_t work;
+  void* work_area;       // last work area and stream given to the plan: set again only on change
+  cudaStream_t stream;
 };
 
 cufftType cufft_type(Transform t) {
@@ -47,7 +49,7 @@ cufftType cufft_type(Transform t) {
 class Cache {
  public:
   // Must be called with mu_ held.
-  Plan get(const Key& k) {
+  Plan& get(const Key& k) {
     auto it = map_.find(k);
     if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.second);
@@ -65,9 +67,9 @@ class Cache {
       throw;
     }
     lru_.push_front(k);
-    map_.emplace(k, std::make_pair(p, lru_.begin()));
-    evict();
-    return p;
+    auto& slot = map_.emplace(k, std::make_pair(p, lru_.begin())).first->second.first;
+    evict();  // never evicts the entry just made (it is at the front)
+    return slot;
   }
   void evict() {
     while (map_.size() > capacity_ && !lru_.empty()) {
@@ -100,9 +102,15 @@ void run(Transform t, int64_t nh, int64_t nw, int64_t batch, void* work, cudaStr
   Key k = make_key(t, nh, nw, batch);
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu_);
-  Plan p = c.get(k);
-  FL_CUFFT_CHECK(cufftSetStream(p.handle, stream));
-  FL_CUFFT_CHECK(cufftSetWorkArea(p.handle, work));
+  Plan& p = c.get(k);
+  if (p.stream != stream || p.work_area == nullptr) {
+    FL_CUFFT_CHECK(cufftSetStream(p.handle, stream));
+    p.stream = stream;
+  }
+  if (p.work_area != work) {
+    FL_CUFFT_CHECK(cufftSetWorkArea(p.handle, work));
+    p.work_area = work;
+  }
   exec(p.handle);
 }
 

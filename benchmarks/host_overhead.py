@@ -1,0 +1,41 @@
+"""Host time per call (launch cost, no synchronisation) of each FFT-convolution pass against
+cuDNN on a small layer, where the host side dominates.  python3 benchmarks/host_overhead.py"""
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def per_call_us(fn, calls=500):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+
+
+def main():
+    import fastlayers  # noqa: F401
+    dev = torch.device("cuda")
+    x = torch.randn(1, 8, 16, 16, device=dev)
+    w = torch.randn(8, 8, 3, 3, device=dev)
+    gy = torch.randn(1, 8, 16, 16, device=dev)
+    basis = [18, 18]
+    cases = {
+        "cudnn fprop": lambda: F.conv2d(x, w, None, 1, 1),
+        "fft fprop": lambda: torch.ops.fastlayers.fft_conv2d(x, w, None, [1, 1], basis, False),
+        "fft bprop": lambda: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, [1, 1], basis, False),
+        "fft accGrad": lambda: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, [1, 1], basis, False),
+    }
+    for name, fn in cases.items():
+        host, total = per_call_us(fn)
+        print("%-12s host %.1f us/call, with device %.1f us/call" % (name, host, total))
+
+
+if __name__ == "__main__":
+    main()
