@@ -148,7 +148,11 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   cublasPointerMode_t old_ptr;
   FL_CUBLAS_CHECK(cublasGetMathMode(blas, &old_math));
   FL_CUBLAS_CHECK(cublasGetPointerMode(blas, &old_ptr));
-  FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  // Only when it differs: cublasSetStream also resets the handle's workspace to cuBLAS's own
+  // pool, which the framework that lent the handle had replaced.
+  cudaStream_t current = nullptr;
+  FL_CUBLAS_CHECK(cublasGetStream(blas, &current));
+  if (current != stream) FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
   FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
   FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
   cublasStatus_t st = cublasGemmStridedBatchedEx(
