@@ -37,5 +37,26 @@ def main():
         print("%-12s host %.1f us/call, with device %.1f us/call" % (name, host, total))
 
 
+def runtime_calls():
+    """CUDA runtime/driver API calls made by 20 forward calls (a synchronising one shows here)."""
+    from torch.profiler import ProfilerActivity, profile
+    dev = torch.device("cuda")
+    x = torch.randn(1, 8, 16, 16, device=dev)
+    w = torch.randn(8, 8, 3, 3, device=dev)
+    fn = lambda: torch.ops.fastlayers.fft_conv2d(x, w, None, [1, 1], [18, 18], False)  # noqa: E731
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.cpu_time_total / 20, e.count / 20, e.key) for e in prof.key_averages()
+            if e.key.startswith("cu")]
+    for t, n, key in sorted(rows, reverse=True)[:12]:
+        print("  %8.1f us/call  x%.1f  %s" % (t, n, key))
+
+
 if __name__ == "__main__":
     main()
+    runtime_calls()
