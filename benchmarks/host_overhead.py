@@ -57,6 +57,37 @@ def runtime_calls():
         print("  %8.1f us/call  x%.1f  %s" % (t, n, key))
 
 
+def module_step_calls():
+    """Runtime API calls and wall time of Conv2d forward+backward on the L4 layer with the FFT
+    input gradient (TF32 allowed), back to back."""
+    import fastlayers
+    from torch.profiler import ProfilerActivity, profile
+    dev = torch.device("cuda")
+    torch.backends.cudnn.benchmark = True
+    m = fastlayers.Conv2d(128, 128, 7).to(dev).force_algorithms("native", "fft:16x16", "native")
+    n = torch.nn.Conv2d(128, 128, 7).to(dev)
+    x = torch.randn(128, 128, 16, 16, device=dev, requires_grad=True)
+    for name, mod in (("nn", n), ("fastlayers", m)):
+        step = lambda: mod(x).sum().backward()  # noqa: E731
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+        print("%-10s fwd+bwd back to back: %.1f us/step" % (name, (time.perf_counter() - t0) / 20 * 1e6))
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+        rows = [(e.cpu_time_total / 5, e.count / 5, e.key) for e in prof.key_averages()
+                if e.key.startswith("cu")]
+        for t, c, key in sorted(rows, reverse=True)[:8]:
+            print("  %8.1f us/step  x%.1f  %s" % (t, c, key))
+
+
 if __name__ == "__main__":
     main()
     runtime_calls()
+    module_step_calls()

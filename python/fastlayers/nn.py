@@ -26,16 +26,18 @@ class _Conv2dFunction(torch.autograd.Function):
     """One convolution whose three passes may each use a different algorithm."""
 
     @staticmethod
-    def forward(x, w, b, padding, fwd, igrad, wgrad, tf32):
+    def run_forward(x, w, b, padding, fwd, tf32):
         if fwd == "native":
             return F.conv2d(x, w, b, 1, padding)
         return torch.ops.fastlayers.fft_conv2d(x, w, b, padding, _basis(fwd), tf32)
 
+    # forward(ctx, ...) rather than a separate setup_context: apply() then skips binding the
+    # arguments to a signature on every call, which costs more host time than the rest.
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, w, b, padding, fwd, igrad, wgrad, tf32 = inputs
+    def forward(ctx, x, w, b, padding, fwd, igrad, wgrad, tf32):
         ctx.save_for_backward(x, w)
         ctx.conf = (padding, igrad, wgrad, tf32, b is not None)
+        return _Conv2dFunction.run_forward(x, w, b, padding, fwd, tf32)
 
     @staticmethod
     def backward(ctx, gy):
@@ -172,7 +174,7 @@ class Conv2d(nn.Conv2d):
         if fwd == igrad == wgrad == "native":
             y = F.conv2d(x, w, b, 1, padding)
         elif not need_backward:
-            y = _Conv2dFunction.forward(x, w, b, padding, fwd, igrad, wgrad, tf32)
+            y = _Conv2dFunction.run_forward(x, w, b, padding, fwd, tf32)
         else:
             y = _Conv2dFunction.apply(x, w, b, padding, fwd, igrad, wgrad, tf32)
         return y.squeeze(0) if unbatched else y
