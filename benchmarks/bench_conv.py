@@ -293,13 +293,6 @@ def measure(fn, timer: GpuTimer, ref: torch.Tensor, fl: float) -> dict:
         return failure(e)
 
 
-def error_floor(tf32: bool) -> float:
-    fn = getattr(tuner, "error_floor", None)
-    if fn is not None:
-        return fn(torch.float32, tf32)
-    return tuner.ERROR_FLOOR.get(torch.float32, 1e-5)
-
-
 def tuner_decision(problem, pass_):
     key = problem.key(pass_)
     for r in tuner.decisions():
@@ -353,7 +346,7 @@ def bench_layers(args, res: Results, timer: GpuTimer, stats: dict):
                 # as the tuner: a candidate counts only within its error tolerance
                 tol = None
                 if "rel_err" in row["cudnn"]:
-                    tol = max(2 * row["cudnn"]["rel_err"], error_floor(tf32))
+                    tol = max(2 * row["cudnn"]["rel_err"], tuner.error_floor(torch.float32, tf32))
                 row["tolerance"] = tol
                 for c in cands.values():
                     if "ms" in c:

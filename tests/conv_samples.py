@@ -5,17 +5,11 @@ import torch
 import torch.nn.functional as F
 
 from fastlayers.ops import default_basis, good_fft_size
+from fastlayers.tuner import ERROR_FLOOR, error_floor
 
-# Relative L2 error a result may have against a float64 reference is at most twice PyTorch's own
-# error in the same dtype, and never held below the dtype's floor (storage rounding plus an FFT's
-# log-depth accumulation). TF32 keeps a 10-bit mantissa, the same as float16.
-ERROR_FLOOR = {
-    torch.float64: 1e-10,
-    torch.float32: 1e-5,
-    torch.float16: 2e-3,
-    torch.bfloat16: 1.6e-2,
-}
-TF32_FLOOR = 2e-3
+# Relative L2 error a result may have against a float64 reference: at most twice PyTorch's own
+# error in the same dtype, and never held below the dtype's floor; the tuner applies the same rule.
+TF32_FLOOR = error_floor(torch.float32, True)
 
 
 class Case(NamedTuple):
@@ -195,3 +189,24 @@ def assert_within_bound(out, ref, native, floor=None, what=""):
     bound = error_bound(native.dtype, torch_err, floor)
     assert err <= bound, "%s: relative error %.3e > bound %.3e (PyTorch's own %.3e)" % (
         what, err, bound, torch_err)
+
+
+def assert_training_matches(ref, fast, batch, hw, device="cpu", steps=5):
+    """SGD steps on `ref` (nn.Conv2d) and `fast` (fastlayers) side by side: same losses and
+    parameters, to float32 accuracy."""
+    import pytest
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    opt_fast = torch.optim.SGD(fast.parameters(), lr=0.05, momentum=0.9)
+    for step in range(steps):
+        x = torch.randn(batch, 3, *hw, device=device)
+        target = torch.randint(0, 5, (batch,), device=device)
+        losses = []
+        for model, opt in ((ref, opt_ref), (fast, opt_fast)):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4), step
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)

@@ -10,9 +10,9 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import fastlayers
 from fastlayers import ops, tuner
-from conv_samples import (TF32_FLOOR, Case, assert_within_bound, fft_passes, make_tensors,
-                          module_fft_label, opcheck_args, opcheck_id, opcheck_specs, rel_err,
-                          sample_cases, torch_passes)
+from conv_samples import (TF32_FLOOR, Case, assert_training_matches, assert_within_bound,
+                          fft_passes, make_tensors, module_fft_label, opcheck_args, opcheck_id,
+                          opcheck_specs, rel_err, sample_cases, torch_passes)
 
 pytestmark = pytest.mark.gpu
 
@@ -236,19 +236,5 @@ def test_training_steps_match_nn_conv2d(algorithms):
             if isinstance(m, fastlayers.Conv2d):
                 label = module_fft_label(m, (24, 24))
                 m.force_algorithms(forward=label, input_grad=label, weight_grad=label)
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    opt_fast = torch.optim.SGD(fast.parameters(), lr=0.05, momentum=0.9)
     with cudnn_tf32(False):
-        for step in range(5):
-            x = torch.randn(16, 3, 24, 24, device="cuda")
-            target = torch.randint(0, 5, (16,), device="cuda")
-            losses = []
-            for model, opt in ((ref, opt_ref), (fast, opt_fast)):
-                opt.zero_grad()
-                loss = F.cross_entropy(model(x), target)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-            assert losses[1] == pytest.approx(losses[0], rel=1e-4), step
-    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+        assert_training_matches(ref, fast, 16, (24, 24), device="cuda")

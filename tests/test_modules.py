@@ -10,7 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastlayers
 from fastlayers import tuner
-from conv_samples import assert_within_bound, module_fft_label, rel_err
+from conv_samples import (assert_training_matches, assert_within_bound, module_fft_label,
+                          rel_err)
 
 CONFIGS = {
     "k3": dict(in_channels=3, out_channels=4, kernel_size=3),
@@ -426,18 +427,4 @@ def test_training_steps_match_nn_conv2d():
     torch.manual_seed(3)
     ref = small_cnn(nn.Conv2d)
     fast = force_all_fft(fastlayers.convert(copy.deepcopy(ref)), (16, 16))
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    opt_fast = torch.optim.SGD(fast.parameters(), lr=0.05, momentum=0.9)
-    for step in range(5):
-        x = torch.randn(8, 3, 16, 16)
-        target = torch.randint(0, 5, (8,))
-        losses = []
-        for model, opt in ((ref, opt_ref), (fast, opt_fast)):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), target)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        assert losses[1] == pytest.approx(losses[0], rel=1e-4), step
-    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+    assert_training_matches(ref, fast, 8, (16, 16))

@@ -62,9 +62,10 @@ WIN_MARGIN = 0.95
 
 
 def error_floor(dtype: torch.dtype, tf32: bool) -> float:
-    """The smallest tolerance for `dtype`; with TF32 allowed, TF32's own rounding (10-bit mantissa)."""
+    """The smallest tolerance for `dtype`; with TF32 allowed, TF32's own rounding (a 10-bit
+    mantissa, as float16's)."""
     if dtype == torch.float32 and tf32:
-        return 1e-3
+        return ERROR_FLOOR[torch.float16]
     return ERROR_FLOOR.get(dtype, 1e-5)
 
 
