@@ -181,6 +181,20 @@ def test_unbatched_input(config, algorithms):
         assert g.shape == e.shape and rel_err(g, e) <= 1e-10
 
 
+@pytest.mark.parametrize("algorithms", ["tuned", "fft"])
+def test_channels_last_input_keeps_its_layout(algorithms):
+    ref, m = twins(CONFIGS["k3-pad1"], dtype=torch.float64)
+    if algorithms == "fft":
+        force(m, ALGORITHMS["fft"])
+    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    gy = torch.randn_like(ref(x))
+    expected = forward_backward(ref, x, gy)
+    got = forward_backward(m, x, gy)
+    assert got[0].is_contiguous(memory_format=torch.channels_last)
+    for e, g in zip(expected, got):
+        assert g.shape == e.shape and rel_err(g, e) <= 1e-10
+
+
 def test_empty_batch():
     ref, m = twins(CONFIGS["k3-pad1"])
     force(m, ALGORITHMS["fft"])

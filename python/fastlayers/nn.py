@@ -29,7 +29,10 @@ class _Conv2dFunction(torch.autograd.Function):
     def run_forward(x, w, b, padding, fwd, tf32):
         if fwd == "native":
             return F.conv2d(x, w, b, 1, padding)
-        return torch.ops.fastlayers.fft_conv2d(x, w, b, padding, _basis(fwd), tf32)
+        y = torch.ops.fastlayers.fft_conv2d(x, w, b, padding, _basis(fwd), tf32)
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            y = y.contiguous(memory_format=torch.channels_last)  # the layout nn.Conv2d returns
+        return y
 
     # forward(ctx, ...) rather than a separate setup_context: apply() then skips binding the
     # arguments to a signature on every call, which costs more host time than the rest.
