@@ -37,9 +37,21 @@ def main():
         print("%-12s host %.1f us/call, with device %.1f us/call" % (name, host, total))
 
 
+def print_runtime_calls(fn, reps, top, unit):
+    """The CUDA runtime/driver API calls `fn` makes, host time per `unit`, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.cpu_time_total / reps, e.count / reps, e.key) for e in prof.key_averages()
+            if e.key.startswith("cu")]
+    for t, n, key in sorted(rows, reverse=True)[:top]:
+        print("  %8.1f us/%s  x%.1f  %s" % (t, unit, n, key))
+
+
 def runtime_calls():
     """CUDA runtime/driver API calls made by 20 forward calls (a synchronising one shows here)."""
-    from torch.profiler import ProfilerActivity, profile
     dev = torch.device("cuda")
     x = torch.randn(1, 8, 16, 16, device=dev)
     w = torch.randn(8, 8, 3, 3, device=dev)
@@ -47,21 +59,13 @@ def runtime_calls():
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-    rows = [(e.cpu_time_total / 20, e.count / 20, e.key) for e in prof.key_averages()
-            if e.key.startswith("cu")]
-    for t, n, key in sorted(rows, reverse=True)[:12]:
-        print("  %8.1f us/call  x%.1f  %s" % (t, n, key))
+    print_runtime_calls(fn, 20, 12, "call")
 
 
 def module_step_calls():
     """Runtime API calls and wall time of Conv2d forward+backward on the L4 layer with the FFT
     input gradient (TF32 allowed), back to back."""
     import fastlayers
-    from torch.profiler import ProfilerActivity, profile
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
     m = fastlayers.Conv2d(128, 128, 7).to(dev).force_algorithms("native", "fft:16x16", "native")
@@ -77,14 +81,7 @@ def module_step_calls():
             step()
         torch.cuda.synchronize()
         print("%-10s fwd+bwd back to back: %.1f us/step" % (name, (time.perf_counter() - t0) / 20 * 1e6))
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                step()
-            torch.cuda.synchronize()
-        rows = [(e.cpu_time_total / 5, e.count / 5, e.key) for e in prof.key_averages()
-                if e.key.startswith("cu")]
-        for t, c, key in sorted(rows, reverse=True)[:8]:
-            print("  %8.1f us/step  x%.1f  %s" % (t, c, key))
+        print_runtime_calls(step, 5, 8, "step")
 
 
 if __name__ == "__main__":
