@@ -23,6 +23,21 @@ TORCH_LIBRARY(fastlayers, m) {
   // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, H+2ph-oh+1, ...]
   m.def("fft_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
         "SymInt[2] basis, bool tf32=False) -> Tensor");
+
+  // fbfft: small power-of-two real FFTs with implicit padding, windows, clipping and layouts
+  // (semantics in csrc/fbfft/fbfft.h). Unnormalised forward; the inverse scales by 1/n when
+  // `normalized`. CPU kernels so far.
+  // input [..., w] real -> [..., n/2+1] complex; reads input[..., i + offset], zeros outside
+  m.def("fbfft_rfft(Tensor input, SymInt n, int offset=0) -> Tensor");
+  // input [..., n/2+1] complex -> [..., out_size] real: inverse[..., i + offset], zeros outside
+  m.def("fbfft_irfft(Tensor input, SymInt n, SymInt out_size, int offset=0, "
+        "bool normalized=True) -> Tensor");
+  // input [..., h, w] real -> [..., nh, nw/2+1] complex, or [..., nw/2+1, nh] when transposed
+  m.def("fbfft_rfft2(Tensor input, SymInt[2] size, int[2] offset=[0, 0], "
+        "bool transposed=False) -> Tensor");
+  // input [..., nh, nw/2+1] (or transposed) complex -> [..., out_h, out_w] real
+  m.def("fbfft_irfft2(Tensor input, SymInt[2] size, SymInt[2] out_size, int[2] offset=[0, 0], "
+        "bool transposed=False, bool normalized=True) -> Tensor");
 }
 
 namespace fastlayers {

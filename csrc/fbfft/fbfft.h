@@ -1,0 +1,32 @@
+// Host side of fbfft: argument checks and the CPU kernels (ATen's pocketfft), whose semantics
+// the CUDA transforms reproduce.
+//
+// Windows. Every transform reads (rfft) or writes (irfft) its real side through a window: with
+// offset o and size n, window(x)[i] = x[i + o] where 0 <= i + o < len(x), and 0 elsewhere.
+// A negative offset is implicit zero padding in front, n > len(x) - o implicit padding behind,
+// a positive offset a window that starts inside x (tiling); on the inverse the window clips.
+//
+// Layouts. rfft2 returns [..., nh, nw/2+1], or [..., nw/2+1, nh] when `transposed` (the two
+// innermost dimensions swapped, the layout the per-frequency GEMMs of a convolution read).
+// The inverses read the same layouts. As in every C2R transform, the imaginary parts of the bins
+// that must be real (the DC and Nyquist bins of the halved dimension) are ignored.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace fastlayers {
+namespace fbfft_host {
+
+constexpr int64_t kMax1d = 256;  // 1-D sizes: powers of two 2..256
+constexpr int64_t kMax2d = 128;  // 2-D sizes: powers of two 2..128 per dimension
+
+at::Tensor fbfft_rfft_cpu(const at::Tensor& input, int64_t n, int64_t offset);
+at::Tensor fbfft_irfft_cpu(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
+                           bool normalized);
+at::Tensor fbfft_rfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
+                           bool transposed);
+at::Tensor fbfft_irfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef out_size,
+                            at::IntArrayRef offset, bool transposed, bool normalized);
+
+}  // namespace fbfft_host
+}  // namespace fastlayers

@@ -1,0 +1,157 @@
+"""fbfft transforms (CPU kernels) against torch.fft: windows, clipping, layouts, gradients."""
+import pytest
+import torch
+from torch.autograd import gradcheck, gradgradcheck
+
+from fastlayers import fbfft
+
+SIZES_1D = [2, 4, 8, 16, 32, 64, 128, 256]
+SIZES_2D = [(2, 2), (4, 8), (8, 8), (16, 16), (32, 16), (32, 32), (64, 64), (128, 128)]
+
+
+def window_ref(x, offset, n):
+    """x[..., i + offset] for i < n over the last len(n) dims, zeros outside."""
+    out = torch.zeros(*x.shape[:-len(n)], *n, dtype=x.dtype)
+    src = [slice(None)] * (x.dim() - len(n))
+    dst = list(src)
+    for o, m, length in zip(offset, n, x.shape[-len(n):]):
+        lo, hi = max(0, o), min(length, o + m)
+        if hi <= lo:
+            return out
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - o, hi - o))
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("n", SIZES_1D)
+@pytest.mark.parametrize("offset,length", [(0, None), (-3, 5), (2, None), (0, 1)])
+def test_rfft_matches_torch(n, offset, length):
+    w = n if length is None else length
+    x = torch.randn(7, 3, w, dtype=torch.float64)
+    got = fbfft.rfft(x, n, offset)
+    ref = torch.fft.rfft(window_ref(x, (offset,), (n,)), n)
+    assert got.shape == (7, 3, n // 2 + 1) and got.dtype == torch.complex128
+    assert rel(got, ref) <= 1e-12
+
+
+@pytest.mark.parametrize("n", SIZES_1D)
+@pytest.mark.parametrize("out_size,offset,normalized", [(None, 0, True), (3, 1, True), (5, -2, False)])
+def test_irfft_matches_torch(n, out_size, offset, normalized):
+    out = n if out_size is None else min(out_size, n)
+    X = torch.fft.rfft(torch.randn(4, n, dtype=torch.float64))
+    got = fbfft.irfft(X, n, out, offset, normalized)
+    full = torch.fft.irfft(X, n, norm="backward" if normalized else "forward")
+    assert got.shape == (4, out)
+    assert rel(got, window_ref(full, (offset,), (out,))) <= 1e-12
+
+
+@pytest.mark.parametrize("size", SIZES_2D, ids=str)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("offset", [(0, 0), (-1, -2), (2, 1)], ids=str)
+def test_rfft2_matches_torch(size, transposed, offset):
+    x = torch.randn(2, 3, max(1, size[0] - 1), size[1] + 1, dtype=torch.float64)
+    got = fbfft.rfft2(x, size, offset, transposed)
+    ref = torch.fft.rfft2(window_ref(x, offset, size))
+    if transposed:
+        ref = ref.transpose(-1, -2)
+    assert got.shape == ref.shape and got.is_contiguous()
+    assert rel(got, ref) <= 1e-12
+
+
+@pytest.mark.parametrize("size", SIZES_2D, ids=str)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_round_trip_clips_the_valid_part(size, transposed):
+    h, w = max(1, size[0] - 3), max(1, size[1] - 1)
+    x = torch.randn(5, h, w, dtype=torch.float64)
+    X = fbfft.rfft2(x, size, (-1, 0), transposed)  # one row of implicit padding in front
+    y = fbfft.irfft2(X, size, (h, w), (1, 0), transposed)
+    assert rel(y, x) <= 1e-12
+
+
+@pytest.mark.parametrize("batch", [(), (1,), (4096,), (3, 5, 7)], ids=str)
+def test_batch_shapes(batch):
+    x = torch.randn(*batch, 13, 13)
+    got = fbfft.rfft2(x, (16, 16), (-1, -2))
+    ref = torch.fft.rfft2(window_ref(x.double(), (-1, -2), (16, 16)))
+    assert got.shape == (*batch, 16, 9) and got.dtype == torch.complex64
+    assert rel(got.to(torch.complex128), ref) <= 1e-5
+
+
+def test_half_storage_is_computed_in_float():
+    x = torch.randn(4, 27, 27).half()
+    got = fbfft.rfft2(x, (32, 32))
+    assert got.dtype == torch.complex64
+    assert rel(got.to(torch.complex128), torch.fft.rfft2(window_ref(x.double(), (0, 0), (32, 32)))) <= 1e-5
+
+
+def test_window_outside_the_input_is_zero():
+    x = torch.randn(2, 4, 4)
+    assert fbfft.rfft2(x, (8, 8), (10, 0)).abs().max() == 0
+    assert fbfft.irfft2(fbfft.rfft2(x, (8, 8)), (8, 8), (3, 3), (20, 0)).abs().max() == 0
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("offset", [(0, 0), (-1, 2), (2, -3)], ids=str)
+def test_gradients_2d(transposed, offset):
+    x = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda t: fbfft.rfft2(t, (8, 8), offset, transposed), (x,))
+    assert gradgradcheck(lambda t: fbfft.rfft2(t, (8, 8), offset, transposed), (x,))
+    shape = (2, 5, 8) if transposed else (2, 8, 5)
+    X = torch.randn(*shape, dtype=torch.complex128, requires_grad=True)
+    for normalized in (True, False):
+        fn = lambda t: fbfft.irfft2(t, (8, 8), (6, 5), offset, transposed, normalized)  # noqa: E731
+        assert gradcheck(fn, (X,))
+        assert gradgradcheck(fn, (X,))
+
+
+@pytest.mark.parametrize("offset", [0, -2, 3])
+def test_gradients_1d(offset):
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda t: fbfft.rfft(t, 8, offset), (x,))
+    X = torch.randn(3, 5, dtype=torch.complex128, requires_grad=True)
+    for normalized in (True, False):
+        assert gradcheck(lambda t: fbfft.irfft(t, 8, 7, offset, normalized), (X,))
+
+
+def test_gradient_of_half_input_has_its_dtype():
+    x = torch.randn(2, 6, 6).half().requires_grad_()
+    fbfft.rfft2(x, (8, 8)).abs().sum().backward()
+    assert x.grad.dtype == torch.float16
+
+
+OPCHECK_CASES = [
+    ("fbfft_rfft", lambda g: (torch.randn(3, 6, requires_grad=g), 8, -1)),
+    ("fbfft_irfft", lambda g: (torch.randn(3, 5, dtype=torch.complex64, requires_grad=g), 8, 6, 1, True)),
+    ("fbfft_rfft2", lambda g: (torch.randn(2, 5, 6, requires_grad=g), [8, 8], [-1, 1], True)),
+    ("fbfft_irfft2", lambda g: (torch.randn(2, 8, 5, dtype=torch.complex64, requires_grad=g),
+                                [8, 8], [5, 6], [1, 0], False, False)),
+]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("name,make", OPCHECK_CASES, ids=[c[0] for c in OPCHECK_CASES])
+def test_opcheck(name, make, grad):
+    torch.library.opcheck(getattr(torch.ops.fastlayers, name).default, make(grad))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: fbfft.rfft(torch.randn(3, 5), 12), "`n` must be a power of two"),
+    (lambda: fbfft.rfft(torch.randn(3, 5), 512), "`n` must be a power of two from 2 to 256"),
+    (lambda: fbfft.rfft(torch.randn(3, 5, dtype=torch.complex64), 8), "`input` must be real"),
+    (lambda: fbfft.irfft(torch.randn(3, 5), 8, 8), "`input` must be complex"),
+    (lambda: fbfft.irfft(torch.randn(3, 4, dtype=torch.complex64), 8, 8), "`input` must have n/2\\+1"),
+    (lambda: fbfft.irfft(torch.randn(3, 5, dtype=torch.complex64), 8, 0), "`out_size` must be >= 1"),
+    (lambda: fbfft.rfft2(torch.randn(3, 5, 5), (256, 256)), "`size` must be a power of two from 2 to 128"),
+    (lambda: fbfft.rfft2(torch.randn(5), (8, 8)), "at least 2 dimensions"),
+    (lambda: fbfft.irfft2(torch.randn(2, 8, 5, dtype=torch.complex64), (8, 8), (4, 4), 0, True),
+     "`input` must end in"),
+], ids=["n-not-pow2", "n-too-large", "rfft-complex", "irfft-real", "irfft-bins", "out-size",
+        "size2d-too-large", "rank", "irfft2-layout"])
+def test_bad_arguments_name_the_argument(call, match):
+    with pytest.raises(RuntimeError, match=match):
+        call()
