@@ -155,3 +155,82 @@ def test_opcheck(name, make, grad):
 def test_bad_arguments_name_the_argument(call, match):
     with pytest.raises(RuntimeError, match=match):
         call()
+
+
+# --- CUDA: the same semantics as the CPU kernels ---------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES_1D)
+@pytest.mark.parametrize("batch", [1, 16384])
+def test_cuda_rfft_irfft_1d(n, batch):
+    x = torch.randn(batch, max(1, n - 3), dtype=torch.float64)
+    got = fbfft.rfft(x.float().cuda(), n, -1)
+    ref = fbfft.rfft(x, n, -1)
+    assert got.dtype == torch.complex64 and rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+    X = torch.randn(batch, n // 2 + 1, dtype=torch.complex128)
+    for normalized in (True, False):
+        got = fbfft.irfft(X.to(torch.complex64).cuda(), n, n - 1, 1, normalized)
+        ref = fbfft.irfft(X, n, n - 1, 1, normalized)
+        assert got.dtype == torch.float32 and rel(got.cpu().double(), ref) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", SIZES_2D, ids=str)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("offset", [(0, 0), (-1, -2), (2, 1)], ids=str)
+def test_cuda_rfft2_irfft2(size, transposed, offset):
+    x = torch.randn(3, 2, max(1, size[0] - 1), size[1] + 1, dtype=torch.float64)
+    got = fbfft.rfft2(x.float().cuda(), size, offset, transposed)
+    ref = fbfft.rfft2(x, size, offset, transposed)
+    assert got.shape == ref.shape and rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+    X = torch.randn(*ref.shape, dtype=torch.complex128)  # not Hermitian: edge bins as C2R reads them
+    for normalized in (True, False):
+        out = (max(1, size[0] - 2), size[1])
+        got = fbfft.irfft2(X.to(torch.complex64).cuda(), size, out, offset, transposed, normalized)
+        ref = fbfft.irfft2(X, size, out, offset, transposed, normalized)
+        assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,h", [(16, 13), (32, 27), (64, 57)])
+def test_cuda_implicit_padding_large_batch(n, h):
+    x = torch.randn(16384, h, h, device="cuda")
+    got = fbfft.rfft2(x, (n, n))
+    ref = torch.fft.rfft2(x, s=(n, n))
+    assert rel(got, ref) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_half_storage(dtype):
+    x = torch.randn(64, 27, 27, device="cuda").to(dtype)
+    got = fbfft.rfft2(x, (32, 32), (-2, -2), True)
+    ref = fbfft.rfft2(x.cpu().double(), (32, 32), (-2, -2), True)
+    assert got.dtype == torch.complex64 and rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+
+
+@pytest.mark.gpu
+def test_cuda_gradients_match_cpu():
+    x = torch.randn(4, 6, 7, dtype=torch.float64)
+    grads = []
+    for t in (x.clone().requires_grad_(), x.float().cuda().requires_grad_()):
+        X = fbfft.rfft2(t, (8, 8), (-1, 1), True)
+        y = fbfft.irfft2(X * X.abs(), (8, 8), (5, 6), (1, 0), True)
+        y.square().sum().backward()
+        grads.append(t.grad.cpu().double())
+    assert rel(grads[1], grads[0]) <= 1e-4
+
+
+@pytest.mark.gpu
+def test_cuda_rejects_float64():
+    with pytest.raises(RuntimeError, match="`input` is Double"):
+        fbfft.rfft2(torch.randn(2, 8, 8, dtype=torch.float64, device="cuda"), (8, 8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,make", OPCHECK_CASES, ids=[c[0] for c in OPCHECK_CASES])
+def test_cuda_opcheck(name, make):
+    args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in make(False))
+    torch.library.opcheck(getattr(torch.ops.fastlayers, name).default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))

@@ -20,6 +20,14 @@ namespace fbfft_host {
 constexpr int64_t kMax1d = 256;  // 1-D sizes: powers of two 2..256
 constexpr int64_t kMax2d = 128;  // 2-D sizes: powers of two 2..128 per dimension
 
+// Argument checks shared by the CPU and CUDA kernels (`dims`: 1 or 2; sizes and offsets have
+// `dims` values).
+void check_forward(const char* op, const at::Tensor& input, at::IntArrayRef size,
+                   at::IntArrayRef offset, int64_t dims);
+void check_inverse(const char* op, const at::Tensor& input, at::IntArrayRef size,
+                   at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
+                   int64_t dims);
+
 at::Tensor fbfft_rfft_cpu(const at::Tensor& input, int64_t n, int64_t offset);
 at::Tensor fbfft_irfft_cpu(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
                            bool normalized);

@@ -6,29 +6,6 @@ namespace fastlayers {
 namespace fbfft_host {
 namespace {
 
-bool pow2_in(int64_t n, int64_t max) { return n >= 2 && n <= max && (n & (n - 1)) == 0; }
-
-void check_size(const char* op, const char* name, int64_t n, int64_t max) {
-  TORCH_CHECK(pow2_in(n, max), op, ": `", name, "` must be a power of two from 2 to ", max,
-              ", got ", n);
-}
-
-void check_real(const char* op, const at::Tensor& t, int64_t dims) {
-  const auto dt = t.scalar_type();
-  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
-              ": `input` must be real (float32, float64, float16 or bfloat16), got ", dt);
-  TORCH_CHECK(t.dim() >= dims, op, ": `input` must have at least ", dims, " dimensions, got ",
-              t.dim());
-}
-
-void check_complex(const char* op, const at::Tensor& t, int64_t dims) {
-  const auto dt = t.scalar_type();
-  TORCH_CHECK(dt == at::kComplexFloat || dt == at::kComplexDouble, op,
-              ": `input` must be complex64 or complex128, got ", dt);
-  TORCH_CHECK(t.dim() >= dims, op, ": `input` must have at least ", dims, " dimensions, got ",
-              t.dim());
-}
-
 at::ScalarType real_compute(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
@@ -54,33 +31,21 @@ at::Tensor window(const at::Tensor& x, at::IntArrayRef off, at::IntArrayRef n) {
 }  // namespace
 
 at::Tensor fbfft_rfft_cpu(const at::Tensor& input, int64_t n, int64_t offset) {
-  const char* op = "fbfft_rfft";
-  check_real(op, input, 1);
-  check_size(op, "n", n, kMax1d);
+  check_forward("fbfft_rfft", input, {n}, {offset}, 1);
   auto x = window(input.to(real_compute(input)), {offset}, {n});
   return at::fft_rfft(x, n, -1).contiguous();
 }
 
 at::Tensor fbfft_irfft_cpu(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
                            bool normalized) {
-  const char* op = "fbfft_irfft";
-  check_complex(op, input, 1);
-  check_size(op, "n", n, kMax1d);
-  TORCH_CHECK(input.size(-1) == n / 2 + 1, op, ": `input` must have n/2+1 = ", n / 2 + 1,
-              " bins in its last dimension, got ", input.size(-1));
-  TORCH_CHECK(out_size >= 1, op, ": `out_size` must be >= 1, got ", out_size);
+  check_inverse("fbfft_irfft", input, {n}, {out_size}, {offset}, false, 1);
   auto y = at::fft_irfft(input, n, -1, normalized ? "backward" : "forward");
   return window(y, {offset}, {out_size}).contiguous();
 }
 
 at::Tensor fbfft_rfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
                            bool transposed) {
-  const char* op = "fbfft_rfft2";
-  check_real(op, input, 2);
-  TORCH_CHECK(size.size() == 2, op, ": `size` must have 2 values, got ", size);
-  TORCH_CHECK(offset.size() == 2, op, ": `offset` must have 2 values, got ", offset);
-  check_size(op, "size", size[0], kMax2d);
-  check_size(op, "size", size[1], kMax2d);
+  check_forward("fbfft_rfft2", input, size, offset, 2);
   auto x = window(input.to(real_compute(input)), offset, size);
   auto X = at::fft_rfft2(x, std::nullopt, {-2, -1});
   return (transposed ? X.transpose(-1, -2) : X).contiguous();
@@ -88,20 +53,7 @@ at::Tensor fbfft_rfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::In
 
 at::Tensor fbfft_irfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef out_size,
                             at::IntArrayRef offset, bool transposed, bool normalized) {
-  const char* op = "fbfft_irfft2";
-  check_complex(op, input, 2);
-  TORCH_CHECK(size.size() == 2, op, ": `size` must have 2 values, got ", size);
-  TORCH_CHECK(out_size.size() == 2, op, ": `out_size` must have 2 values, got ", out_size);
-  TORCH_CHECK(offset.size() == 2, op, ": `offset` must have 2 values, got ", offset);
-  check_size(op, "size", size[0], kMax2d);
-  check_size(op, "size", size[1], kMax2d);
-  TORCH_CHECK(out_size[0] >= 1 && out_size[1] >= 1, op, ": `out_size` must be >= 1, got ",
-              out_size);
-  const int64_t rows = transposed ? size[1] / 2 + 1 : size[0];
-  const int64_t cols = transposed ? size[0] : size[1] / 2 + 1;
-  TORCH_CHECK(input.size(-2) == rows && input.size(-1) == cols, op, ": `input` must end in [", rows,
-              ", ", cols, "] for `size` ", size, (transposed ? " (transposed)" : ""), ", got ",
-              input.sizes());
+  check_inverse("fbfft_irfft2", input, size, out_size, offset, transposed, 2);
   auto X = transposed ? input.transpose(-1, -2) : input;
   auto y = at::fft_irfft2(X, size, {-2, -1}, normalized ? "backward" : "forward");
   return window(y, offset, out_size).contiguous();

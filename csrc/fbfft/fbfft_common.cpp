@@ -1,0 +1,69 @@
+#include "fbfft.h"
+
+namespace fastlayers {
+namespace fbfft_host {
+namespace {
+
+bool pow2_in(int64_t n, int64_t max) { return n >= 2 && n <= max && (n & (n - 1)) == 0; }
+
+void check_size(const char* op, const char* name, int64_t n, int64_t max) {
+  TORCH_CHECK(pow2_in(n, max), op, ": `", name, "` must be a power of two from 2 to ", max,
+              ", got ", n);
+}
+
+void check_real(const char* op, const at::Tensor& t, int64_t dims) {
+  const auto dt = t.scalar_type();
+  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
+              ": `input` must be real (float32, float64, float16 or bfloat16), got ", dt);
+  TORCH_CHECK(t.dim() >= dims, op, ": `input` must have at least ", dims, " dimensions, got ",
+              t.dim());
+}
+
+void check_complex(const char* op, const at::Tensor& t, int64_t dims) {
+  const auto dt = t.scalar_type();
+  TORCH_CHECK(dt == at::kComplexFloat || dt == at::kComplexDouble, op,
+              ": `input` must be complex64 or complex128, got ", dt);
+  TORCH_CHECK(t.dim() >= dims, op, ": `input` must have at least ", dims, " dimensions, got ",
+              t.dim());
+}
+
+}  // namespace
+
+void check_forward(const char* op, const at::Tensor& input, at::IntArrayRef size,
+                   at::IntArrayRef offset, int64_t dims) {
+  const char* name = dims == 1 ? "n" : "size";
+  check_real(op, input, dims);
+  TORCH_CHECK(static_cast<int64_t>(size.size()) == dims, op, ": `", name, "` must have ", dims,
+              " values, got ", size);
+  TORCH_CHECK(static_cast<int64_t>(offset.size()) == dims, op, ": `offset` must have ", dims,
+              " values, got ", offset);
+  for (int64_t n : size) check_size(op, name, n, dims == 1 ? kMax1d : kMax2d);
+}
+
+void check_inverse(const char* op, const at::Tensor& input, at::IntArrayRef size,
+                   at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
+                   int64_t dims) {
+  const char* name = dims == 1 ? "n" : "size";
+  check_complex(op, input, dims);
+  TORCH_CHECK(static_cast<int64_t>(size.size()) == dims, op, ": `", name, "` must have ", dims,
+              " values, got ", size);
+  TORCH_CHECK(static_cast<int64_t>(out_size.size()) == dims, op, ": `out_size` must have ", dims,
+              " values, got ", out_size);
+  TORCH_CHECK(static_cast<int64_t>(offset.size()) == dims, op, ": `offset` must have ", dims,
+              " values, got ", offset);
+  for (int64_t n : size) check_size(op, name, n, dims == 1 ? kMax1d : kMax2d);
+  for (int64_t n : out_size) TORCH_CHECK(n >= 1, op, ": `out_size` must be >= 1, got ", out_size);
+  if (dims == 1) {
+    TORCH_CHECK(input.size(-1) == size[0] / 2 + 1, op, ": `input` must have n/2+1 = ",
+                size[0] / 2 + 1, " bins in its last dimension, got ", input.size(-1));
+  } else {
+    const int64_t rows = transposed ? size[1] / 2 + 1 : size[0];
+    const int64_t cols = transposed ? size[0] : size[1] / 2 + 1;
+    TORCH_CHECK(input.size(-2) == rows && input.size(-1) == cols, op, ": `input` must end in [",
+                rows, ", ", cols, "] for `size` ", size, (transposed ? " (transposed)" : ""),
+                ", got ", input.sizes());
+  }
+}
+
+}  // namespace fbfft_host
+}  // namespace fastlayers

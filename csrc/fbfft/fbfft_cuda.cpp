@@ -1,0 +1,125 @@
+// CUDA host glue of the fbfft transforms: checks (shared with the CPU kernels), contiguity,
+// current stream; the transforms compute in float32.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/library.h>
+
+#include <type_traits>
+
+#include "../../cuda/fbfft/fbfft.h"
+#include "fbfft.h"
+
+namespace fastlayers {
+namespace fbfft_host {
+namespace {
+
+template <typename T> struct DeviceType { using type = T; };
+template <> struct DeviceType<at::Half> { using type = __half; };
+template <> struct DeviceType<at::BFloat16> { using type = __nv_bfloat16; };
+
+void check_float32(const char* op, const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() != at::kDouble && t.scalar_type() != at::kComplexDouble, op,
+              ": `input` is ", t.scalar_type(), "; on CUDA fbfft computes in float32 (float64 "
+              "transforms run on CPU tensors)");
+}
+
+std::vector<int64_t> lead(const at::Tensor& t, int64_t dims) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end() - dims);
+}
+
+int64_t count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t v : shape) n *= v;
+  return n;
+}
+
+// input [..., h, w] (dims = 2) or [..., w] (dims = 1, one row) -> spectrum.
+at::Tensor forward(const char* op, const at::Tensor& input, int64_t nh, int64_t nw, int64_t oy,
+                   int64_t ox, bool transposed, int64_t dims) {
+  check_float32(op, input);
+  c10::cuda::CUDAGuard guard(input.device());
+  const auto x = input.contiguous();
+  auto shape = lead(x, dims);
+  const int64_t batch = count(shape);
+  const int64_t h = dims == 2 ? x.size(-2) : 1, w = x.size(-1);
+  if (dims == 2) {
+    shape.push_back(transposed ? nw / 2 + 1 : nh);
+    shape.push_back(transposed ? nh : nw / 2 + 1);
+  } else {
+    shape.push_back(nw / 2 + 1);
+  }
+  auto out = at::empty(shape, x.options().dtype(at::kComplexFloat));
+  if (out.numel() == 0) return out;
+  auto* dst = reinterpret_cast<float2*>(out.mutable_data_ptr<c10::complex<float>>());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "fbfft_forward", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      using T = typename DeviceType<scalar_t>::type;
+      fbfft::rfft2<T>(reinterpret_cast<const T*>(x.const_data_ptr<scalar_t>()), dst, batch,
+                      static_cast<int>(h), static_cast<int>(w), static_cast<int>(nh),
+                      static_cast<int>(nw), static_cast<int>(oy), static_cast<int>(ox), transposed,
+                      stream);
+    }
+  });
+  return out;
+}
+
+at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t nw, int64_t out_h,
+                   int64_t out_w, int64_t oy, int64_t ox, bool transposed, bool normalized,
+                   int64_t dims) {
+  check_float32(op, input);
+  c10::cuda::CUDAGuard guard(input.device());
+  const auto X = input.contiguous();
+  auto shape = lead(X, dims);
+  const int64_t batch = count(shape);
+  if (dims == 2) shape.push_back(out_h);
+  shape.push_back(out_w);
+  auto out = at::empty(shape, X.options().dtype(at::kFloat));
+  if (out.numel() == 0) return out;
+  const float scale = normalized ? 1.f / static_cast<float>(nh * nw) : 1.f;
+  fbfft::irfft2(reinterpret_cast<const float2*>(X.const_data_ptr<c10::complex<float>>()),
+                out.mutable_data_ptr<float>(), batch, static_cast<int>(nh), static_cast<int>(nw),
+                static_cast<int>(out_h), static_cast<int>(out_w), static_cast<int>(oy),
+                static_cast<int>(ox), transposed, scale, at::cuda::getCurrentCUDAStream());
+  return out;
+}
+
+at::Tensor fbfft_rfft_cuda(const at::Tensor& input, int64_t n, int64_t offset) {
+  check_forward("fbfft_rfft", input, {n}, {offset}, 1);
+  return forward("fbfft_rfft", input, 1, n, 0, offset, false, 1);
+}
+
+at::Tensor fbfft_irfft_cuda(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
+                            bool normalized) {
+  check_inverse("fbfft_irfft", input, {n}, {out_size}, {offset}, false, 1);
+  return inverse("fbfft_irfft", input, 1, n, 1, out_size, 0, offset, false, normalized, 1);
+}
+
+at::Tensor fbfft_rfft2_cuda(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
+                            bool transposed) {
+  check_forward("fbfft_rfft2", input, size, offset, 2);
+  return forward("fbfft_rfft2", input, size[0], size[1], offset[0], offset[1], transposed, 2);
+}
+
+at::Tensor fbfft_irfft2_cuda(const at::Tensor& input, at::IntArrayRef size,
+                             at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
+                             bool normalized) {
+  check_inverse("fbfft_irfft2", input, size, out_size, offset, transposed, 2);
+  return inverse("fbfft_irfft2", input, size[0], size[1], out_size[0], out_size[1], offset[0],
+                 offset[1], transposed, normalized, 2);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
+  m.impl("fbfft_rfft", &fbfft_rfft_cuda);
+  m.impl("fbfft_irfft", &fbfft_irfft_cuda);
+  m.impl("fbfft_rfft2", &fbfft_rfft2_cuda);
+  m.impl("fbfft_irfft2", &fbfft_irfft2_cuda);
+}
+
+}  // namespace fbfft_host
+}  // namespace fastlayers
