@@ -26,7 +26,7 @@ TORCH_LIBRARY(fastlayers, m) {
 
   // fbfft: small power-of-two real FFTs with implicit padding, windows, clipping and layouts
   // (semantics in csrc/fbfft/fbfft.h). Unnormalised forward; the inverse scales by 1/n when
-  // `normalized`. CPU kernels so far.
+  // `normalized`. CPU kernels (any float dtype) and CUDA kernels (float32 arithmetic).
   // input [..., w] real -> [..., n/2+1] complex; reads input[..., i + offset], zeros outside
   m.def("fbfft_rfft(Tensor input, SymInt n, int offset=0) -> Tensor");
   // input [..., n/2+1] complex -> [..., out_size] real: inverse[..., i + offset], zeros outside
