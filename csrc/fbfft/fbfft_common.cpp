@@ -27,12 +27,9 @@ void check_complex(const char* op, const at::Tensor& t, int64_t dims) {
               t.dim());
 }
 
-}  // namespace
-
-void check_forward(const char* op, const at::Tensor& input, at::IntArrayRef size,
-                   at::IntArrayRef offset, int64_t dims) {
+// The transform size (`n` in 1-D, `size` in 2-D) and the window offset.
+void check_sizes(const char* op, at::IntArrayRef size, at::IntArrayRef offset, int64_t dims) {
   const char* name = dims == 1 ? "n" : "size";
-  check_real(op, input, dims);
   TORCH_CHECK(static_cast<int64_t>(size.size()) == dims, op, ": `", name, "` must have ", dims,
               " values, got ", size);
   TORCH_CHECK(static_cast<int64_t>(offset.size()) == dims, op, ": `offset` must have ", dims,
@@ -40,18 +37,21 @@ void check_forward(const char* op, const at::Tensor& input, at::IntArrayRef size
   for (int64_t n : size) check_size(op, name, n, dims == 1 ? kMax1d : kMax2d);
 }
 
+}  // namespace
+
+void check_forward(const char* op, const at::Tensor& input, at::IntArrayRef size,
+                   at::IntArrayRef offset, int64_t dims) {
+  check_real(op, input, dims);
+  check_sizes(op, size, offset, dims);
+}
+
 void check_inverse(const char* op, const at::Tensor& input, at::IntArrayRef size,
                    at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
                    int64_t dims) {
-  const char* name = dims == 1 ? "n" : "size";
   check_complex(op, input, dims);
-  TORCH_CHECK(static_cast<int64_t>(size.size()) == dims, op, ": `", name, "` must have ", dims,
-              " values, got ", size);
+  check_sizes(op, size, offset, dims);
   TORCH_CHECK(static_cast<int64_t>(out_size.size()) == dims, op, ": `out_size` must have ", dims,
               " values, got ", out_size);
-  TORCH_CHECK(static_cast<int64_t>(offset.size()) == dims, op, ": `offset` must have ", dims,
-              " values, got ", offset);
-  for (int64_t n : size) check_size(op, name, n, dims == 1 ? kMax1d : kMax2d);
   for (int64_t n : out_size) TORCH_CHECK(n >= 1, op, ": `out_size` must be >= 1, got ", out_size);
   if (dims == 1) {
     TORCH_CHECK(input.size(-1) == size[0] / 2 + 1, op, ": `input` must have n/2+1 = ",

@@ -3,22 +3,17 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <torch/library.h>
 
 #include <type_traits>
 
+#include "../common/cuda_types.h"
 #include "../../cuda/fbfft/fbfft.h"
 #include "fbfft.h"
 
 namespace fastlayers {
 namespace fbfft_host {
 namespace {
-
-template <typename T> struct DeviceType { using type = T; };
-template <> struct DeviceType<at::Half> { using type = __half; };
-template <> struct DeviceType<at::BFloat16> { using type = __nv_bfloat16; };
 
 void check_float32(const char* op, const at::Tensor& t) {
   TORCH_CHECK(t.scalar_type() != at::kDouble && t.scalar_type() != at::kComplexDouble, op,

@@ -3,20 +3,15 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <torch/library.h>
 
+#include "../common/cuda_types.h"
 #include "../../cuda/fft_conv/fft_conv.h"
 #include "fft_conv.h"
 
 namespace fastlayers {
 namespace fft_conv_host {
 namespace {
-
-template <typename T> struct DeviceType { using type = T; };
-template <> struct DeviceType<at::Half> { using type = __half; };
-template <> struct DeviceType<at::BFloat16> { using type = __nv_bfloat16; };
 
 at::Tensor run(Pass pass, const at::Tensor& a_in, const at::Tensor& b_in,
                const std::optional<at::Tensor>& bias_in, at::IntArrayRef padding,
