@@ -4,7 +4,7 @@ small whole-network training step.
 
     python3 benchmarks/bench_conv.py [--out DIR] [--quick]
 
-On CUDA (method: /work/shared/BENCHMARKS.md, i.e. the same process measures PyTorch right beside us):
+On CUDA (the same process measures PyTorch right beside us):
   a. Table 4 layers (S = 128, valid), every pass (fprop = forward, bprop = input grad, accGrad =
      weight grad), fp32 (TF32 off) and tf32 (cuDNN's TF32 on, passed to our ops explicitly):
      cuDNN (cudnn.benchmark = True) vs torch.ops.fastlayers.fft_conv2d* at every Fourier basis the

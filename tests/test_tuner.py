@@ -434,3 +434,24 @@ def test_report(tune_cpu):
     for pass_ in tuner.PASSES:
         assert "conv2d.%s|S=2,C=3,K=4,H=9,W=11,k=3x3,pad=1,1" % pass_ in text
     assert "|torch=" not in text
+
+
+def test_failed_measurement_falls_back_to_native_in_memory_only(tune_cpu, monkeypatch):
+    def out_of_memory(*args):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    monkeypatch.setattr(tuner, "_measure", out_of_memory)
+    p = problem()
+    assert tuner.choose_conv2d(p, "forward") == "native"
+    row = by_key()[p.key("forward")]
+    assert row["source"] == "heuristic" and "measuring failed: CUDA out of memory" in row["reason"]
+    assert not tuner.cache_file().exists()
+
+
+def test_module_survives_a_failed_measurement(tune_cpu, monkeypatch):
+    monkeypatch.setattr(tuner, "_measure", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    m = fastlayers.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 9, 11, requires_grad=True)
+    y = m(x)
+    y.sum().backward()
+    torch.testing.assert_close(y, torch.nn.functional.conv2d(x, m.weight, m.bias, padding=1))
+    assert "measuring failed: boom" in tuner.report()

@@ -141,7 +141,7 @@ class Conv2d(nn.Conv2d):
             elif compiling or (pass_ != "forward" and not need_backward):
                 label = "native"
             else:
-                label = _tuner.choose_conv2d(p, pass_)
+                label = _tuner.choose_conv2d(p, pass_, x.device)
             out.append(label)
         choice = tuple(out)
         if not compiling:

@@ -499,8 +499,25 @@ def _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer) -> Decisi
                     skipped=skipped)
 
 
-def choose_conv2d(p: ConvProblem, pass_: str) -> str:
-    """The algorithm label for one pass of `p`: 'native' or 'fft:NHxNW'."""
+def _measure_or_native(p: ConvProblem, pass_: str, device: torch.device) -> Decision:
+    """Measures, unless that cannot be done now; then PyTorch's path, with the reason (kept in
+    memory for this process, not written to the file)."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return Decision(choice="native", source="heuristic",
+                        reason="first seen during CUDA graph capture: not measured")
+    try:
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            return _measure(p, pass_, device)
+    except (RuntimeError, MemoryError) as e:  # out of memory for the reference, say
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return Decision(choice="native", source="heuristic",
+                        reason="measuring failed: %s" % str(e).splitlines()[0][:160])
+
+
+def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = None) -> str:
+    """The algorithm label for one pass of `p`: 'native' or 'fft:NHxNW'. A new shape is measured
+    on `device` (default: the current CUDA device, or the CPU)."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     key = p.key(pass_)
@@ -518,9 +535,12 @@ def choose_conv2d(p: ConvProblem, pass_: str) -> str:
         if d is None:
             measurable = p.device_type == "cuda" or (p.device_type == "cpu" and _state.tune_cpu)
             if _state.mode == "tune" and measurable:
-                d = _measure(p, pass_, torch.device(p.device_type, torch.cuda.current_device())
-                             if p.device_type == "cuda" else torch.device("cpu"))
-                _write_entry(key, d)
+                if device is None:
+                    device = (torch.device("cuda", torch.cuda.current_device())
+                              if p.device_type == "cuda" else torch.device("cpu"))
+                d = _measure_or_native(p, pass_, device)
+                if d.source == "tuned":
+                    _write_entry(key, d)
             else:
                 why = {"off": "tuner off", "cache": "not in cache (mode 'cache')"}.get(_state.mode)
                 if why is None:
