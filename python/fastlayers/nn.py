@@ -47,20 +47,15 @@ class _Conv2dFunction(torch.autograd.Function):
         x, w = ctx.saved_tensors
         padding, igrad, wgrad, tf32, has_bias = ctx.conf
         gx = gw = gb = None
-        if ctx.needs_input_grad[0]:
-            if igrad == "native":
-                gx = torch.ops.aten.convolution_backward(
-                    gy, x, w, None, [1, 1], list(padding), [1, 1], False, [0, 0], 1,
-                    [True, False, False])[0]
-            else:
-                gx = torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, padding, _basis(igrad), tf32)
-        if ctx.needs_input_grad[1]:
-            if wgrad == "native":
-                gw = torch.ops.aten.convolution_backward(
-                    gy, x, w, None, [1, 1], list(padding), [1, 1], False, [0, 0], 1,
-                    [False, True, False])[1]
-            else:
-                gw = torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, padding, _basis(wgrad), tf32)
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        native = [need_x and igrad == "native", need_w and wgrad == "native", False]
+        if any(native):  # one call for both native gradients
+            gx, gw, _ = torch.ops.aten.convolution_backward(
+                gy, x, w, None, [1, 1], list(padding), [1, 1], False, [0, 0], 1, native)
+        if need_x and igrad != "native":
+            gx = torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, padding, _basis(igrad), tf32)
+        if need_w and wgrad != "native":
+            gw = torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, padding, _basis(wgrad), tf32)
         if has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum((0, 2, 3))
         return gx, gw, gb, None, None, None, None, None
