@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import fastlayers
-from fastlayers import ops, tuner
+from fastlayers import tuner
 
 REPO_PYTHON = Path(__file__).resolve().parents[1] / "python"
 
@@ -283,7 +283,7 @@ def test_tune_mode_uses_file_entries_and_measures_the_rest(tune_cpu):
 def test_mode_switch_reaches_modules(tune_cpu, no_measuring):
     m = fastlayers.Conv2d(3, 4, 3, padding=1)
     x = torch.randn(2, 3, 9, 11)
-    p = tuner.ConvProblem.from_tensors(x, m.weight, (1, 1), ops.conv_tf32_allowed())
+    p = tuner.ConvProblem.from_tensors(x, m.weight, (1, 1))  # TF32 is part of the key on CUDA only
     write_cache({p.key("forward"): {"choice": "fft:16x16"}})
     tuner.set_mode("off")
     with torch.no_grad():

@@ -149,7 +149,7 @@ class Conv2d(nn.Conv2d):
         reason = self._unsupported(input)
         if reason is not None:
             if not torch.compiler.is_compiling():
-                _tuner.note_fallback("conv2d %s: %s" % (self.extra_repr(), reason), reason)
+                _tuner.note_fallback("conv2d(%s)" % self.extra_repr(), reason)
             return super().forward(input)
         unbatched = input.dim() == 3
         x = input.unsqueeze(0) if unbatched else input
@@ -164,7 +164,7 @@ class Conv2d(nn.Conv2d):
         x, padding = self._padding_pair(x)
         if x.shape[-2] < w.shape[-2] or x.shape[-1] < w.shape[-1]:
             return super().forward(input)  # nn.Conv2d raises its own error
-        tf32 = x.dtype == torch.float32 and conv_tf32_allowed()
+        tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
         fwd, igrad, wgrad = self._choices(x, w, padding, tf32, need_backward)

@@ -113,7 +113,7 @@ class ConvProblem:
             kh=weight.shape[2], kw=weight.shape[3], ph=int(padding[0]), pw=int(padding[1]),
             dtype=str(input.dtype).replace("torch.", ""), device_type=dev.type, device_name=name,
             capability=cap, layout=layout,
-            tf32=_ops.conv_tf32_allowed() if tf32 is None else bool(tf32),
+            tf32=(dev.type == "cuda" and _ops.conv_tf32_allowed()) if tf32 is None else bool(tf32),
             deterministic=torch.are_deterministic_algorithms_enabled(),
         )
 
@@ -587,7 +587,7 @@ def report() -> str:
         if key.startswith("forced|"):
             key = key[len("forced|"):]
         head = key.split("|torch=")[0]
-        lines.append("  %-10s %-12s %-10s %s" % (r["choice"], r["source"], "", head))
+        lines.append("  %-12s %-11s %s" % (r["choice"], r["source"], head))
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
