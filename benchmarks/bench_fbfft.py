@@ -35,6 +35,9 @@ def main():
     ap.add_argument("--batch", type=int, default=16384)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: the fbfft benchmark compares CUDA kernels and has nothing to run")
+        return
     B = args.batch
     rows = []
     print("fbfft vs cuFFT (torch.fft), B = %d, %s" % (B, torch.cuda.get_device_name()))
