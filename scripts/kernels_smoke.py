@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""A tiny run of the three FFT-convolution ops (fp32, small shapes), checked against PyTorch on the
-CPU. Meant to run under compute-sanitizer (scripts/gpu-check): it touches cuDNN nowhere, so the
-sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS.
+"""A tiny run of every fastlayers CUDA kernel: the three FFT-convolution ops and the fbfft
+transforms (fp32, small shapes), checked against PyTorch on the CPU. Meant to run under
+compute-sanitizer (scripts/gpu-check: memcheck, initcheck, racecheck): it touches cuDNN nowhere,
+so the sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS.
 
-    python3 scripts/fft_conv_smoke.py [--device cuda|cpu]
+    python3 scripts/kernels_smoke.py [--device cuda|cpu]
 """
 import argparse
 import sys
@@ -24,6 +25,31 @@ CASES = [
     (3, 5, 2, 13, 13, 5, 5, (2, 2), (17, 20)),
     (2, 4, 4, 16, 16, 7, 7, (0, 0), (16, 16)),
 ]
+
+
+def fbfft_cases(dev):
+    """Each fbfft transform once per size class, with padding, windows and both layouts."""
+    from fastlayers import fbfft
+    worst = 0.0
+    g = torch.Generator().manual_seed(1)
+    for n in (2, 8, 32, 128):
+        x = torch.randn(3, max(1, n - 3), n + 1, generator=g, dtype=torch.float64)
+        for transposed in (False, True):
+            X = fbfft.rfft2(x, (n, n), (-1, 1), transposed)
+            y = fbfft.irfft2(X, (n, n), (max(1, n - 2), n), (1, 0), transposed)
+            X1 = fbfft.rfft(x, 2 * n, -2)
+            y1 = fbfft.irfft(X1, 2 * n, n, 1)
+            xd = x.float().to(dev)
+            got = [fbfft.rfft2(xd, (n, n), (-1, 1), transposed),
+                   fbfft.irfft2(X.to(torch.complex64).to(dev), (n, n), (max(1, n - 2), n), (1, 0),
+                                transposed),
+                   fbfft.rfft(xd, 2 * n, -2), fbfft.irfft(X1.to(torch.complex64).to(dev), 2 * n, n, 1)]
+            for out, ref in zip(got, (X, y, X1, y1)):
+                out = out.cpu().to(ref.dtype)
+                err = ((out - ref).abs().max() / ref.abs().max()).item()
+                worst = max(worst, err)
+        print("fbfft n=%d: worst relative error so far %.2e" % (n, worst), flush=True)
+    return worst
 
 
 def main():
@@ -62,8 +88,9 @@ def main():
             worst = max(worst, err)
             print("%-24s S=%d C=%d K=%d %dx%d k=%dx%d pad=%s basis=%s: rel err %.2e"
                   % (name, S, C, K, H, W, kh, kw, pad, tuple(basis), err), flush=True)
+    worst = max(worst, fbfft_cases(dev))
     ok = worst < 1e-5
-    print("fft_conv_smoke on %s: worst relative error %.2e -> %s" % (dev, worst, "OK" if ok else "FAIL"))
+    print("kernels_smoke on %s: worst relative error %.2e -> %s" % (dev, worst, "OK" if ok else "FAIL"))
     return 0 if ok else 1
 
 
