@@ -112,6 +112,15 @@ def failure(e: BaseException) -> dict:
     return {"failed": "%s: %s" % (type(e).__name__, first[:300]), "oom": is_oom(e)}
 
 
+def count_failure(stats: dict, f: dict) -> None:
+    stats["oom" if f["oom"] else "errors"] += 1
+
+
+def record_failure(row: dict, e: BaseException, stats: dict) -> None:
+    row.update(failure(e))
+    count_failure(stats, row)
+
+
 def geomean(xs):
     xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -360,7 +369,7 @@ def bench_layers(args, res: Results, timer: GpuTimer, stats: dict):
                         % (fastest_any, measured[fastest_any]["rel_err"], tol))
                 for c in list(cands.values()) + [row["cudnn"]]:
                     if "failed" in c:
-                        stats["oom" if c["oom"] else "errors"] += 1
+                        count_failure(stats, c)
                 best = min(ok, key=lambda lb: ok[lb]["ms"]) if ok else None
                 row["fft_best"] = best
                 row["fft"] = ok.get(best) if best else None
@@ -499,8 +508,7 @@ def bench_modules(args, res: Results, timer: GpuTimer, stats: dict):
                        row["fwdbwd_loop_ratio"], "/".join(str(v) for v in row["choices"].values())))
                 del x, gy, xg, ref_m, fl_m
             except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                row.update(failure(e))
-                stats["oom" if row["oom"] else "errors"] += 1
+                record_failure(row, e, stats)
                 log("  %-3s %-4s failed: %s" % (name, mode, row["failed"]))
             torch.cuda.empty_cache()
             rows.append(row)
@@ -562,8 +570,7 @@ def bench_overhead(args, res: Results, stats: dict):
                    row["us_F_conv2d_nograd"]))
             del ref_m, fl_m, x
         except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-            row.update(failure(e))
-            stats["oom" if row["oom"] else "errors"] += 1
+            record_failure(row, e, stats)
             log("  %s failed: %s" % (label, row["failed"]))
         torch.cuda.empty_cache()
         rows.append(row)
@@ -657,8 +664,7 @@ def bench_networks(args, res: Results, stats: dict):
                        row["first_step_s_fastlayers"], ", ".join(choices)))
                 del base, ours, x, target
             except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                row.update(failure(e))
-                stats["oom" if row["oom"] else "errors"] += 1
+                record_failure(row, e, stats)
                 log("  %s %s failed: %s" % (net_name, mode, row["failed"]))
             torch.cuda.empty_cache()
             rows.append(row)
