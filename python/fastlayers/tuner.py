@@ -442,14 +442,13 @@ def _measure(p: ConvProblem, pass_: str, device: torch.device) -> Decision:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
         ref = _pass_fn("native", pass_, p)(x.double(), w.double(), gy.double())
+        return _measure_candidates(p, pass_, device, x, w, gy, ref)
+
+
+def _measure_candidates(p, pass_, device, x, w, gy, ref) -> Decision:
+    dt = p.torch_dtype
     limit = workspace_limit(device)
     timer = _timer(device)
-    with torch.no_grad(), torch.autocast(device.type, enabled=False):
-        return _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer)
-
-
-def _measure_candidates(p, pass_, device, x, w, gy, ref, limit, timer) -> Decision:
-    dt = p.torch_dtype
     deadline = time.perf_counter() + _state.budget_s
     times: Dict[str, float] = {}
     errors: Dict[str, float] = {}
