@@ -6,9 +6,10 @@
 #include <pybind11/pybind11.h>
 #include <torch/library.h>
 
+#include "../cuda/fft_conv/layout.h"
+
 #ifdef FASTLAYERS_WITH_CUDA
 #include "../cuda/common/cufft_plans.h"
-#include "../cuda/fft_conv/fft_conv.h"
 #endif
 
 TORCH_LIBRARY(fastlayers, m) {
@@ -114,17 +115,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // PyTorch's effective TF32 switch for cuDNN convolution (legacy and new APIs both honoured).
   m.def("conv_tf32_allowed",
         [] { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); });
-#ifdef FASTLAYERS_WITH_CUDA
-  m.attr("with_cuda") = true;
-  // Workspace bytes of one FFT-convolution pass (0 forward, 1 input grad, 2 weight grad),
-  // cuFFT's work areas excluded (they are small next to the buffers and need a device to ask).
+  // Workspace bytes of one FFT-convolution pass (0 forward, 1 input grad, 2 weight grad) on the
+  // device, cuFFT's work areas excluded (small next to the buffers, and asking needs a device).
   m.def("fft_conv2d_workspace_bytes",
         [](int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W, int64_t kh, int64_t kw,
            int64_t ph, int64_t pw, int64_t nh, int64_t nw, int real_bytes) {
-          fastlayers::fft_conv::Shape s{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
-          return fastlayers::fft_conv::workspace_bytes(static_cast<fastlayers::fft_conv::Pass>(pass),
-                                                       s, real_bytes, false);
+          const fastlayers::fft_conv::Shape s{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
+          return fastlayers::fft_conv::buffer_layout(
+                     static_cast<fastlayers::fft_conv::Pass>(pass), s, real_bytes)
+              .total();
         });
+#ifdef FASTLAYERS_WITH_CUDA
+  m.attr("with_cuda") = true;
   m.def("cufft_plan_cache_size", &fastlayers::cufft_plans::cache_size);
   m.def("cufft_plan_cache_capacity", &fastlayers::cufft_plans::cache_capacity);
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);

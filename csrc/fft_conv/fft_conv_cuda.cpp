@@ -28,7 +28,7 @@ at::Tensor run(Pass pass, const at::Tensor& a_in, const at::Tensor& b_in,
   const fft_conv::Shape s{g.S, g.C, g.K, g.H, g.W, g.kh, g.kw, g.ph, g.pw, g.nh, g.nw};
   const auto fpass = static_cast<fft_conv::Pass>(static_cast<int>(pass));
   const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
-  const size_t ws_bytes = fft_conv::workspace_bytes(fpass, s, real_bytes, true);
+  const size_t ws_bytes = fft_conv::workspace_bytes(fpass, s, real_bytes);
   auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();

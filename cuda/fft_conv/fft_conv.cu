@@ -165,64 +165,24 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   FL_CUBLAS_CHECK(st);
 }
 
-struct Operand {
-  int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
+struct Layout : BufferLayout {
+  size_t work_bytes, total;
 };
 
-struct Plan {
-  Operand a, b;
-  int64_t n_out, oh, ow, offh, offw;  // output [n_out, oh, ow] clipped from (offh, offw)
-};
-
-Plan plan_for(Pass pass, const Shape& s) {
-  switch (pass) {
-    case Pass::Forward:
-      return {{s.S * s.C, s.H, s.W, s.ph, s.pw}, {s.K * s.C, s.kh, s.kw, 0, 0},
-              s.S * s.K, s.oh(), s.ow(), 0, 0};
-    case Pass::InputGrad:
-      return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.K * s.C, s.kh, s.kw, 0, 0},
-              s.S * s.C, s.H, s.W, s.ph, s.pw};
-    case Pass::WeightGrad:
-      return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.S * s.C, s.H, s.W, s.ph, s.pw},
-              s.K * s.C, s.kh, s.kw, 0, 0};
-  }
-  throw std::runtime_error("fastlayers: unknown pass");
-}
-
-constexpr size_t kAlign = 256;
-inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
-struct Layout {
-  size_t at, bt, big, scratch, work, total;  // byte offsets (work: cuFFT work area)
-  size_t work_bytes;
-};
-
-Layout layout_for(Pass pass, const Shape& s, int real_bytes, bool include_fft_work) {
-  const Plan p = plan_for(pass, s);
-  const size_t F = static_cast<size_t>(s.freqs());
-  const size_t cb = 2 * static_cast<size_t>(real_bytes);
-  const size_t plane = static_cast<size_t>(s.nh * s.nw) * real_bytes;
-  const size_t na = p.a.n, nb = p.b.n, no = p.n_out;
+// The buffers plus cuFFT's work area (the plans are created and cached here).
+Layout layout_for(Pass pass, const Shape& s, int real_bytes) {
   Layout L{};
-  size_t off = 0;
-  L.at = off; off += align_up(na * F * cb);
-  L.bt = off; off += align_up(nb * F * cb);
-  // `big` holds the padded operands before the GEMM, the GEMM output, then the inverse output.
-  L.big = off; off += align_up(std::max(no * F * cb, std::max(na, nb) * plane));
-  L.scratch = off; off += align_up(std::max(std::max(na, nb), no) * F * cb);
-  L.work = off;
-  L.work_bytes = 0;
-  if (include_fft_work) {
-    using cufft_plans::Transform;
-    const bool dbl = real_bytes == 8;
-    const Transform fwd = dbl ? Transform::R2C_F64 : Transform::R2C_F32;
-    const Transform inv = dbl ? Transform::C2R_F64 : Transform::C2R_F32;
-    L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na) : 0,
-                             nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb) : 0,
-                             no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no) : 0});
-  }
-  off += align_up(L.work_bytes);
-  L.total = off;
+  static_cast<BufferLayout&>(L) = buffer_layout(pass, s, real_bytes);
+  const Plan p = plan_for(pass, s);
+  const int64_t na = p.a.n, nb = p.b.n, no = p.n_out;
+  using cufft_plans::Transform;
+  const bool dbl = real_bytes == 8;
+  const Transform fwd = dbl ? Transform::R2C_F64 : Transform::R2C_F32;
+  const Transform inv = dbl ? Transform::C2R_F64 : Transform::C2R_F32;
+  L.work_bytes = std::max({na ? cufft_plans::work_bytes(fwd, s.nh, s.nw, na) : size_t{0},
+                           nb ? cufft_plans::work_bytes(fwd, s.nh, s.nw, nb) : size_t{0},
+                           no ? cufft_plans::work_bytes(inv, s.nh, s.nw, no) : size_t{0}});
+  L.total = L.work + align_up(L.work_bytes);
   return L;
 }
 
@@ -233,7 +193,7 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
   using C = typename Complex<R>::type;
   const Plan p = plan_for(pass, s);
   if (p.n_out == 0 || p.oh * p.ow == 0) return;
-  const Layout L = layout_for(pass, s, sizeof(R), true);
+  const Layout L = layout_for(pass, s, sizeof(R));
   if (ws_size < L.total)
     throw std::runtime_error("fastlayers: fft_conv workspace too small: " + std::to_string(ws_size) +
                              " < " + std::to_string(L.total));
@@ -284,8 +244,8 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 
 }  // namespace
 
-size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, bool include_fft_work) {
-  return layout_for(pass, s, real_bytes, include_fft_work).total;
+size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes) {
+  return layout_for(pass, s, real_bytes).total;
 }
 
 template <typename T>

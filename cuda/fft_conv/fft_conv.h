@@ -21,26 +21,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "layout.h"
+
 namespace fastlayers {
 namespace fft_conv {
 
-struct Shape {
-  int64_t S, C, K;  // batch, input channels, output channels
-  int64_t H, W;     // input image
-  int64_t kh, kw;   // kernel
-  int64_t ph, pw;   // zero padding
-  int64_t nh, nw;   // Fourier basis
-  int64_t oh() const { return H + 2 * ph - kh + 1; }
-  int64_t ow() const { return W + 2 * pw - kw + 1; }
-  int64_t freqs() const { return nh * (nw / 2 + 1); }
-};
-
-enum class Pass : int { Forward = 0, InputGrad = 1, WeightGrad = 2 };
-
-// Bytes of workspace one call of `pass` needs; `real_bytes` is sizeof(R), 4 or 8. When
-// `include_fft_work` is false, cuFFT's own work areas are left out (no plan is created, so
-// this works without a device).
-size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, bool include_fft_work);
+// Bytes of workspace one call of `pass` needs, cuFFT's work areas included (creates the plans);
+// `real_bytes` is sizeof(R), 4 or 8. Without the work areas: buffer_layout() in layout.h.
+size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes);
 
 // T: float, double, __half or __nv_bfloat16 (storage); arithmetic in float (double for double).
 // Forward:     a = x, b = w, out = y [S, K, oh, ow], bias [K] or null.

@@ -374,17 +374,8 @@ def fft_workspace_bytes(p: ConvProblem, pass_: str, basis: Tuple[int, int]) -> i
     """Device bytes an FFT candidate allocates beyond its inputs and output."""
     from . import _C
     real_bytes = 8 if p.dtype == "float64" else 4
-    if getattr(_C, "with_cuda", False):
-        ws = _C.fft_conv2d_workspace_bytes(PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.kh, p.kw,
-                                           p.ph, p.pw, basis[0], basis[1], real_bytes)
-    else:  # same buffers as the CUDA layout, counted here
-        F_ = basis[0] * (basis[1] // 2 + 1)
-        na, nb, no = {"forward": (p.S * p.C, p.K * p.C, p.S * p.K),
-                      "input_grad": (p.S * p.K, p.K * p.C, p.S * p.C),
-                      "weight_grad": (p.S * p.C, p.S * p.K, p.K * p.C)}[pass_]
-        cb = 2 * real_bytes
-        ws = (na + nb) * F_ * cb + max(no * F_ * cb, max(na, nb) * basis[0] * basis[1] * real_bytes)
-        ws += max(na, nb, no) * F_ * cb
+    ws = _C.fft_conv2d_workspace_bytes(PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.kh, p.kw,
+                                       p.ph, p.pw, basis[0], basis[1], real_bytes)
     return int(ws * 1.1)  # cuFFT's work areas, not counted above
 
 

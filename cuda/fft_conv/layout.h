@@ -1,0 +1,79 @@
+// Geometry and workspace layout of an FFT-convolution pass: plain arithmetic, no CUDA, so the
+// host side of either build (with or without CUDA) can size a pass.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+
+namespace fastlayers {
+namespace fft_conv {
+
+struct Shape {
+  int64_t S, C, K;  // batch, input channels, output channels
+  int64_t H, W;     // input image
+  int64_t kh, kw;   // kernel
+  int64_t ph, pw;   // zero padding
+  int64_t nh, nw;   // Fourier basis
+  int64_t oh() const { return H + 2 * ph - kh + 1; }
+  int64_t ow() const { return W + 2 * pw - kw + 1; }
+  int64_t freqs() const { return nh * (nw / 2 + 1); }
+};
+
+enum class Pass : int { Forward = 0, InputGrad = 1, WeightGrad = 2 };
+
+struct Operand {
+  int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
+};
+
+struct Plan {
+  Operand a, b;
+  int64_t n_out, oh, ow, offh, offw;  // output [n_out, oh, ow] clipped from (offh, offw)
+};
+
+inline Plan plan_for(Pass pass, const Shape& s) {
+  switch (pass) {
+    case Pass::Forward:
+      return {{s.S * s.C, s.H, s.W, s.ph, s.pw}, {s.K * s.C, s.kh, s.kw, 0, 0},
+              s.S * s.K, s.oh(), s.ow(), 0, 0};
+    case Pass::InputGrad:
+      return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.K * s.C, s.kh, s.kw, 0, 0},
+              s.S * s.C, s.H, s.W, s.ph, s.pw};
+    case Pass::WeightGrad:
+      return {{s.S * s.K, s.oh(), s.ow(), 0, 0}, {s.S * s.C, s.H, s.W, s.ph, s.pw},
+              s.K * s.C, s.kh, s.kw, 0, 0};
+  }
+  throw std::runtime_error("fastlayers: unknown pass");
+}
+
+constexpr size_t kAlign = 256;
+inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Byte offsets of the buffers in one workspace; cuFFT's work area starts at `work` and is not
+// counted in `total` (its size comes from the plans, which need a device).
+struct BufferLayout {
+  size_t at, bt, big, scratch, work;  // [F, n_a], [F, n_b], padded operands / GEMM output /
+                                      // inverse output, transposes, cuFFT work area
+  size_t total() const { return work; }
+};
+
+inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes) {
+  const Plan p = plan_for(pass, s);
+  const size_t F = static_cast<size_t>(s.freqs());
+  const size_t cb = 2 * static_cast<size_t>(real_bytes);
+  const size_t plane = static_cast<size_t>(s.nh * s.nw) * real_bytes;
+  const size_t na = p.a.n, nb = p.b.n, no = p.n_out;
+  BufferLayout L{};
+  size_t off = 0;
+  L.at = off; off += align_up(na * F * cb);
+  L.bt = off; off += align_up(nb * F * cb);
+  // `big` holds the padded operands before the GEMM, the GEMM output, then the inverse output.
+  L.big = off; off += align_up(std::max(no * F * cb, std::max(na, nb) * plane));
+  L.scratch = off; off += align_up(std::max(std::max(na, nb), no) * F * cb);
+  L.work = off;
+  return L;
+}
+
+}  // namespace fft_conv
+}  // namespace fastlayers
