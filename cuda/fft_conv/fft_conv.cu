@@ -244,25 +244,37 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 
 }  // namespace
 
-size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes) {
+size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, Backend backend) {
+  if (backend == Backend::FbFFT) return buffer_layout(pass, s, real_bytes, backend).total();
   return layout_for(pass, s, real_bytes).total;
 }
 
 template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
-         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+         Backend backend) {
+  if (backend == Backend::FbFFT) {
+    run_fbfft<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
+    return;
+  }
   run_impl<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
 }
 
+template <typename T>
+void run_fbfft(Pass, const Shape&, const T*, const T*, const T*, T*, void*, size_t, cudaStream_t,
+               cublasHandle_t, bool) {
+  throw std::runtime_error("fastlayers: the fbfft backend of fft_conv is not built yet");
+}
+
 template void run<float>(Pass, const Shape&, const float*, const float*, const float*, float*,
-                         void*, size_t, cudaStream_t, cublasHandle_t, bool);
+                         void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
 template void run<double>(Pass, const Shape&, const double*, const double*, const double*, double*,
-                          void*, size_t, cudaStream_t, cublasHandle_t, bool);
+                          void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
 template void run<__half>(Pass, const Shape&, const __half*, const __half*, const __half*, __half*,
-                          void*, size_t, cudaStream_t, cublasHandle_t, bool);
+                          void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
 template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*, const __nv_bfloat16*,
                                  const __nv_bfloat16*, __nv_bfloat16*, void*, size_t, cudaStream_t,
-                                 cublasHandle_t, bool);
+                                 cublasHandle_t, bool, Backend);
 
 }  // namespace fft_conv
 }  // namespace fastlayers

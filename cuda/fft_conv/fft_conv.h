@@ -28,16 +28,26 @@ namespace fft_conv {
 
 // Bytes of workspace one call of `pass` needs, cuFFT's work areas included (creates the plans);
 // `real_bytes` is sizeof(R), 4 or 8. Without the work areas: buffer_layout() in layout.h.
-size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes);
+size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes,
+                       Backend backend = Backend::CuFFT);
 
 // T: float, double, __half or __nv_bfloat16 (storage); arithmetic in float (double for double).
 // Forward:     a = x, b = w, out = y [S, K, oh, ow], bias [K] or null.
 // InputGrad:   a = grad_y, b = w, out = grad_x [S, C, H, W], bias must be null.
 // WeightGrad:  a = grad_y, b = x, out = grad_w [K, C, kh, kw], bias must be null.
 // tf32: allow TF32 tensor-op GEMMs (only meaningful for float arithmetic).
+// backend FbFFT: T must not be double and fbfft_basis_ok(nh, nw) must hold (checked, throws).
 template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
-         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32);
+         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+         Backend backend = Backend::CuFFT);
+
+// The fbfft pipeline of run() (fft_conv_fbfft.cu): rfft2 of each operand straight into the
+// frequency-major [F, n] layout, the GEMMs, one irfft2 that clips, scales, adds bias and casts.
+template <typename T>
+void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
+               void* workspace, size_t workspace_size, cudaStream_t stream, cublasHandle_t blas,
+               bool tf32);
 
 }  // namespace fft_conv
 }  // namespace fastlayers

@@ -23,6 +23,18 @@ struct Shape {
 
 enum class Pass : int { Forward = 0, InputGrad = 1, WeightGrad = 2 };
 
+// The transform library of a pass. cuFFT: padded copies, cuFFT R2C/C2R, transposes around the
+// GEMM. fbfft: the transforms read the operands through windows (implicit padding), write the
+// frequency-major layout the GEMM reads, and the inverse clips, scales and adds the bias; float
+// arithmetic only, power-of-two basis sides from 2 to kFbfftConvMax.
+enum class Backend : int { CuFFT = 0, FbFFT = 1 };
+constexpr int64_t kFbfftConvMax = 64;
+
+inline bool fbfft_basis_ok(int64_t nh, int64_t nw) {
+  auto ok = [](int64_t n) { return n >= 2 && n <= kFbfftConvMax && (n & (n - 1)) == 0; };
+  return ok(nh) && ok(nw);
+}
+
 struct Operand {
   int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
 };
@@ -58,7 +70,8 @@ struct BufferLayout {
   size_t total() const { return work; }
 };
 
-inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes) {
+inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
+                                  Backend backend = Backend::CuFFT) {
   const Plan p = plan_for(pass, s);
   const size_t F = static_cast<size_t>(s.freqs());
   const size_t cb = 2 * static_cast<size_t>(real_bytes);
@@ -68,6 +81,12 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes) {
   size_t off = 0;
   L.at = off; off += align_up(na * F * cb);
   L.bt = off; off += align_up(nb * F * cb);
+  if (backend == Backend::FbFFT) {  // only the two spectra and the GEMM output
+    L.big = off; off += align_up(no * F * cb);
+    L.scratch = off;
+    L.work = off;
+    return L;
+  }
   // `big` holds the padded operands before the GEMM, the GEMM output, then the inverse output.
   L.big = off; off += align_up(std::max(no * F * cb, std::max(na, nb) * plane));
   L.scratch = off; off += align_up(std::max(std::max(na, nb), no) * F * cb);
