@@ -193,6 +193,35 @@ def test_cuda_rfft2_irfft2(size, transposed, offset):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64])
+@pytest.mark.parametrize("batch", [1, 3, 129, 1000])
+@pytest.mark.parametrize("dims", [1, 2])
+def test_cuda_register_kernels_every_batch_tail(n, batch, dims):
+    """The register kernels hold several images per block (and pair 1-D rows across images):
+    batches that leave partial blocks and odd pairs, every layout, both directions."""
+    size, offset = ((n, n), (-1, 1)) if dims == 2 else ((n,), (-1,))
+    shape = (batch, n + 1, n - 1) if dims == 2 else (batch, n + 1)
+    x = torch.randn(*shape, dtype=torch.float64)
+    for transposed in ((False, True) if dims == 2 else (False,)):
+        if dims == 2:
+            got = fbfft.rfft2(x.float().cuda(), size, offset, transposed)
+            ref = fbfft.rfft2(x, size, offset, transposed)
+        else:
+            got = fbfft.rfft(x.float().cuda(), n, offset[0])
+            ref = fbfft.rfft(x, n, offset[0])
+        assert rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+        X = torch.randn(*ref.shape, dtype=torch.complex128)
+        out = (n - 1, n + 2) if dims == 2 else n + 2
+        if dims == 2:
+            got = fbfft.irfft2(X.to(torch.complex64).cuda(), size, out, (1, -1), transposed)
+            ref = fbfft.irfft2(X, size, out, (1, -1), transposed)
+        else:
+            got = fbfft.irfft(X.to(torch.complex64).cuda(), n, out, -1)
+            ref = fbfft.irfft(X, n, out, -1)
+        assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n,h", [(16, 13), (32, 27), (64, 57)])
 def test_cuda_implicit_padding_large_batch(n, h):
     x = torch.randn(16384, h, h, device="cuda")

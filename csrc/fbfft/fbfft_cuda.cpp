@@ -5,9 +5,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <type_traits>
-
-#include "../common/cuda_types.h"
 #include "../../cuda/fbfft/fbfft.h"
 #include "fbfft.h"
 
@@ -23,6 +20,14 @@ void check_float32(const char* op, const at::Tensor& t) {
 
 std::vector<int64_t> lead(const at::Tensor& t, int64_t dims) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end() - dims);
+}
+
+fbfft::Real real_type(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return fbfft::Real::F16;
+    case at::kBFloat16: return fbfft::Real::BF16;
+    default: return fbfft::Real::F32;
+  }
 }
 
 int64_t count(const std::vector<int64_t>& shape) {
@@ -49,16 +54,11 @@ at::Tensor forward(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   auto out = at::empty(shape, x.options().dtype(at::kComplexFloat));
   if (out.numel() == 0) return out;
   auto* dst = reinterpret_cast<float2*>(out.mutable_data_ptr<c10::complex<float>>());
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "fbfft_forward", [&] {
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      using T = typename DeviceType<scalar_t>::type;
-      fbfft::rfft2<T>(reinterpret_cast<const T*>(x.const_data_ptr<scalar_t>()), dst, batch,
-                      static_cast<int>(h), static_cast<int>(w), static_cast<int>(nh),
-                      static_cast<int>(nw), static_cast<int>(oy), static_cast<int>(ox), transposed,
-                      stream);
-    }
-  });
+  const int ih = static_cast<int>(nh), iw = static_cast<int>(nw);
+  fbfft::rfft2(x.const_data_ptr(), real_type(x.scalar_type()), dst,
+               transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw), batch,
+               static_cast<int>(h), static_cast<int>(w), ih, iw, static_cast<int>(oy),
+               static_cast<int>(ox), at::cuda::getCurrentCUDAStream());
   return out;
 }
 
@@ -75,10 +75,12 @@ at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   auto out = at::empty(shape, X.options().dtype(at::kFloat));
   if (out.numel() == 0) return out;
   const float scale = normalized ? 1.f / static_cast<float>(nh * nw) : 1.f;
+  const int ih = static_cast<int>(nh), iw = static_cast<int>(nw);
   fbfft::irfft2(reinterpret_cast<const float2*>(X.const_data_ptr<c10::complex<float>>()),
-                out.mutable_data_ptr<float>(), batch, static_cast<int>(nh), static_cast<int>(nw),
+                transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw),
+                out.mutable_data_ptr<float>(), fbfft::Real::F32, batch, ih, iw,
                 static_cast<int>(out_h), static_cast<int>(out_w), static_cast<int>(oy),
-                static_cast<int>(ox), transposed, scale, at::cuda::getCurrentCUDAStream());
+                static_cast<int>(ox), scale, nullptr, 1, at::cuda::getCurrentCUDAStream());
   return out;
 }
 

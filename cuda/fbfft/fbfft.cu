@@ -4,6 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
+#include <stdexcept>
 
 #include "../common/check.h"
 
@@ -11,9 +14,371 @@ namespace fastlayers {
 namespace fbfft {
 namespace {
 
-__device__ __forceinline__ float load_real(float v) { return v; }
-__device__ __forceinline__ float load_real(__half v) { return __half2float(v); }
-__device__ __forceinline__ float load_real(__nv_bfloat16 v) { return __bfloat162float(v); }
+// ---------------------------------------------------------------------------------------------
+// Storage conversions (the storage type is a runtime argument: one kernel per size, not per type)
+
+__device__ __forceinline__ float load_real(const void* p, int64_t i, Real t) {
+  switch (t) {
+    case Real::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    case Real::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_real(void* p, int64_t i, float v, Real t) {
+  switch (t) {
+    case Real::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case Real::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Twiddles: kTwiddle.w[m] = exp(-2 pi i m / 256), m < 128, computed at compile time in double.
+
+struct TwiddleTable {
+  float2 w[128];
+};
+
+constexpr double kPi = 3.141592653589793238462643383279502884;
+
+constexpr double series_sin(double x) {
+  double term = x, sum = x;
+  for (int k = 1; k < 40; ++k) {
+    term *= -x * x / ((2.0 * k) * (2.0 * k + 1.0));
+    sum += term;
+  }
+  return sum;
+}
+
+constexpr double series_cos(double x) {
+  double term = 1.0, sum = 1.0;
+  for (int k = 1; k < 40; ++k) {
+    term *= -x * x / ((2.0 * k - 1.0) * (2.0 * k));
+    sum += term;
+  }
+  return sum;
+}
+
+constexpr TwiddleTable make_twiddles() {
+  TwiddleTable t{};
+  for (int m = 0; m < 128; ++m) {
+    const double a = 2.0 * kPi * m / 256.0;
+    t.w[m].x = static_cast<float>(series_cos(a));
+    t.w[m].y = static_cast<float>(-series_sin(a));
+  }
+  return t;
+}
+
+__constant__ TwiddleTable kTwiddle = make_twiddles();
+
+__host__ __device__ constexpr int bit_reverse(int v, int bits) {
+  int r = 0;
+  for (int b = 0; b < bits; ++b) r = (r << 1) | ((v >> b) & 1);
+  return r;
+}
+
+__host__ __device__ constexpr int ilog2(int n) { return n <= 1 ? 0 : 1 + ilog2(n / 2); }
+
+// f(std::integral_constant<int, I>) for I = 0..N-1, expanded at compile time, so register arrays
+// are only ever indexed by constants (a loop the compiler declines to unroll would move them to
+// local memory).
+template <typename F, int... Is>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, Is...>) {
+  (f(std::integral_constant<int, Is>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+// One radix-2 stage of span LEN over N registers, then the stages below it.
+template <int N, int LEN, bool Inverse>
+__device__ __forceinline__ void dif_stages(float2 (&x)[N]) {
+  if constexpr (LEN >= 2) {
+    constexpr int HALF = LEN / 2;
+    static_for<N / 2>([&](auto T) {
+      constexpr int t = decltype(T)::value;
+      constexpr int j = t % HALF, lo = (t / HALF) * LEN + j, hi = lo + HALF;
+      const float2 a = x[lo], b = x[hi];
+      x[lo] = make_float2(a.x + b.x, a.y + b.y);
+      const float2 d = make_float2(a.x - b.x, a.y - b.y);
+      if constexpr (j == 0) {
+        x[hi] = d;
+      } else if constexpr (4 * j == LEN) {  // the twiddle is -i (forward) or +i (inverse)
+        x[hi] = Inverse ? make_float2(-d.y, d.x) : make_float2(d.y, -d.x);
+      } else {
+        const float2 w = kTwiddle.w[j * (256 / LEN)];
+        const float wy = Inverse ? -w.y : w.y;
+        x[hi] = make_float2(d.x * w.x - d.y * wy, d.x * wy + d.y * w.x);
+      }
+    });
+    dif_stages<N, HALF, Inverse>(x);
+  }
+}
+
+// In-register radix-2 FFT of N points, decimation in frequency: natural order in, bit-reversed
+// order out (x[bit_reverse(k)] = X[k]). Every index is a compile-time constant after unrolling,
+// so x stays in registers and each twiddle is a constant-bank operand.
+template <int N, bool Inverse>
+__device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
+  dif_stages<N, N, Inverse>(x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Register kernels. A block holds G images. Shared memory holds, one after the other in time
+// (the same bytes):
+//   the real rows, pair-interleaved: row r of the block (r = g * NH + i) at
+//     (r / 2) * (2 NW + 1) + (r % 2) * NW, so the thread of a row pair reads without conflicts;
+//   the half spectra of the rows, column-major per image: (g * BINS + k) * CS + i, CS = NH + 1
+//     (odd) when NH > 1.
+
+template <int NH, int NW>
+struct Config {
+  static constexpr int BINS = NW / 2 + 1;
+  static constexpr int CS = NH > 1 ? NH + 1 : 1;
+  static constexpr int PER_IMAGE = NH > 1 ? (NH > NW ? NH : NW) / 2 : 0;
+  // images per block: 128 threads for 2-D, 128 row pairs for 1-D
+  static constexpr int G = NH > 1 ? (128 / PER_IMAGE > 2 ? 128 / PER_IMAGE : 2) : 256;
+  static constexpr int THREADS = NH > 1 ? G * PER_IMAGE : G / 2;
+  static constexpr int PAIRS = G * NH / 2;  // row pairs of the block
+  static constexpr int REAL_FLOATS = PAIRS * (2 * NW + 1);
+  static constexpr int COMPLEX = G * BINS * CS;
+  static constexpr size_t SMEM =
+      (REAL_FLOATS * 4 > COMPLEX * 8 ? REAL_FLOATS * 4 : COMPLEX * 8);
+};
+
+__device__ __forceinline__ int real_row_offset(int r, int nw) {
+  return (r >> 1) * (2 * nw + 1) + (r & 1) * nw;
+}
+
+template <int NH, int NW>
+__global__ void __launch_bounds__(Config<NH, NW>::THREADS)
+    rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
+                    int64_t batch, int h, int w, int oy, int ox) {
+  using Cfg = Config<NH, NW>;
+  constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS;
+  constexpr int LOG_NW = ilog2(NW), LOG_PLANE = ilog2(NH) + ilog2(NW);
+  extern __shared__ float4 smem_raw[];
+  float* rows = reinterpret_cast<float*>(smem_raw);
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+  const int64_t in_plane = static_cast<int64_t>(h) * w;
+
+  // 1. The window of G images, zero-filled, into the pair-interleaved real rows (coalesced).
+  for (int e = tid; e < G * NH * NW; e += Cfg::THREADS) {
+    const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
+    const int i = r & (NH - 1);
+    const int si = i + oy, sj = j + ox;
+    float v = 0.f;
+    if (b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w)
+      v = load_real(in, (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj, type);
+    rows[real_row_offset(r, NW) + j] = v;
+  }
+  __syncthreads();
+
+  // 2. Rows: one complex FFT per row pair (row 2p real part, row 2p+1 imaginary part).
+  float2 z[NW];
+  const bool row_thread = tid < Cfg::PAIRS;
+  if (row_thread) {
+    const float* r0 = rows + tid * (2 * NW + 1);
+    static_for<NW>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      z[j] = make_float2(r0[j], r0[NW + j]);
+    });
+    fft_registers<NW, false>(z);
+  }
+  __syncthreads();  // the spectra overwrite the real rows
+  if (row_thread) {
+    const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
+    const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
+    static_for<BINS>([&](auto K) {
+      constexpr int k = decltype(K)::value;
+      // X0[k] = (Z[k] + conj(Z[-k])) / 2, X1[k] = (Z[k] - conj(Z[-k])) / 2i
+      const float2 a = z[bit_reverse(k, LOG_NW)];
+      const float2 m = z[bit_reverse((NW - k) & (NW - 1), LOG_NW)];
+      cols[(g0 * BINS + k) * CS + i0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+      cols[(g1 * BINS + k) * CS + i1] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+    });
+  }
+  __syncthreads();
+
+  if constexpr (NH == 1) {
+    // 1-D: the row spectra are the result.
+    for (int e = tid; e < G * BINS; e += Cfg::THREADS) {
+      const int g = e / BINS, k = e - g * BINS;
+      if (b0 + g < batch) out[(b0 + g) * os.image + k * os.bin] = cols[g * BINS + k];
+    }
+  } else {
+    // 3. Columns: thread q of an image transforms column q; thread 0 the DC and Nyquist columns
+    // together (both real: DC in the real part, Nyquist in the imaginary part).
+    constexpr int HALF = NW / 2;
+    constexpr int LOG_NH = ilog2(NH);
+    if (tid < G * HALF) {
+      const int g = tid / HALF, q = tid - g * HALF;
+      float2 c[NH];
+      const float2* col = cols + (g * BINS + q) * CS;
+      if (q == 0) {
+        const float2* nyq = cols + (g * BINS + HALF) * CS;
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          c[i] = make_float2(col[i].x, nyq[i].x);
+        });
+      } else {
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          c[i] = col[i];
+        });
+      }
+      fft_registers<NH, false>(c);
+      const int64_t b = b0 + g;
+      if (b < batch) {
+        float2* dst = out + b * os.image;
+        if (q != 0) {
+          static_for<NH>([&](auto I) {
+            constexpr int i = decltype(I)::value;
+            dst[i * os.row + q * os.bin] = c[bit_reverse(i, LOG_NH)];
+          });
+        } else {
+          static_for<NH>([&](auto I) {
+            constexpr int i = decltype(I)::value;
+            const float2 a = c[bit_reverse(i, LOG_NH)];
+            const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
+            dst[i * os.row] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+            dst[i * os.row + HALF * os.bin] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+          });
+        }
+      }
+    }
+  }
+}
+
+template <int NH, int NW>
+__global__ void __launch_bounds__(Config<NH, NW>::THREADS)
+    irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
+                     int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
+                     const void* __restrict__ bias, int64_t channels) {
+  using Cfg = Config<NH, NW>;
+  constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS, HALF = NW / 2;
+  constexpr int LOG_NW = ilog2(NW);
+  extern __shared__ float4 smem_raw[];
+  float* rows = reinterpret_cast<float*>(smem_raw);
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+
+  if constexpr (NH == 1) {
+    for (int e = tid; e < G * BINS; e += Cfg::THREADS) {
+      const int g = e / BINS, k = e - g * BINS;
+      cols[g * BINS + k] =
+          b0 + g < batch ? in[(b0 + g) * is.image + k * is.bin] : make_float2(0.f, 0.f);
+    }
+  } else {
+    // 1. Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
+    // columns, whose inverses are real, as one complex column (DC + i Nyquist).
+    constexpr int LOG_NH = ilog2(NH);
+    if (tid < G * HALF) {
+      const int g = tid / HALF, q = tid - g * HALF;
+      const int64_t b = b0 + g;
+      const bool live = b < batch;
+      const float2* src = in + (live ? b : 0) * is.image;
+      float2 c[NH];
+      if (q != 0) {
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          c[i] = live ? src[i * is.row + q * is.bin] : make_float2(0.f, 0.f);
+        });
+      } else {
+        static_for<NH / 2 + 1>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          constexpr int m = (NH - i) & (NH - 1);
+          float2 di = make_float2(0.f, 0.f), dm = di, ni = di, nm = di;
+          if (live) {
+            di = src[i * is.row];
+            dm = src[m * is.row];
+            ni = src[i * is.row + HALF * is.bin];
+            nm = src[m * is.row + HALF * is.bin];
+          }
+          // Hermitian parts: H[i] = (X[i] + conj(X[-i])) / 2; then DC + i Nyquist.
+          const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
+          const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
+          c[i] = make_float2(hd.x - hn.y, hd.y + hn.x);
+          // at -i: H[-i] = conj(H[i])
+          c[m] = make_float2(hd.x + hn.y, hn.x - hd.y);
+        });
+      }
+      fft_registers<NH, true>(c);
+      float2* col = cols + (g * BINS + q) * CS;
+      if (q != 0) {
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          col[i] = c[bit_reverse(i, LOG_NH)];
+        });
+      } else {
+        float2* nyq = cols + (g * BINS + HALF) * CS;
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          const float2 v = c[bit_reverse(i, LOG_NH)];
+          col[i] = make_float2(v.x, 0.f);
+          nyq[i] = make_float2(v.y, 0.f);
+        });
+      }
+    }
+  }
+  __syncthreads();
+
+  // 2. Rows, inverse: two half spectra A, B (rows 2p, 2p+1) as one Hermitian-extended complex
+  // sequence A + iB; the real part of its inverse is row 2p, the imaginary part row 2p+1.
+  float2 z[NW];
+  const bool row_thread = tid < Cfg::PAIRS;
+  if (row_thread) {
+    const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
+    const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
+    static_for<HALF + 1>([&](auto K) {
+      constexpr int k = decltype(K)::value;
+      float2 a = cols[(g0 * BINS + k) * CS + i0];
+      float2 bb = cols[(g1 * BINS + k) * CS + i1];
+      if constexpr (k == 0 || k == HALF) {
+        a.y = 0.f;
+        bb.y = 0.f;
+      }
+      z[k] = make_float2(a.x - bb.y, a.y + bb.x);
+      if constexpr (k != 0 && k != HALF) z[NW - k] = make_float2(a.x + bb.y, bb.x - a.y);
+    });
+    fft_registers<NW, true>(z);
+  }
+  __syncthreads();  // the real rows overwrite the spectra
+  if (row_thread) {
+    float* r0 = rows + tid * (2 * NW + 1);
+    static_for<NW>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      const float2 v = z[bit_reverse(j, LOG_NW)];
+      r0[j] = v.x;
+      r0[NW + j] = v.y;
+    });
+  }
+  __syncthreads();
+
+  // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
+  const int plane = out_h * out_w;
+  for (int g = 0; g < G; ++g) {
+    const int64_t b = b0 + g;
+    if (b >= batch) break;
+    const float add = bias != nullptr ? load_real(bias, b % channels, type) : 0.f;
+    for (int e = tid; e < plane; e += Cfg::THREADS) {
+      const int i = e / out_w, j = e - i * out_w;
+      const int si = i + oy, sj = j + ox;
+      float v = 0.f;
+      if (si >= 0 && si < NH && sj >= 0 && sj < NW)
+        v = rows[real_row_offset(g * NH + si, NW) + sj] * scale;
+      store_real(out, b * plane + e, v + add, type);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory kernels (every size): one image per block, radix-2 passes in shared memory.
 
 __device__ __forceinline__ int bitrev(int v, int bits) {
   return bits == 0 ? 0 : static_cast<int>(__brev(static_cast<unsigned>(v)) >> (32 - bits));
@@ -59,57 +424,57 @@ __device__ void bitrev_rows(float2* buf, int nh, int hb, int nw, int cols) {
   __syncthreads();
 }
 
-template <typename T>
-__global__ void rfft2_kernel(const T* __restrict__ in, float2* __restrict__ out, int64_t batch,
-                             int h, int w, int nh, int nw, int hb, int wb, int oy, int ox,
-                             bool transposed) {
-  extern __shared__ float2 buf[];  // [nh][nw]
+__global__ void rfft2_shared(const void* __restrict__ in, Real type, float2* __restrict__ out,
+                             Strides os, int64_t batch, int h, int w, int nh, int nw, int hb,
+                             int wb, int oy, int ox) {
+  extern __shared__ float4 smem_raw[];
+  float2* buf = reinterpret_cast<float2*>(smem_raw);  // [nh][nw]
   const int bins = nw / 2 + 1;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
-    const T* src = in + b * static_cast<int64_t>(h) * w;
+    const int64_t base = b * static_cast<int64_t>(h) * w;
     // Window, zero-filled, into rows with bit-reversed column order.
     for (int t = threadIdx.x; t < nh * nw; t += blockDim.x) {
       const int i = t >> wb, j = t & (nw - 1);
       const int si = i + oy, sj = j + ox;
       const float v = (si >= 0 && si < h && sj >= 0 && sj < w)
-                          ? load_real(src[static_cast<int64_t>(si) * w + sj]) : 0.f;
+                          ? load_real(in, base + static_cast<int64_t>(si) * w + sj, type) : 0.f;
       buf[i * nw + bitrev(j, wb)] = make_float2(v, 0.f);
     }
     __syncthreads();
     fft_lines(buf, nh, wb, 1, nw, -1.f);      // rows
     bitrev_rows(buf, nh, hb, nw, bins);
     fft_lines(buf, bins, hb, nw, 1, -1.f);    // columns 0..nw/2
-    float2* dst = out + b * static_cast<int64_t>(nh) * bins;
+    float2* dst = out + b * os.image;
     for (int t = threadIdx.x; t < nh * bins; t += blockDim.x) {
-      if (transposed) {  // dst [bins][nh], consecutive threads along nh
-        const int k = t / nh, i = t - k * nh;
-        dst[t] = buf[i * nw + k];
-      } else {
-        const int i = t / bins, k = t - i * bins;
-        dst[t] = buf[i * nw + k];
-      }
+      const int i = t / bins, k = t - i * bins;
+      dst[i * os.row + k * os.bin] = buf[i * nw + k];
     }
     __syncthreads();
   }
 }
 
-__global__ void irfft2_kernel(const float2* __restrict__ in, float* __restrict__ out, int64_t batch,
-                              int nh, int nw, int hb, int wb, int out_h, int out_w, int oy, int ox,
-                              bool transposed, float scale) {
-  extern __shared__ float2 buf[];  // [nh][nw]
+__global__ void irfft2_shared(const float2* __restrict__ in, Strides is, void* __restrict__ out,
+                              Real type, int64_t batch, int nh, int nw, int hb, int wb, int out_h,
+                              int out_w, int oy, int ox, float scale, const void* __restrict__ bias,
+                              int64_t channels) {
+  extern __shared__ float4 smem_raw[];
+  float2* buf = reinterpret_cast<float2*>(smem_raw);  // [nh][nw]
   const int bins = nw / 2 + 1;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
-    const float2* src = in + b * static_cast<int64_t>(nh) * bins;
+    const float2* src = in + b * is.image;
     // Half spectrum into columns 0..nw/2, rows bit-reversed for the column inverses.
     for (int t = threadIdx.x; t < nh * bins; t += blockDim.x) {
-      int i, k;
-      if (transposed) { k = t / nh; i = t - k * nh; } else { i = t / bins; k = t - i * bins; }
-      buf[bitrev(i, hb) * nw + k] = src[t];
+      const int i = t / bins, k = t - i * bins;
+      buf[bitrev(i, hb) * nw + k] = src[i * is.row + k * is.bin];
     }
     __syncthreads();
     fft_lines(buf, bins, hb, nw, 1, 1.f);     // columns 0..nw/2, natural row order after
-    // Each row's spectrum is Hermitian now: fill nw/2+1..nw-1, then bit-reverse the row for the
-    // row inverses. Work on a row at a time per thread group: complete the row, then permute.
+    // Each row's spectrum, its edge bins taken real, extended by Hermitian symmetry.
+    for (int t = threadIdx.x; t < nh; t += blockDim.x) {
+      buf[t * nw].y = 0.f;
+      buf[t * nw + nw / 2].y = 0.f;
+    }
+    __syncthreads();
     for (int t = threadIdx.x; t < nh * (nw - bins); t += blockDim.x) {
       const int i = t / (nw - bins), k = bins + (t - i * (nw - bins));
       const float2 v = buf[i * nw + (nw - k)];
@@ -126,15 +491,20 @@ __global__ void irfft2_kernel(const float2* __restrict__ in, float* __restrict__
     }
     __syncthreads();
     fft_lines(buf, nh, wb, 1, nw, 1.f);       // rows; the real part is the result
-    float* dst = out + b * static_cast<int64_t>(out_h) * out_w;
+    const float add = bias != nullptr ? load_real(bias, b % channels, type) : 0.f;
+    const int64_t plane = static_cast<int64_t>(out_h) * out_w;
     for (int t = threadIdx.x; t < out_h * out_w; t += blockDim.x) {
       const int i = t / out_w, j = t - i * out_w;
       const int si = i + oy, sj = j + ox;
-      dst[t] = (si >= 0 && si < nh && sj >= 0 && sj < nw) ? buf[si * nw + sj].x * scale : 0.f;
+      const float v = (si >= 0 && si < nh && sj >= 0 && sj < nw) ? buf[si * nw + sj].x * scale : 0.f;
+      store_real(out, b * plane + t, v + add, type);
     }
     __syncthreads();
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Launch
 
 int log2i(int n) {
   int b = 0;
@@ -147,51 +517,97 @@ void check_sizes(int nh, int nw) {
     throw std::runtime_error("fastlayers: fbfft sizes must be powers of two with nh * nw <= 16384");
 }
 
-template <typename Kernel>
-void launch_config(Kernel kernel, int nh, int nw, int64_t batch, dim3* grid, dim3* block,
-                   size_t* smem) {
-  *smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
-  if (*smem > 48 * 1024)
-    FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(*smem)));
-  const int threads = std::min(256, std::max(32, nh * nw / 2));
-  *block = dim3(threads);
-  *grid = dim3(static_cast<unsigned>(std::min<int64_t>(batch, 1 << 20)));
+unsigned grid_for(int64_t batch, int per_block) {
+  const int64_t blocks = (batch + per_block - 1) / per_block;
+  if (blocks > 0x7fffffff) throw std::runtime_error("fastlayers: fbfft batch too large");
+  return static_cast<unsigned>(blocks);
 }
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t smem) {
+  if (smem > 48 * 1024)
+    FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+}
+
+template <int NH, int NW>
+void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
+                int oy, int ox, cudaStream_t stream) {
+  using Cfg = Config<NH, NW>;
+  auto kernel = rfft2_registers<NH, NW>;
+  allow_smem(kernel, Cfg::SMEM);
+  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
+                                                                       w, oy, ox);
+  FL_LAUNCH_CHECK();
+}
+
+template <int NH, int NW>
+void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
+                 int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
+                 cudaStream_t stream) {
+  using Cfg = Config<NH, NW>;
+  auto kernel = irfft2_registers<NH, NW>;
+  allow_smem(kernel, Cfg::SMEM);
+  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
+      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels);
+  FL_LAUNCH_CHECK();
+}
+
+// The sizes the register kernels serve.
+#define FL_FBFFT_FAST_SIZES(X)                                                   \
+  X(1, 2) X(1, 4) X(1, 8) X(1, 16) X(1, 32) X(1, 64)                             \
+  X(2, 2) X(4, 4) X(8, 8) X(16, 16) X(32, 32) X(64, 64)
 
 }  // namespace
 
-template <typename T>
-void rfft2(const T* in, float2* out, int64_t batch, int h, int w, int nh, int nw, int oy, int ox,
-           bool transposed, cudaStream_t stream) {
+bool fast_path(int nh, int nw) {
+#define FL_CASE(H, W) if (nh == H && nw == W) return true;
+  FL_FBFFT_FAST_SIZES(FL_CASE)
+#undef FL_CASE
+  return false;
+}
+
+void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
+           int nw, int oy, int ox, cudaStream_t stream) {
   check_sizes(nh, nw);
   if (batch == 0) return;
-  dim3 grid, block;
-  size_t smem;
-  launch_config(rfft2_kernel<T>, nh, nw, batch, &grid, &block, &smem);
-  rfft2_kernel<T><<<grid, block, smem, stream>>>(in, out, batch, h, w, nh, nw, log2i(nh),
-                                                  log2i(nw), oy, ox, transposed);
+#define FL_CASE(H, W)                                                       \
+  if (nh == H && nw == W) {                                                 \
+    rfft2_fast<H, W>(in, type, out, os, batch, h, w, oy, ox, stream);       \
+    return;                                                                 \
+  }
+  FL_FBFFT_FAST_SIZES(FL_CASE)
+#undef FL_CASE
+  const size_t smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
+  allow_smem(rfft2_shared, smem);
+  const int threads = std::min(256, std::max(32, nh * nw / 2));
+  rfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(batch, 1 << 20)), threads, smem, stream>>>(
+      in, type, out, os, batch, h, w, nh, nw, log2i(nh), log2i(nw), oy, ox);
   FL_LAUNCH_CHECK();
 }
 
-void irfft2(const float2* in, float* out, int64_t batch, int nh, int nw, int out_h, int out_w,
-            int oy, int ox, bool transposed, float scale, cudaStream_t stream) {
+void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, int nh, int nw,
+            int out_h, int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
+            cudaStream_t stream) {
   check_sizes(nh, nw);
   if (batch == 0 || out_h * out_w == 0) return;
-  dim3 grid, block;
-  size_t smem;
-  launch_config(irfft2_kernel, nh, nw, batch, &grid, &block, &smem);
-  irfft2_kernel<<<grid, block, smem, stream>>>(in, out, batch, nh, nw, log2i(nh), log2i(nw), out_h,
-                                               out_w, oy, ox, transposed, scale);
+  if (bias != nullptr && channels < 1) throw std::runtime_error("fastlayers: fbfft bias needs channels >= 1");
+#define FL_CASE(H, W)                                                                   \
+  if (nh == H && nw == W) {                                                             \
+    irfft2_fast<H, W>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels, \
+                      stream);                                                          \
+    return;                                                                             \
+  }
+  FL_FBFFT_FAST_SIZES(FL_CASE)
+#undef FL_CASE
+  const size_t smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
+  allow_smem(irfft2_shared, smem);
+  const int threads = std::min(256, std::max(32, nh * nw / 2));
+  irfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(batch, 1 << 20)), threads, smem,
+                  stream>>>(in, is, out, type, batch, nh, nw, log2i(nh), log2i(nw), out_h, out_w,
+                            oy, ox, scale, bias, channels);
   FL_LAUNCH_CHECK();
 }
-
-template void rfft2<float>(const float*, float2*, int64_t, int, int, int, int, int, int, bool,
-                           cudaStream_t);
-template void rfft2<__half>(const __half*, float2*, int64_t, int, int, int, int, int, int, bool,
-                            cudaStream_t);
-template void rfft2<__nv_bfloat16>(const __nv_bfloat16*, float2*, int64_t, int, int, int, int, int,
-                                   int, bool, cudaStream_t);
 
 }  // namespace fbfft
 }  // namespace fastlayers

@@ -1,7 +1,16 @@
-// fbfft: batched real 2-D (and, with nh = 1, 1-D) FFTs of small power-of-two sizes, one image per
-// thread block in shared memory, reading and writing through windows (implicit zero padding,
-// tiling offsets, clipping) and optionally writing the spectrum with its two innermost
-// dimensions transposed. Semantics: csrc/fbfft/fbfft.h.
+// fbfft: batched real 2-D (and, with nh = 1, 1-D) FFTs of small power-of-two sizes. The real side
+// is read and written through windows (implicit zero padding, tiling offsets, clipping); the
+// spectrum side in any strided layout (row-major, its two innermost dimensions transposed, or
+// frequency-major [F, batch] as a per-frequency GEMM reads it). Semantics: csrc/fbfft/fbfft.h.
+//
+// Two kernels:
+// - register kernels, for nh = nw <= 64 and for nh = 1, nw <= 64: every line FFT runs in one
+//   thread's registers (radix-2, decimation in frequency, twiddles from a constant table at
+//   compile-time offsets). Two real rows share one complex FFT (Hermitian split); the DC and
+//   Nyquist columns, both real, share one column FFT, so an n x n image keeps n/2 threads busy in
+//   both passes. The row -> column transpose goes once through shared memory.
+// - a shared-memory kernel for every other size (one image per block, radix-2 passes in shared
+//   memory), correct and slower.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,18 +20,36 @@
 namespace fastlayers {
 namespace fbfft {
 
-// in  [batch, h, w] (T: float, __half or __nv_bfloat16), window at (oy, ox) of size nh x nw
-// out [batch, nh, nw/2+1] complex, or [batch, nw/2+1, nh] when transposed. Unnormalised.
-// nh, nw: powers of two, nh >= 1, nw >= 2, nh * nw <= 16384.
-template <typename T>
-void rfft2(const T* in, float2* out, int64_t batch, int h, int w, int nh, int nw, int oy, int ox,
-           bool transposed, cudaStream_t stream);
+// Storage type of a real operand; arithmetic is float32 throughout.
+enum class Real : int { F32 = 0, F16 = 1, BF16 = 2 };
 
-// in  [batch, nh, nw/2+1] complex (or [batch, nw/2+1, nh] when transposed)
-// out [batch, out_h, out_w] real: the inverse at (i + oy, j + ox) times `scale`, 0 outside it.
+// Where spectrum element (image b, row i < nh, bin k <= nw/2) lives, in complex elements:
+// b * image + i * row + k * bin.
+struct Strides {
+  int64_t image, row, bin;
+};
+inline Strides row_major(int nh, int nw) { return {int64_t{nh} * (nw / 2 + 1), nw / 2 + 1, 1}; }
+inline Strides transposed(int nh, int nw) { return {int64_t{nh} * (nw / 2 + 1), 1, nh}; }
+// [F, batch], F = nh * (nw/2 + 1) in row-major order: the layout of the per-frequency GEMMs.
+inline Strides frequency_major(int nh, int nw, int64_t batch) {
+  return {1, (nw / 2 + 1) * batch, batch};
+}
+
+// nh, nw: powers of two, nh >= 1, nw >= 2, nh * nw <= 16384.
+// in [batch, h, w] (`type`), window at (oy, ox) of size nh x nw -> spectrum at `out`,
+// unnormalised.
+void rfft2(const void* in, Real type, float2* out, Strides out_strides, int64_t batch, int h, int w,
+           int nh, int nw, int oy, int ox, cudaStream_t stream);
+
+// spectrum at `in` -> out [batch, out_h, out_w] (`type`): the inverse at (i + oy, j + ox) times
+// `scale` (0 outside the nh x nw basis), plus bias[b % channels] when `bias` (of `type`) is given.
 // The imaginary parts of the DC and Nyquist bins of the halved dimension are ignored.
-void irfft2(const float2* in, float* out, int64_t batch, int nh, int nw, int out_h, int out_w,
-            int oy, int ox, bool transposed, float scale, cudaStream_t stream);
+void irfft2(const float2* in, Strides in_strides, void* out, Real type, int64_t batch, int nh,
+            int nw, int out_h, int out_w, int oy, int ox, float scale, const void* bias,
+            int64_t channels, cudaStream_t stream);
+
+// Whether the register kernels serve this size (the rest runs on the shared-memory kernel).
+bool fast_path(int nh, int nw);
 
 }  // namespace fbfft
 }  // namespace fastlayers

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "../common/check.h"
 #include "../common/cufft_plans.h"
+#include "../fbfft/fbfft.h"
 
 namespace fastlayers {
 namespace fft_conv {
@@ -90,6 +92,10 @@ __global__ void clip_kernel(const R* __restrict__ in, T* __restrict__ out, int64
   }
 }
 
+template <typename T> fbfft::Real fbfft_real() { return fbfft::Real::F32; }
+template <> fbfft::Real fbfft_real<__half>() { return fbfft::Real::F16; }
+template <> fbfft::Real fbfft_real<__nv_bfloat16>() { return fbfft::Real::BF16; }
+
 inline dim3 plane_grid(int64_t plane, int64_t n, int threads) {
   return dim3(static_cast<unsigned>((plane + threads - 1) / threads),
               static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(n, 65535))));
@@ -165,6 +171,28 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   FL_CUBLAS_CHECK(st);
 }
 
+// The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out].
+template <typename R>
+void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* at,
+                   const typename Complex<R>::type* bt, typename Complex<R>::type* big_c,
+                   int64_t F, bool tf32, cudaStream_t stream, cublasHandle_t blas) {
+  // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
+  switch (pass) {
+    case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
+      gemm<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C, big_c, s.K, F,
+              tf32, stream);
+      break;
+    case Pass::InputGrad:  // GX[S,C] = GY[S,K] W[K,C]
+      gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.C, s.S, s.K, bt, s.C, at, s.K, big_c, s.C, F,
+              tf32, stream);
+      break;
+    case Pass::WeightGrad:  // GW[K,C] = conj(GY[S,K])^T X[S,C]
+      gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K, big_c, s.C, F,
+              tf32, stream);
+      break;
+  }
+}
+
 struct Layout : BufferLayout {
   size_t work_bytes, total;
 };
@@ -220,21 +248,7 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
     cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
     transpose<C>(scratch, bt, p.b.n, F, stream);
 
-    // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
-    switch (pass) {
-      case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
-        gemm<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C, big_c, s.K, F,
-                tf32, stream);
-        break;
-      case Pass::InputGrad:  // GX[S,C] = GY[S,K] W[K,C]
-        gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.C, s.S, s.K, bt, s.C, at, s.K, big_c, s.C, F,
-                tf32, stream);
-        break;
-      case Pass::WeightGrad:  // GW[K,C] = conj(GY[S,K])^T X[S,C]
-        gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K, big_c, s.C, F,
-                tf32, stream);
-        break;
-    }
+    spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas);
     // [F, n_out] -> [n_out, F] -> C2R into `big`.
     transpose<C>(big_c, scratch, F, M, stream);
     cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
@@ -261,9 +275,48 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
 }
 
 template <typename T>
-void run_fbfft(Pass, const Shape&, const T*, const T*, const T*, T*, void*, size_t, cudaStream_t,
-               cublasHandle_t, bool) {
-  throw std::runtime_error("fastlayers: the fbfft backend of fft_conv is not built yet");
+void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* ws,
+               size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+  if constexpr (std::is_same_v<T, double>) {
+    throw std::runtime_error("fastlayers: the fbfft backend computes in float32; float64 runs on "
+                             "the cuFFT backend");
+  } else {
+    if (!fbfft_basis_ok(s.nh, s.nw))
+      throw std::runtime_error("fastlayers: the fbfft backend needs power-of-two basis sides from "
+                               "2 to " + std::to_string(kFbfftConvMax));
+    const Plan p = plan_for(pass, s);
+    if (p.n_out == 0 || p.oh * p.ow == 0) return;
+    const BufferLayout L = buffer_layout(pass, s, 4, Backend::FbFFT);
+    if (ws_size < L.total())
+      throw std::runtime_error("fastlayers: fft_conv workspace too small: " +
+                               std::to_string(ws_size) + " < " + std::to_string(L.total()));
+    char* base = static_cast<char*>(ws);
+    float2* at = reinterpret_cast<float2*>(base + L.at);
+    float2* bt = reinterpret_cast<float2*>(base + L.bt);
+    float2* big_c = reinterpret_cast<float2*>(base + L.big);
+    const int64_t F = s.freqs(), M = p.n_out;
+    const int nh = static_cast<int>(s.nh), nw = static_cast<int>(s.nw);
+    const fbfft::Real type = fbfft_real<T>();
+    if (p.a.n == 0 || p.b.n == 0) {
+      // An empty reduction: a zero spectrum, so the inverse writes zeros (plus bias).
+      FL_CUDA_CHECK(cudaMemsetAsync(big_c, 0, sizeof(float2) * M * F, stream));
+    } else {
+      // Each operand through a window at minus its offset in the basis (implicit zero padding),
+      // straight into the frequency-major layout of the GEMMs.
+      fbfft::rfft2(a, type, at, fbfft::frequency_major(nh, nw, p.a.n), p.a.n,
+                   static_cast<int>(p.a.h), static_cast<int>(p.a.w), nh, nw,
+                   static_cast<int>(-p.a.offh), static_cast<int>(-p.a.offw), stream);
+      fbfft::rfft2(b, type, bt, fbfft::frequency_major(nh, nw, p.b.n), p.b.n,
+                   static_cast<int>(p.b.h), static_cast<int>(p.b.w), nh, nw,
+                   static_cast<int>(-p.b.offh), static_cast<int>(-p.b.offw), stream);
+      spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas);
+    }
+    // Inverse from [F, n_out], clipped to the output at (offh, offw), scaled, plus bias, cast.
+    fbfft::irfft2(big_c, fbfft::frequency_major(nh, nw, M), out, type, M, nh, nw,
+                  static_cast<int>(p.oh), static_cast<int>(p.ow), static_cast<int>(p.offh),
+                  static_cast<int>(p.offw), 1.f / static_cast<float>(s.nh * s.nw), bias,
+                  s.K, stream);
+  }
 }
 
 template void run<float>(Pass, const Shape&, const float*, const float*, const float*, float*,
