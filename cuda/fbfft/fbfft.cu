@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 
 #include <algorithm>
 #include <type_traits>
@@ -138,8 +139,11 @@ struct Config {
   static constexpr int BINS = NW / 2 + 1;
   static constexpr int CS = NH > 1 ? NH + 1 : 1;
   static constexpr int PER_IMAGE = NH > 1 ? (NH > NW ? NH : NW) / 2 : 0;
-  // images per block: 128 threads for 2-D, 128 row pairs for 1-D
-  static constexpr int G = NH > 1 ? (128 / PER_IMAGE > 2 ? 128 / PER_IMAGE : 2) : 256;
+  // images per block: 128 threads for 2-D; 32 row pairs (one warp) for 1-D
+  static constexpr int G = NH > 1 ? (128 / PER_IMAGE > 2 ? 128 / PER_IMAGE : 2) : 64;
+  // blocks per SM the register budget must allow (the 64-point kernels would take 210 registers
+  // and leave 2 blocks of 4 warps; 3 blocks hide more of the load latency)
+  static constexpr int MIN_BLOCKS = NH == 64 ? 3 : 1;
   static constexpr int THREADS = NH > 1 ? G * PER_IMAGE : G / 2;
   static constexpr int PAIRS = G * NH / 2;  // row pairs of the block
   static constexpr int REAL_FLOATS = PAIRS * (2 * NW + 1);
@@ -153,7 +157,7 @@ __device__ __forceinline__ int real_row_offset(int r, int nw) {
 }
 
 template <int NH, int NW>
-__global__ void __launch_bounds__(Config<NH, NW>::THREADS)
+__global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
                     int64_t batch, int h, int w, int oy, int ox) {
   using Cfg = Config<NH, NW>;
@@ -167,14 +171,41 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS)
   const int64_t in_plane = static_cast<int64_t>(h) * w;
 
   // 1. The window of G images, zero-filled, into the pair-interleaved real rows (coalesced).
-  for (int e = tid; e < G * NH * NW; e += Cfg::THREADS) {
+  // float32: asynchronous copies (zero-filled outside the input), all in flight at once; 16-bit
+  // storage: through registers, a chunk of loads in flight per round trip.
+  constexpr int ITEMS = G * NH * NW / Cfg::THREADS;
+  auto locate = [&](int e, int64_t* src, int* dst) {
     const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
-    const int i = r & (NH - 1);
-    const int si = i + oy, sj = j + ox;
-    float v = 0.f;
-    if (b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w)
-      v = load_real(in, (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj, type);
-    rows[real_row_offset(r, NW) + j] = v;
+    const int si = (r & (NH - 1)) + oy, sj = j + ox;
+    *dst = real_row_offset(r, NW) + j;
+    const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
+    *src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : -1;
+  };
+  if (type == Real::F32) {
+    const float* src_f = static_cast<const float*>(in);
+#pragma unroll 8
+    for (int u = 0; u < ITEMS; ++u) {
+      int64_t src;
+      int dst;
+      locate(tid + u * Cfg::THREADS, &src, &dst);
+      __pipeline_memcpy_async(rows + dst, src_f + (src >= 0 ? src : 0), 4, src >= 0 ? 0 : 4);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+  } else {
+    constexpr int CHUNK = ITEMS < 16 ? ITEMS : 16;
+    for (int u0 = 0; u0 < ITEMS; u0 += CHUNK) {
+      float v[CHUNK];
+      int dst[CHUNK];
+#pragma unroll
+      for (int u = 0; u < CHUNK; ++u) {
+        int64_t src;
+        locate(tid + (u0 + u) * Cfg::THREADS, &src, &dst[u]);
+        v[u] = src >= 0 ? load_real(in, src, type) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < CHUNK; ++u) rows[dst[u]] = v[u];
+    }
   }
   __syncthreads();
 
@@ -255,7 +286,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS)
 }
 
 template <int NH, int NW>
-__global__ void __launch_bounds__(Config<NH, NW>::THREADS)
+__global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                      int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
                      const void* __restrict__ bias, int64_t channels) {
@@ -271,9 +302,12 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS)
   if constexpr (NH == 1) {
     for (int e = tid; e < G * BINS; e += Cfg::THREADS) {
       const int g = e / BINS, k = e - g * BINS;
-      cols[g * BINS + k] =
-          b0 + g < batch ? in[(b0 + g) * is.image + k * is.bin] : make_float2(0.f, 0.f);
+      const bool live = b0 + g < batch;
+      __pipeline_memcpy_async(cols + g * BINS + k,
+                              in + (live ? (b0 + g) * is.image + k * is.bin : 0), 8, live ? 0 : 8);
     }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
   } else {
     // 1. Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
     // columns, whose inverses are real, as one complex column (DC + i Nyquist).
@@ -362,18 +396,16 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS)
 
   // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
   const int plane = out_h * out_w;
-  for (int g = 0; g < G; ++g) {
-    const int64_t b = b0 + g;
-    if (b >= batch) break;
-    const float add = bias != nullptr ? load_real(bias, b % channels, type) : 0.f;
-    for (int e = tid; e < plane; e += Cfg::THREADS) {
-      const int i = e / out_w, j = e - i * out_w;
-      const int si = i + oy, sj = j + ox;
-      float v = 0.f;
-      if (si >= 0 && si < NH && sj >= 0 && sj < NW)
-        v = rows[real_row_offset(g * NH + si, NW) + sj] * scale;
-      store_real(out, b * plane + e, v + add, type);
-    }
+  const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+  for (int e = tid; e < live * plane; e += Cfg::THREADS) {
+    const int g = e / plane, p = e - g * plane;
+    const int i = p / out_w, j = p - i * out_w;
+    const int si = i + oy, sj = j + ox;
+    float v = 0.f;
+    if (si >= 0 && si < NH && sj >= 0 && sj < NW)
+      v = rows[real_row_offset(g * NH + si, NW) + sj] * scale;
+    if (bias != nullptr) v += load_real(bias, (b0 + g) % channels, type);
+    store_real(out, (b0 + g) * plane + p, v, type);
   }
 }
 
