@@ -285,6 +285,45 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   }
 }
 
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// The inverse's last step: `live` images of real rows (pair-interleaved in shared memory) ->
+// out[b0 + g] [out_h, out_w], the window at (oy, ox) of the nh x nw result, scaled, plus bias.
+// Threads work in groups of L lanes (L = the largest power of two <= min(32, out_w)); a group
+// writes one output row at a time, so the index arithmetic is per row, not per element.
+template <int NH, int NW, int THREADS, typename T>
+__device__ __forceinline__ void store_window(const float* rows, T* __restrict__ out, int64_t b0,
+                                             int live, int out_h, int out_w, int oy, int ox,
+                                             float scale, const T* __restrict__ bias,
+                                             int64_t channels) {
+  int lanes = 1;
+  while (lanes * 2 <= out_w && lanes < 32) lanes *= 2;
+  const int groups = THREADS / lanes, group = threadIdx.x / lanes;
+  const int lane = threadIdx.x - group * lanes;
+  for (int r = group; r < live * out_h; r += groups) {
+    const int g = r / out_h, i = r - g * out_h, si = i + oy;
+    const float add = bias != nullptr ? to_float(bias[(b0 + g) % channels]) : 0.f;
+    T* dst = out + ((b0 + g) * out_h + i) * static_cast<int64_t>(out_w);
+    if (si >= 0 && si < NH) {
+      const float* src = rows + real_row_offset(g * NH + si, NW);
+      for (int j = lane; j < out_w; j += lanes) {
+        const int sj = j + ox;
+        const float v = sj >= 0 && sj < NW ? src[sj] * scale : 0.f;
+        dst[j] = from_float<T>(v + add);
+      }
+    } else {
+      for (int j = lane; j < out_w; j += lanes) dst[j] = from_float<T>(add);
+    }
+  }
+}
+
 template <int NH, int NW>
 __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
@@ -395,17 +434,21 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   __syncthreads();
 
   // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
-  const int plane = out_h * out_w;
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
-  for (int e = tid; e < live * plane; e += Cfg::THREADS) {
-    const int g = e / plane, p = e - g * plane;
-    const int i = p / out_w, j = p - i * out_w;
-    const int si = i + oy, sj = j + ox;
-    float v = 0.f;
-    if (si >= 0 && si < NH && sj >= 0 && sj < NW)
-      v = rows[real_row_offset(g * NH + si, NW) + sj] * scale;
-    if (bias != nullptr) v += load_real(bias, (b0 + g) % channels, type);
-    store_real(out, (b0 + g) * plane + p, v, type);
+  switch (type) {
+    case Real::F16:
+      store_window<NH, NW, Cfg::THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy,
+                                         ox, scale, static_cast<const __half*>(bias), channels);
+      break;
+    case Real::BF16:
+      store_window<NH, NW, Cfg::THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h,
+                                         out_w, oy, ox, scale,
+                                         static_cast<const __nv_bfloat16*>(bias), channels);
+      break;
+    default:
+      store_window<NH, NW, Cfg::THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy,
+                                         ox, scale, static_cast<const float*>(bias), channels);
+      break;
   }
 }
 
