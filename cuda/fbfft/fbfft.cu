@@ -173,35 +173,41 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   // 1. The window of G images, zero-filled, into the pair-interleaved real rows (coalesced).
   // float32: asynchronous copies (zero-filled outside the input), all in flight at once; 16-bit
   // storage: through registers, a chunk of loads in flight per round trip.
-  constexpr int ITEMS = G * NH * NW / Cfg::THREADS;
-  auto locate = [&](int e, int64_t* src, int* dst) {
-    const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
-    const int si = (r & (NH - 1)) + oy, sj = j + ox;
-    *dst = real_row_offset(r, NW) + j;
-    const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
-    *src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : -1;
-  };
+  // Groups of LANES threads read one row at a time.
+  constexpr int LANES = NW < 32 ? NW : 32, GROUPS = Cfg::THREADS / LANES;
+  const int group = tid / LANES, lane = tid - group * LANES;
   if (type == Real::F32) {
     const float* src_f = static_cast<const float*>(in);
-#pragma unroll 8
-    for (int u = 0; u < ITEMS; ++u) {
-      int64_t src;
-      int dst;
-      locate(tid + u * Cfg::THREADS, &src, &dst);
-      __pipeline_memcpy_async(rows + dst, src_f + (src >= 0 ? src : 0), 4, src >= 0 ? 0 : 4);
+#pragma unroll 4
+    for (int r = group; r < G * NH; r += GROUPS) {
+      const int g = r >> ilog2(NH), si = (r & (NH - 1)) + oy;
+      const bool row_ok = b0 + g < batch && si >= 0 && si < h;
+      const int64_t base = (b0 + g) * in_plane + static_cast<int64_t>(si) * w;
+      float* dst = rows + real_row_offset(r, NW);
+#pragma unroll
+      for (int j = lane; j < NW; j += LANES) {
+        const int sj = j + ox;
+        const bool ok = row_ok && sj >= 0 && sj < w;
+        __pipeline_memcpy_async(dst + j, src_f + (ok ? base + sj : 0), 4, ok ? 0 : 4);
+      }
     }
     __pipeline_commit();
     __pipeline_wait_prior(0);
   } else {
+    constexpr int ITEMS = G * NH * NW / Cfg::THREADS;
     constexpr int CHUNK = ITEMS < 16 ? ITEMS : 16;
     for (int u0 = 0; u0 < ITEMS; u0 += CHUNK) {
       float v[CHUNK];
       int dst[CHUNK];
 #pragma unroll
       for (int u = 0; u < CHUNK; ++u) {
-        int64_t src;
-        locate(tid + (u0 + u) * Cfg::THREADS, &src, &dst[u]);
-        v[u] = src >= 0 ? load_real(in, src, type) : 0.f;
+        const int e = tid + (u0 + u) * Cfg::THREADS;
+        const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
+        const int si = (r & (NH - 1)) + oy, sj = j + ox;
+        dst[u] = real_row_offset(r, NW) + j;
+        v[u] = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w
+                   ? load_real(in, (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj, type)
+                   : 0.f;
       }
 #pragma unroll
       for (int u = 0; u < CHUNK; ++u) rows[dst[u]] = v[u];
@@ -307,10 +313,11 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
   while (lanes * 2 <= out_w && lanes < 32) lanes *= 2;
   const int groups = THREADS / lanes, group = threadIdx.x / lanes;
   const int lane = threadIdx.x - group * lanes;
-  for (int r = group; r < live * out_h; r += groups) {
-    const int g = r / out_h, i = r - g * out_h, si = i + oy;
+  const int64_t plane = static_cast<int64_t>(out_h) * out_w;
+  auto row = [&](int g, int i) {
+    const int si = i + oy;
     const float add = bias != nullptr ? to_float(bias[(b0 + g) % channels]) : 0.f;
-    T* dst = out + ((b0 + g) * out_h + i) * static_cast<int64_t>(out_w);
+    T* dst = out + (b0 + g) * plane + static_cast<int64_t>(i) * out_w;
     if (si >= 0 && si < NH) {
       const float* src = rows + real_row_offset(g * NH + si, NW);
       for (int j = lane; j < out_w; j += lanes) {
@@ -321,6 +328,12 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
     } else {
       for (int j = lane; j < out_w; j += lanes) dst[j] = from_float<T>(add);
     }
+  };
+  if (out_h == 1) {  // one row per image: images across the groups
+    for (int g = group; g < live; g += groups) row(g, 0);
+  } else {
+    for (int g = 0; g < live; ++g)
+      for (int i = group; i < out_h; i += groups) row(g, i);
   }
 }
 
