@@ -23,9 +23,17 @@ void check_tensor(const char* op, const char* name, const at::Tensor& t) {
 
 }  // namespace
 
+Backend parse_backend(const char* op, c10::string_view backend) {
+  if (backend == "cufft") return Backend::CuFFT;
+  if (backend == "fbfft") return Backend::FbFFT;
+  TORCH_CHECK(false, op, ": `backend` must be \"cufft\" or \"fbfft\", got \"",
+              std::string(backend.data(), backend.size()), "\"");
+  return Backend::CuFFT;
+}
+
 Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
                const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-               at::IntArrayRef basis) {
+               at::IntArrayRef basis, c10::string_view backend) {
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
@@ -39,6 +47,7 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
   TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": `padding` must be >= 0, got ", padding);
   TORCH_CHECK(basis.size() == 2, op, ": `basis` must have 2 values (nh, nw), got ", basis);
   Geometry g{};
+  g.backend = parse_backend(op, backend);
   g.ph = padding[0];
   g.pw = padding[1];
   g.nh = basis[0];
@@ -81,6 +90,14 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               g.kw, ") is larger than the padded input (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
   TORCH_CHECK(g.nh >= g.H + 2 * g.ph && g.nw >= g.W + 2 * g.pw, op, ": `basis` ", basis,
               " must be at least the padded input size (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
+  if (g.backend == Backend::FbFFT) {
+    TORCH_CHECK(fft_conv::fbfft_basis_ok(g.nh, g.nw), op, ": `basis` ", basis,
+                " is not supported by `backend` \"fbfft\", which needs power-of-two sides from 2 to ",
+                fft_conv::kFbfftConvMax, " (backend \"cufft\" takes any basis)");
+    TORCH_CHECK(!(a.is_cuda() && a.scalar_type() == at::kDouble), op,
+                ": `backend` \"fbfft\" computes in float32 on CUDA and does not take float64; "
+                "float64 runs with backend \"cufft\"");
+  }
   if (bias.has_value()) {
     const at::Tensor& t = *bias;
     TORCH_CHECK(pass == Pass::Forward, op, ": takes no bias");

@@ -1,6 +1,7 @@
 """Typed wrappers of torch.ops.fastlayers.*, with their fake kernels and autograd formulas.
 
-Every op is a pure function of its arguments: the Fourier basis and the TF32 switch are explicit.
+Every op is a pure function of its arguments: the Fourier basis, the TF32 switch and the transform
+backend are explicit.
 """
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ __all__ = [
     "good_fft_size",
     "default_basis",
     "conv_tf32_allowed",
+    "BACKENDS",
 ]
+
+# The transform backends of FFT convolution: cuFFT (any basis) and fbfft (power-of-two basis sides
+# 2..FBFFT_MAX_BASIS; float32 arithmetic, so not float64 on CUDA). On CPU both run one pipeline.
+BACKENDS = ("cufft", "fbfft")
+FBFFT_MAX_BASIS = 64
 
 IntPair = Union[int, Sequence[int]]
 
@@ -72,39 +79,61 @@ def _input_hw_of_grad(grad_output: Tensor, weight: Tensor, padding) -> Tuple[int
             grad_output.shape[3] + weight.shape[3] - 1 - 2 * pw)
 
 
+def _basis_for(hw: Sequence[int], padding: Tuple[int, int], basis: Optional[IntPair],
+               backend: str) -> Tuple[int, int]:
+    """The explicit basis, or the default one for the backend: the smallest fast size for cuFFT,
+    the next power of two for fbfft."""
+    if basis is not None:
+        return _pair(basis, "basis")
+    if backend == "fbfft":
+        return (next_pow2(hw[0] + 2 * padding[0]), next_pow2(hw[1] + 2 * padding[1]))
+    return default_basis(hw, padding)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (and >= 2: fbfft's smallest size)."""
+    return max(2, 1 << (max(int(n), 1) - 1).bit_length())
+
+
 def fft_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                padding: IntPair = 0, basis: Optional[IntPair] = None,
-               tf32: Optional[bool] = None) -> Tensor:
-    """Forward FFT convolution (cross-correlation, stride 1): [S,C,H,W] x [K,C,kh,kw] -> [S,K,oh,ow]."""
+               tf32: Optional[bool] = None, backend: str = "cufft") -> Tensor:
+    """Forward FFT convolution (cross-correlation, stride 1): [S,C,H,W] x [K,C,kh,kw] -> [S,K,oh,ow].
+
+    `backend` "cufft" or "fbfft"; the default basis is the smallest fast size (cuFFT) or the next
+    power of two (fbfft) that holds the padded input."""
     padding = _pair(padding, "padding")
-    basis = default_basis(input.shape[-2:], padding) if basis is None else _pair(basis, "basis")
+    basis = _basis_for(input.shape[-2:], padding, basis, backend)
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
-    return torch.ops.fastlayers.fft_conv2d(input, weight, bias, padding, basis, tf32)
+    return torch.ops.fastlayers.fft_conv2d(input, weight, bias, padding, basis, tf32, backend)
 
 
 def fft_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair = 0,
-                          basis: Optional[IntPair] = None, tf32: Optional[bool] = None) -> Tensor:
+                          basis: Optional[IntPair] = None, tf32: Optional[bool] = None,
+                          backend: str = "cufft") -> Tensor:
     """Gradient of fft_conv2d with respect to its input: [S,K,oh,ow] x [K,C,kh,kw] -> [S,C,H,W]."""
     padding = _pair(padding, "padding")
-    if basis is None:
-        basis = default_basis(_input_hw_of_grad(grad_output, weight, padding), padding)
+    basis = _basis_for(_input_hw_of_grad(grad_output, weight, padding), padding, basis, backend)
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
-    return torch.ops.fastlayers.fft_conv2d_input_grad(grad_output, weight, padding,
-                                                      _pair(basis, "basis"), tf32)
+    return torch.ops.fastlayers.fft_conv2d_input_grad(grad_output, weight, padding, basis, tf32,
+                                                      backend)
 
 
 def fft_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair = 0,
-                           basis: Optional[IntPair] = None, tf32: Optional[bool] = None) -> Tensor:
+                           basis: Optional[IntPair] = None, tf32: Optional[bool] = None,
+                           backend: str = "cufft") -> Tensor:
     """Gradient of fft_conv2d with respect to its weight: [S,K,oh,ow] x [S,C,H,W] -> [K,C,kh,kw]."""
     padding = _pair(padding, "padding")
-    basis = default_basis(input.shape[-2:], padding) if basis is None else _pair(basis, "basis")
+    basis = _basis_for(input.shape[-2:], padding, basis, backend)
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
-    return torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, input, padding, basis, tf32)
+    return torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, input, padding, basis, tf32,
+                                                       backend)
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntPair = 1,
            padding: Union[IntPair, str] = 0, dilation: IntPair = 1, groups: int = 1, *,
-           basis: Optional[IntPair] = None, tf32: Optional[bool] = None) -> Tensor:
+           basis: Optional[IntPair] = None, tf32: Optional[bool] = None,
+           backend: str = "cufft") -> Tensor:
     """torch.nn.functional.conv2d's signature on FFT convolution; unsupported arguments raise."""
     if _pair(stride, "stride") != (1, 1):
         raise ValueError(f"fastlayers.ops.conv2d: `stride` must be 1 for FFT convolution, got {stride!r}")
@@ -128,7 +157,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride:
             padding = lo
         else:
             raise ValueError(f"fastlayers.ops.conv2d: `padding` string must be 'same' or 'valid', got {padding!r}")
-    out = fft_conv2d(input, weight, bias, padding, basis, tf32)
+    out = fft_conv2d(input, weight, bias, padding, basis, tf32, backend)
     return out.squeeze(0) if unbatched else out
 
 
@@ -141,7 +170,7 @@ def _check4(t: Tensor, op: str, name: str) -> None:
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d")
-def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False):
+def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False, backend="cufft"):
     _check4(input, "fft_conv2d", "input")
     _check4(weight, "fft_conv2d", "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
@@ -153,7 +182,8 @@ def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False):
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d_input_grad")
-def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32=False):
+def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32=False,
+                                backend="cufft"):
     _check4(grad_output, "fft_conv2d_input_grad", "grad_output")
     _check4(weight, "fft_conv2d_input_grad", "weight")
     torch._check(grad_output.dtype == weight.dtype, lambda: "fft_conv2d_input_grad: dtype mismatch")
@@ -162,7 +192,8 @@ def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32=False)
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d_weight_grad")
-def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32=False):
+def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32=False,
+                                 backend="cufft"):
     _check4(grad_output, "fft_conv2d_weight_grad", "grad_output")
     _check4(input, "fft_conv2d_weight_grad", "input")
     torch._check(grad_output.dtype == input.dtype, lambda: "fft_conv2d_weight_grad: dtype mismatch")
@@ -177,53 +208,55 @@ def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32=False)
 
 
 def _setup_fwd(ctx, inputs, output):
-    input, weight, bias, padding, basis, tf32 = inputs
+    input, weight, bias, padding, basis, tf32, backend = inputs
     ctx.save_for_backward(input, weight)
-    ctx.args = (padding, basis, tf32)
+    ctx.args = (padding, basis, tf32, backend)
     ctx.has_bias = bias is not None
 
 
 def _backward_fwd(ctx, grad):
     input, weight = ctx.saved_tensors
-    padding, basis, tf32 = ctx.args
+    padding, basis, tf32, backend = ctx.args
     gi = gw = gb = None
     if ctx.needs_input_grad[0]:
-        gi = torch.ops.fastlayers.fft_conv2d_input_grad(grad, weight, padding, basis, tf32)
+        gi = torch.ops.fastlayers.fft_conv2d_input_grad(grad, weight, padding, basis, tf32, backend)
     if ctx.needs_input_grad[1]:
-        gw = torch.ops.fastlayers.fft_conv2d_weight_grad(grad, input, padding, basis, tf32)
+        gw = torch.ops.fastlayers.fft_conv2d_weight_grad(grad, input, padding, basis, tf32, backend)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad.sum((0, 2, 3))
-    return gi, gw, gb, None, None, None
+    return gi, gw, gb, None, None, None, None
 
 
 def _setup_grad(ctx, inputs, output):
-    a, b, padding, basis, tf32 = inputs
+    a, b, padding, basis, tf32, backend = inputs
     ctx.save_for_backward(a, b)
-    ctx.args = (padding, basis, tf32)
+    ctx.args = (padding, basis, tf32, backend)
 
 
 def _backward_input_grad(ctx, gg):
     # gx = IG(gy, w):  <gg, IG(gy, w)> = <F(gg, w), gy>
     grad_output, weight = ctx.saved_tensors
-    padding, basis, tf32 = ctx.args
+    padding, basis, tf32, backend = ctx.args
     d_gy = d_w = None
     if ctx.needs_input_grad[0]:
-        d_gy = torch.ops.fastlayers.fft_conv2d(gg, weight, None, padding, basis, tf32)
+        d_gy = torch.ops.fastlayers.fft_conv2d(gg, weight, None, padding, basis, tf32, backend)
     if ctx.needs_input_grad[1]:
-        d_w = torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, gg, padding, basis, tf32)
-    return d_gy, d_w, None, None, None
+        d_w = torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, gg, padding, basis, tf32,
+                                                          backend)
+    return d_gy, d_w, None, None, None, None
 
 
 def _backward_weight_grad(ctx, gg):
     # gw = WG(gy, x):  <gg, WG(gy, x)> = <F(x, gg), gy>
     grad_output, input = ctx.saved_tensors
-    padding, basis, tf32 = ctx.args
+    padding, basis, tf32, backend = ctx.args
     d_gy = d_x = None
     if ctx.needs_input_grad[0]:
-        d_gy = torch.ops.fastlayers.fft_conv2d(input, gg, None, padding, basis, tf32)
+        d_gy = torch.ops.fastlayers.fft_conv2d(input, gg, None, padding, basis, tf32, backend)
     if ctx.needs_input_grad[1]:
-        d_x = torch.ops.fastlayers.fft_conv2d_input_grad(grad_output, gg, padding, basis, tf32)
-    return d_gy, d_x, None, None, None
+        d_x = torch.ops.fastlayers.fft_conv2d_input_grad(grad_output, gg, padding, basis, tf32,
+                                                         backend)
+    return d_gy, d_x, None, None, None, None
 
 
 torch.library.register_autograd("fastlayers::fft_conv2d", _backward_fwd, setup_context=_setup_fwd)

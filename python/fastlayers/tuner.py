@@ -170,15 +170,37 @@ class Decision:
                         skipped=dict(d.get("skipped", {})))
 
 
+# FFT labels: the algorithm names the transform backend ("fft" is cuFFT), then the basis.
+_FFT_BACKEND = {"fft": "cufft", "fbfft": "fbfft"}
+
+
+def _size(text: str, label: str) -> Tuple[int, int]:
+    h, sep, w = text.partition("x")
+    try:
+        if sep and int(h) > 0 and int(w) > 0:
+            return (int(h), int(w))
+    except ValueError:
+        pass
+    raise ValueError(f"bad size {text!r} in algorithm label {label!r}")
+
+
 def parse_choice(label: str) -> Tuple[str, Optional[Tuple[int, int]]]:
-    """'native' -> ('native', None); 'fft:16x12' -> ('fft', (16, 12))."""
+    """'native' -> ('native', None); 'fft:16x12' -> ('fft', (16, 12)) (cuFFT);
+    'fbfft:16x16' -> ('fbfft', (16, 16))."""
     if label == "native":
         return "native", None
     algo, _, params = label.partition(":")
-    if algo == "fft":
-        nh, nw = params.split("x")
-        return "fft", (int(nh), int(nw))
+    if algo in _FFT_BACKEND:
+        return algo, _size(params, label)
     raise ValueError(f"unknown algorithm label {label!r}")
+
+
+def fft_args(label: str) -> Tuple[Tuple[int, int], str]:
+    """(basis, backend) of an FFT label: 'fbfft:16x16' -> ((16, 16), 'fbfft')."""
+    algo, basis = parse_choice(label)
+    if basis is None:
+        raise ValueError(f"{label!r} is not an FFT label")
+    return basis, _FFT_BACKEND[algo]
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,17 +392,18 @@ def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
     return out
 
 
-def fft_workspace_bytes(p: ConvProblem, pass_: str, basis: Tuple[int, int]) -> int:
-    """Device bytes an FFT candidate allocates beyond its inputs and output."""
+def fft_workspace_bytes(p: ConvProblem, pass_: str, label: str) -> int:
+    """Device bytes an FFT candidate (a label) allocates beyond its inputs and output."""
     from . import _C
+    basis, backend = fft_args(label)
     real_bytes = 8 if p.dtype == "float64" else 4
     ws = _C.fft_conv2d_workspace_bytes(PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.kh, p.kw,
-                                       p.ph, p.pw, basis[0], basis[1], real_bytes)
+                                       p.ph, p.pw, basis[0], basis[1], real_bytes, backend)
     return int(ws * 1.1)  # cuFFT's work areas, not counted above
 
 
 def _pass_fn(label: str, pass_: str, p: ConvProblem) -> Callable[..., torch.Tensor]:
-    algo, basis = parse_choice(label)
+    algo, _ = parse_choice(label)
     pad = [p.ph, p.pw]
     if algo == "native":
         if pass_ == "forward":
@@ -390,11 +413,13 @@ def _pass_fn(label: str, pass_: str, p: ConvProblem) -> Callable[..., torch.Tens
         return lambda x, w, gy: torch.ops.aten.convolution_backward(
             gy, x, w, None, [1, 1], pad, [1, 1], False, [0, 0], 1, mask)[idx]
     tf32 = p.tf32
+    basis, backend = fft_args(label)
+    fl = torch.ops.fastlayers
     if pass_ == "forward":
-        return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d(x, w, None, pad, basis, tf32)
+        return lambda x, w, gy: fl.fft_conv2d(x, w, None, pad, basis, tf32, backend)
     if pass_ == "input_grad":
-        return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, pad, basis, tf32)
-    return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, pad, basis, tf32)
+        return lambda x, w, gy: fl.fft_conv2d_input_grad(gy, w, pad, basis, tf32, backend)
+    return lambda x, w, gy: fl.fft_conv2d_weight_grad(gy, x, pad, basis, tf32, backend)
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -450,7 +475,7 @@ def _measure_candidates(p, pass_, device, x, w, gy, ref) -> Decision:
             if time.perf_counter() > deadline:
                 skipped[label] = "tuning budget spent"
                 continue
-            ws = fft_workspace_bytes(p, pass_, parse_choice(label)[1])
+            ws = fft_workspace_bytes(p, pass_, label)
             if ws > limit:
                 skipped[label] = "workspace %.0f MiB > bound %.0f MiB" % (ws / 2**20, limit / 2**20)
                 continue
