@@ -19,9 +19,9 @@ _CPU_DTYPES = (torch.float32, torch.float64)
 
 
 def _fft_op_args(label: str, tf32: bool):
-    """The ops' arguments after `padding` for an FFT label: (basis, tf32, backend)."""
-    basis, backend = _tuner.fft_args(label)
-    return basis, tf32, backend
+    """The ops' arguments after `padding` for an FFT label: (basis, tf32, backend, tile)."""
+    basis, backend, tile = _tuner.fft_args(label)
+    return basis, tf32, backend, tile
 
 
 class _Conv2dFunction(torch.autograd.Function):
@@ -73,7 +73,8 @@ class Conv2d(nn.Conv2d):
     path and is listed by ``fastlayers.tuner.report()`` with the reason.
 
     ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins labels ('native',
-    'fft:NHxNW' for cuFFT, 'fbfft:NHxNW') on this module, bypassing the tuner (benchmarks, tests).
+    'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW') on this module, bypassing the
+    tuner (benchmarks, tests).
     """
 
     _fl_forced: Optional[Dict[str, str]] = None  # pinned labels per pass, or None (tuner)

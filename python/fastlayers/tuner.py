@@ -152,7 +152,7 @@ def _cudnn_version():
 
 @dataclass
 class Decision:
-    choice: str                      # "native" or "fft:NHxNW"
+    choice: str                      # "native" or an FFT label ("fbfft:16x16,tile=14x14")
     source: str                      # tuned, file, heuristic, forced
     reason: str = ""
     times_ms: Dict[str, float] = field(default_factory=dict)
@@ -172,6 +172,7 @@ class Decision:
 
 # FFT labels: the algorithm names the transform backend ("fft" is cuFFT), then the basis.
 _FFT_BACKEND = {"fft": "cufft", "fbfft": "fbfft"}
+_ALGO = {"cufft": "fft", "fbfft": "fbfft"}
 
 
 def _size(text: str, label: str) -> Tuple[int, int]:
@@ -184,23 +185,40 @@ def _size(text: str, label: str) -> Tuple[int, int]:
     raise ValueError(f"bad size {text!r} in algorithm label {label!r}")
 
 
+def _parse_fft(label: str):
+    algo, _, params = label.partition(":")
+    if algo not in _FFT_BACKEND:
+        raise ValueError(f"unknown algorithm label {label!r}")
+    basis, sep, tile = params.partition(",tile=")
+    return algo, _size(basis, label), (_size(tile, label) if sep else (0, 0))
+
+
 def parse_choice(label: str) -> Tuple[str, Optional[Tuple[int, int]]]:
     """'native' -> ('native', None); 'fft:16x12' -> ('fft', (16, 12)) (cuFFT);
-    'fbfft:16x16' -> ('fbfft', (16, 16))."""
+    'fbfft:16x16' -> ('fbfft', (16, 16)); 'fft:16x16,tile=14x14' -> ('fft', (16, 16))."""
     if label == "native":
         return "native", None
-    algo, _, params = label.partition(":")
-    if algo in _FFT_BACKEND:
-        return algo, _size(params, label)
-    raise ValueError(f"unknown algorithm label {label!r}")
+    algo, basis, _ = _parse_fft(label)
+    return algo, basis
 
 
-def fft_args(label: str) -> Tuple[Tuple[int, int], str]:
-    """(basis, backend) of an FFT label: 'fbfft:16x16' -> ((16, 16), 'fbfft')."""
-    algo, basis = parse_choice(label)
-    if basis is None:
+def fft_args(label: str) -> Tuple[Tuple[int, int], str, Tuple[int, int]]:
+    """(basis, backend, tile) of an FFT label: 'fbfft:16x16,tile=14x14' -> ((16, 16), 'fbfft',
+    (14, 14)); tile (0, 0) when untiled."""
+    if label == "native":
         raise ValueError(f"{label!r} is not an FFT label")
-    return basis, _FFT_BACKEND[algo]
+    algo, basis, tile = _parse_fft(label)
+    return basis, _FFT_BACKEND[algo], tile
+
+
+def fft_label(basis: Tuple[int, int], backend: str = "cufft",
+              tile: Tuple[int, int] = (0, 0)) -> str:
+    """The label of an FFT candidate: 'fft:NHxNW' (cuFFT), 'fbfft:NHxNW', ',tile=THxTW' tiled."""
+    algo = _ALGO[backend]
+    label = "%s:%dx%d" % (algo, basis[0], basis[1])
+    if tile[0] > 0:
+        label += ",tile=%dx%d" % (tile[0], tile[1])
+    return label
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,12 +411,15 @@ def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
 
 
 def fft_workspace_bytes(p: ConvProblem, pass_: str, label: str) -> int:
-    """Device bytes an FFT candidate (a label) allocates beyond its inputs and output."""
+    """Device bytes an FFT candidate (a label) allocates beyond its inputs and output: the
+    backend's buffers, or for a tiled candidate those of one chunk of tiles with the tile copies
+    (chunks stay under the extension's chunk bound)."""
     from . import _C
-    basis, backend = fft_args(label)
+    basis, backend, tile = fft_args(label)
     real_bytes = 8 if p.dtype == "float64" else 4
     ws = _C.fft_conv2d_workspace_bytes(PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.kh, p.kw,
-                                       p.ph, p.pw, basis[0], basis[1], real_bytes, backend)
+                                       p.ph, p.pw, basis[0], basis[1], real_bytes, backend,
+                                       tile[0], tile[1])
     return int(ws * 1.1)  # cuFFT's work areas, not counted above
 
 
@@ -413,13 +434,13 @@ def _pass_fn(label: str, pass_: str, p: ConvProblem) -> Callable[..., torch.Tens
         return lambda x, w, gy: torch.ops.aten.convolution_backward(
             gy, x, w, None, [1, 1], pad, [1, 1], False, [0, 0], 1, mask)[idx]
     tf32 = p.tf32
-    basis, backend = fft_args(label)
+    basis, backend, tile = fft_args(label)
     fl = torch.ops.fastlayers
     if pass_ == "forward":
-        return lambda x, w, gy: fl.fft_conv2d(x, w, None, pad, basis, tf32, backend)
+        return lambda x, w, gy: fl.fft_conv2d(x, w, None, pad, basis, tf32, backend, tile)
     if pass_ == "input_grad":
-        return lambda x, w, gy: fl.fft_conv2d_input_grad(gy, w, pad, basis, tf32, backend)
-    return lambda x, w, gy: fl.fft_conv2d_weight_grad(gy, x, pad, basis, tf32, backend)
+        return lambda x, w, gy: fl.fft_conv2d_input_grad(gy, w, pad, basis, tf32, backend, tile)
+    return lambda x, w, gy: fl.fft_conv2d_weight_grad(gy, x, pad, basis, tf32, backend, tile)
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -531,8 +552,9 @@ def _measure_or_native(p: ConvProblem, pass_: str, device: torch.device) -> Deci
 
 
 def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = None) -> str:
-    """The algorithm label for one pass of `p`: 'native' or 'fft:NHxNW'. A new shape is measured
-    on `device` (default: the current CUDA device, or the CPU)."""
+    """The algorithm label for one pass of `p`: 'native' or an FFT label ('fft:NHxNW',
+    'fbfft:NHxNW', either with ',tile=THxTW'). A new shape is measured on `device` (default: the
+    current CUDA device, or the CPU)."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     key = p.key(pass_)
