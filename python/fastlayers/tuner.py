@@ -40,7 +40,7 @@ __all__ = [
     "workspace_limit", "set_budget", "note_fallback",
 ]
 
-FORMAT = 1
+FORMAT = 2  # 2: labels name the transform backend and the tile
 PASSES = ("forward", "input_grad", "weight_grad")
 MODES = ("tune", "cache", "off")
 _VERSION = "0.1.0"
@@ -392,21 +392,49 @@ def _write_entry(key: str, decision: Decision) -> None:
 
 
 # Whether each algorithm gives bitwise-identical results run to run (no atomics, no
-# order-dependent reductions): FFT convolution uses cuFFT, cuBLAS and kernels without atomics.
-DETERMINISTIC = {"native": True, "fft": True}
+# order-dependent reductions): FFT convolution uses cuFFT or fbfft, cuBLAS and kernels without
+# atomics; tiled weight gradients sum their chunks in a fixed order.
+DETERMINISTIC = {"native": True, "fft": True, "fbfft": True}
+
+# Bases of tiled candidates: tile + kernel - 1 is one of these powers of two (square).
+TILE_BASES = (8, 16, 32, 64)
+
+
+def _fbfft_basis_ok(nh: int, nw: int) -> bool:
+    ok = lambda n: 2 <= n <= _ops.FBFFT_MAX_BASIS and n & (n - 1) == 0  # noqa: E731
+    return ok(nh) and ok(nw)
 
 
 def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
     """Labels of every algorithm that supports the problem, `native` first; under
-    torch.use_deterministic_algorithms(True) only deterministic ones."""
+    torch.use_deterministic_algorithms(True) only deterministic ones.
+
+    cuFFT ('fft:NHxNW') at the smallest fast basis and the next power of two holding the padded
+    input; fbfft ('fbfft:NHxNW') at that power of two when both sides are at most 64 (not float64
+    on CUDA); tiled, either backend (',tile=THxTW'), where tile + kernel - 1 is 8, 16, 32 or 64
+    and the tile is smaller than the pass's large result (y; grad_input for the input grad)."""
     out = ["native"]
-    if p.deterministic and not DETERMINISTIC["fft"]:
-        return out
     hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
-    bases = {(_ops.good_fft_size(hp), _ops.good_fft_size(wp)),
-             (1 << (hp - 1).bit_length(), 1 << (wp - 1).bit_length())}
-    for nh, nw in sorted(bases):
-        out.append("fft:%dx%d" % (nh, nw))
+    backends = ["cufft"]
+    if not (p.device_type == "cuda" and p.dtype == "float64"):
+        backends.append("fbfft")
+    if p.deterministic:
+        backends = [b for b in backends if DETERMINISTIC[_ALGO[b]]]
+    if "cufft" in backends:
+        bases = {(_ops.good_fft_size(hp), _ops.good_fft_size(wp)),
+                 (_ops.next_pow2(hp), _ops.next_pow2(wp))}
+        for basis in sorted(bases):
+            out.append(fft_label(basis))
+    pow2 = (_ops.next_pow2(hp), _ops.next_pow2(wp))
+    if "fbfft" in backends and _fbfft_basis_ok(*pow2):
+        out.append(fft_label(pow2, "fbfft"))
+    rh, rw = (p.H, p.W) if pass_ == "input_grad" else (p.oh, p.ow)
+    for n in TILE_BASES:
+        tile = (min(n - p.kh + 1, rh), min(n - p.kw + 1, rw))
+        if tile[0] < 1 or tile[1] < 1 or (tile[0] == rh and tile[1] == rw):
+            continue  # the kernel does not fit, or one tile would be the whole result
+        for backend in backends:
+            out.append(fft_label((n, n), backend, tile))
     return out
 
 
@@ -493,12 +521,12 @@ def _measure_candidates(p, pass_, device, x, w, gy, ref) -> Decision:
     tol = None
     for label in candidates_conv2d(p, pass_):
         if label != "native":
-            if time.perf_counter() > deadline:
-                skipped[label] = "tuning budget spent"
-                continue
             ws = fft_workspace_bytes(p, pass_, label)
             if ws > limit:
                 skipped[label] = "workspace %.0f MiB > bound %.0f MiB" % (ws / 2**20, limit / 2**20)
+                continue
+            if time.perf_counter() > deadline:
+                skipped[label] = "tuning budget spent"
                 continue
         fn = _pass_fn(label, pass_, p)
         args = (x, w, gy)
@@ -613,8 +641,21 @@ def decisions() -> List[dict]:
     return rows
 
 
+def describe_choice(label: str) -> str:
+    """In words: 'PyTorch (native)', 'FFT, backend fbfft, basis 16x16, tiles 14x14'."""
+    if label == "native":
+        return "PyTorch (native)"
+    try:
+        basis, backend, tile = fft_args(label)
+    except ValueError:
+        return label
+    return "FFT, backend %s, basis %dx%d, %s" % (
+        backend, basis[0], basis[1], "tiles %dx%d" % tile if tile[0] > 0 else "untiled")
+
+
 def report() -> str:
-    """A readable table of what was chosen, for which shape and pass, and why."""
+    """A readable table of what was chosen (backend, basis, tile), for which shape and pass, and
+    why."""
     lines = ["fastlayers tuner: mode=%s, cache=%s" % (_state.mode, cache_file())]
     rows = decisions()
     if not rows:
@@ -625,6 +666,7 @@ def report() -> str:
             key = key[len("forced|"):]
         head = key.split("|torch=")[0]
         lines.append("  %-12s %-11s %s" % (r["choice"], r["source"], head))
+        lines.append("      use: %s" % describe_choice(r["choice"]))
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
