@@ -4,9 +4,11 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/library.h>
 
 #include "../cuda/fft_conv/layout.h"
+#include "fft_conv/fft_conv.h"
 
 #ifdef FASTLAYERS_WITH_CUDA
 #include "../cuda/common/cufft_plans.h"
@@ -15,15 +17,23 @@
 TORCH_LIBRARY(fastlayers, m) {
   // FFT convolution, stride 1, dilation 1, groups 1, zero padding (ph, pw); `basis` is the
   // Fourier basis size (nh, nw), at least the padded input. Cross-correlation as in nn.Conv2d.
+  // `backend`: the transforms, "cufft" (any basis) or "fbfft" (power-of-two sides 2..64; not
+  // float64 on CUDA); on CPU both run the same ATen pipeline.
+  // `tile` (th, tw): [0, 0] untiled, else overlap-save tiles of that size over the pass's large
+  // result (y for fft_conv2d and fft_conv2d_weight_grad, grad_input for fft_conv2d_input_grad);
+  // the basis then needs only tile + kernel - 1 per side (csrc/fft_conv/fft_conv.h).
   // input [S, C, H, W], weight [K, C, kh, kw], bias [K]  ->  [S, K, H+2ph-kh+1, W+2pw-kw+1]
   m.def("fft_conv2d(Tensor input, Tensor weight, Tensor? bias, SymInt[2] padding, "
-        "SymInt[2] basis, bool tf32=False) -> Tensor");
+        "SymInt[2] basis, bool tf32=False, str backend=\"cufft\", "
+        "SymInt[2] tile=[0, 0]) -> Tensor");
   // grad_output [S, K, oh, ow], weight [K, C, kh, kw]  ->  grad_input [S, C, oh+kh-1-2ph, ...]
   m.def("fft_conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[2] padding, "
-        "SymInt[2] basis, bool tf32=False) -> Tensor");
+        "SymInt[2] basis, bool tf32=False, str backend=\"cufft\", "
+        "SymInt[2] tile=[0, 0]) -> Tensor");
   // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, H+2ph-oh+1, ...]
   m.def("fft_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
-        "SymInt[2] basis, bool tf32=False) -> Tensor");
+        "SymInt[2] basis, bool tf32=False, str backend=\"cufft\", "
+        "SymInt[2] tile=[0, 0]) -> Tensor");
 
   // fbfft: small power-of-two real FFTs with implicit padding, windows, clipping and layouts
   // (semantics in csrc/fbfft/fbfft.h). Unnormalised forward; the inverse scales by 1/n when
@@ -53,43 +63,49 @@ constexpr c10::DispatchKey autocast_key() {
 template <c10::DeviceType D>
 at::Tensor fft_conv2d_autocast(const at::Tensor& input, const at::Tensor& weight,
                                const std::optional<at::Tensor>& bias, c10::SymIntArrayRef padding,
-                               c10::SymIntArrayRef basis, bool tf32) {
+                               c10::SymIntArrayRef basis, bool tf32, c10::string_view backend,
+                               c10::SymIntArrayRef tile) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key<D>());
   const auto dt = at::autocast::get_autocast_dtype(D);
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("fastlayers::fft_conv2d", "")
                        .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                                          const std::optional<at::Tensor>&, c10::SymIntArrayRef,
-                                         c10::SymIntArrayRef, bool)>();
+                                         c10::SymIntArrayRef, bool, c10::string_view,
+                                         c10::SymIntArrayRef)>();
   return op.call(at::autocast::cached_cast(dt, input, D), at::autocast::cached_cast(dt, weight, D),
-                 at::autocast::cached_cast(dt, bias, D), padding, basis, tf32);
+                 at::autocast::cached_cast(dt, bias, D), padding, basis, tf32, backend, tile);
 }
 
 template <c10::DeviceType D>
 at::Tensor grad_autocast(const char* name, const at::Tensor& a, const at::Tensor& b,
-                         c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32) {
+                         c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32,
+                         c10::string_view backend, c10::SymIntArrayRef tile) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key<D>());
   const auto dt = at::autocast::get_autocast_dtype(D);
   auto op = c10::Dispatcher::singleton()
                 .findSchemaOrThrow(name, "")
                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
-                                  c10::SymIntArrayRef, bool)>();
+                                  c10::SymIntArrayRef, bool, c10::string_view,
+                                  c10::SymIntArrayRef)>();
   return op.call(at::autocast::cached_cast(dt, a, D), at::autocast::cached_cast(dt, b, D), padding,
-                 basis, tf32);
+                 basis, tf32, backend, tile);
 }
 
 template <c10::DeviceType D>
 at::Tensor input_grad_autocast(const at::Tensor& grad_output, const at::Tensor& weight,
-                               c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32) {
+                               c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32,
+                               c10::string_view backend, c10::SymIntArrayRef tile) {
   return grad_autocast<D>("fastlayers::fft_conv2d_input_grad", grad_output, weight, padding, basis,
-                          tf32);
+                          tf32, backend, tile);
 }
 
 template <c10::DeviceType D>
 at::Tensor weight_grad_autocast(const at::Tensor& grad_output, const at::Tensor& input,
-                                c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32) {
+                                c10::SymIntArrayRef padding, c10::SymIntArrayRef basis, bool tf32,
+                                c10::string_view backend, c10::SymIntArrayRef tile) {
   return grad_autocast<D>("fastlayers::fft_conv2d_weight_grad", grad_output, input, padding, basis,
-                          tf32);
+                          tf32, backend, tile);
 }
 
 }  // namespace
@@ -116,14 +132,44 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("conv_tf32_allowed",
         [] { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); });
   // Workspace bytes of one FFT-convolution pass (0 forward, 1 input grad, 2 weight grad) on the
-  // device, cuFFT's work areas excluded (small next to the buffers, and asking needs a device).
-  m.def("fft_conv2d_workspace_bytes",
+  // device with the given transform backend ("cufft" or "fbfft"), cuFFT's work areas excluded
+  // (small next to the buffers, and asking needs a device). Tiled (th, tw > 0): the bytes of one
+  // chunk of tiles, tile copies included.
+  m.def(
+      "fft_conv2d_workspace_bytes",
+      [](int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W, int64_t kh, int64_t kw,
+         int64_t ph, int64_t pw, int64_t nh, int64_t nw, int real_bytes, const std::string& backend,
+         int64_t th, int64_t tw) {
+        namespace host = fastlayers::fft_conv_host;
+        TORCH_CHECK(pass >= 0 && pass <= 2, "fft_conv2d_workspace_bytes: `pass_` must be 0, 1 or 2");
+        TORCH_CHECK(th >= 0 && tw >= 0 && (th == 0) == (tw == 0),
+                    "fft_conv2d_workspace_bytes: `tile` must be (0, 0) or positive");
+        host::Geometry g{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
+        g.th = th;
+        g.tw = tw;
+        g.backend = host::parse_backend("fft_conv2d_workspace_bytes", backend);
+        return host::workspace_bytes(static_cast<host::Pass>(pass), g, real_bytes);
+      },
+      pybind11::arg("pass_"), pybind11::arg("S"), pybind11::arg("C"), pybind11::arg("K"),
+      pybind11::arg("H"), pybind11::arg("W"), pybind11::arg("kh"), pybind11::arg("kw"),
+      pybind11::arg("ph"), pybind11::arg("pw"), pybind11::arg("nh"), pybind11::arg("nw"),
+      pybind11::arg("real_bytes"), pybind11::arg("backend") = "cufft", pybind11::arg("th") = 0,
+      pybind11::arg("tw") = 0);
+  // Tiled passes run their tiles in chunks of whole samples whose bytes stay under this bound
+  // (default kTileChunkBytes); samples per chunk as a tiled pass computes them. Internal: tests
+  // make the bound tiny to exercise chunking; a value <= 0 restores the default.
+  m.def("_tile_chunk_bytes", &fastlayers::fft_conv_host::tile_chunk_bytes);
+  m.def("_set_tile_chunk_bytes", &fastlayers::fft_conv_host::set_tile_chunk_bytes);
+  m.def("_tile_chunk_samples",
         [](int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W, int64_t kh, int64_t kw,
-           int64_t ph, int64_t pw, int64_t nh, int64_t nw, int real_bytes) {
-          const fastlayers::fft_conv::Shape s{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
-          return fastlayers::fft_conv::buffer_layout(
-                     static_cast<fastlayers::fft_conv::Pass>(pass), s, real_bytes)
-              .total();
+           int64_t ph, int64_t pw, int64_t nh, int64_t nw, int real_bytes, int64_t th, int64_t tw) {
+          namespace host = fastlayers::fft_conv_host;
+          TORCH_CHECK(pass >= 0 && pass <= 2 && th > 0 && tw > 0,
+                      "_tile_chunk_samples: needs a pass 0..2 and a positive tile");
+          host::Geometry g{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
+          g.th = th;
+          g.tw = tw;
+          return host::chunk_samples(static_cast<host::Pass>(pass), g, real_bytes);
         });
 #ifdef FASTLAYERS_WITH_CUDA
   m.attr("with_cuda") = true;

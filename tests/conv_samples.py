@@ -164,11 +164,26 @@ def torch_passes(x, w, b, gy, padding):
     return y, gx, gw
 
 
-def fft_passes(x, w, b, gy, padding, basis, tf32=False):
+def fft_passes(x, w, b, gy, padding, basis, tf32=False, backend="cufft"):
     ops = torch.ops.fastlayers
-    return (ops.fft_conv2d(x, w, b, padding, basis, tf32),
-            ops.fft_conv2d_input_grad(gy, w, padding, basis, tf32),
-            ops.fft_conv2d_weight_grad(gy, x, padding, basis, tf32))
+    return (ops.fft_conv2d(x, w, b, padding, basis, tf32, backend),
+            ops.fft_conv2d_input_grad(gy, w, padding, basis, tf32, backend),
+            ops.fft_conv2d_weight_grad(gy, x, padding, basis, tf32, backend))
+
+
+def pow2_basis(case: Case) -> Tuple[int, int]:
+    """The smallest power-of-two basis (fbfft's sizes) holding the case's padded input."""
+    return (max(2, _pow2(case.H + 2 * case.ph)), max(2, _pow2(case.W + 2 * case.pw)))
+
+
+def fbfft_cases(size: str = "full") -> Iterator[Case]:
+    """The sample problems whose power-of-two basis fbfft takes (sides up to 64), at that basis."""
+    seen = set()
+    for case in sample_cases(size):
+        c = case._replace(basis=pow2_basis(case))
+        if max(c.basis) <= 64 and c not in seen:
+            seen.add(c)
+            yield c
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

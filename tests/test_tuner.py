@@ -63,6 +63,7 @@ def no_measuring(monkeypatch):
 def test_cache_lives_in_the_test_folder(tuner_cache):
     assert tuner.cache_file().parent == tuner_cache
     assert tuner.cache_file().name == "tuner-v%d.json" % tuner.FORMAT
+    assert tuner.FORMAT == 2  # labels with backends and tiles
 
 
 def test_cpu_is_not_measured_by_default(no_measuring):
@@ -335,14 +336,13 @@ def test_workspace_limit_skips_fft_candidates(tune_cpu):
 
 def test_inaccurate_or_failing_candidates_are_rejected(tune_cpu, monkeypatch):
     real = tuner._pass_fn
-    labels = iter(["inaccurate", "failing"])
     behaviour = {}
 
-    def pass_fn(label, pass_, p):
+    def pass_fn(label, pass_, p):  # the first FFT candidate inaccurate, the others failing
         fn = real(label, pass_, p)
         if label == "native":
             return fn
-        kind = behaviour.setdefault(label, next(labels))
+        kind = behaviour.setdefault(label, "failing" if behaviour else "inaccurate")
         if kind == "inaccurate":
             return lambda *a: fn(*a) * 1.001
         def fail(*a):
@@ -350,13 +350,14 @@ def test_inaccurate_or_failing_candidates_are_rejected(tune_cpu, monkeypatch):
         return fail
 
     monkeypatch.setattr(tuner, "_pass_fn", pass_fn)
+    tuner.set_budget(60)  # rejected candidates are never timed: every one gets its verdict
     p = problem()
     assert tuner.choose_conv2d(p, "forward") == "native"
     skipped = by_key()[p.key("forward")]["skipped"]
-    assert len(skipped) == 2
+    assert set(skipped) == set(tuner.candidates_conv2d(p, "forward")[1:]) == set(behaviour)
     reasons = sorted(skipped.values())
     assert reasons[0].startswith("error ") and "> tolerance" in reasons[0]
-    assert reasons[1] == "failed: out of luck"
+    assert set(reasons[1:]) == {"failed: out of luck"}
 
 
 def test_deterministic_mode_is_part_of_the_key(no_measuring):
@@ -393,18 +394,119 @@ def test_candidates_hold_the_padded_input():
     for pass_ in tuner.PASSES:
         cands = tuner.candidates_conv2d(p, pass_)
         assert cands[0] == "native"
-        bases = [tuner.parse_choice(c)[1] for c in cands[1:]]
-        assert (14, 18) in bases and (16, 32) in bases
-        assert all(nh >= 13 and nw >= 17 for nh, nw in bases)
+        untiled = [tuner.fft_args(c) for c in cands[1:] if "tile=" not in c]
+        assert [(b, be) for b, be, _ in untiled] == [((14, 18), "cufft"), ((16, 32), "cufft"),
+                                                     ((16, 32), "fbfft")]
+        assert all(nh >= 13 and nw >= 17 for (nh, nw), _, _ in untiled)
+
+
+def test_candidates_backends_and_tiles():
+    # y and grad_input 40x40 (k = 3, pad 1): tiles of 6, 14, 30 (bases 8, 16, 32); a tile of 62
+    # (basis 64) would exceed the result.
+    p = problem(S=2, H=40, W=40, k=3, pad=1)
+    for pass_ in tuner.PASSES:
+        cands = tuner.candidates_conv2d(p, pass_)
+        assert cands[:4] == ["native", "fft:42x42", "fft:64x64", "fbfft:64x64"]
+        tiled = cands[4:]
+        assert tiled == ["%s:%dx%d,tile=%dx%d" % (a, n, n, n - 2, n - 2)
+                         for n in (8, 16, 32) for a in ("fft", "fbfft")]
+    # Past fbfft's 64: no untiled fbfft, tiles still; a wide result cuts the tile to its height.
+    p = problem(S=1, H=5, W=100, k=3, pad=1)
+    cands = tuner.candidates_conv2d(p, "forward")
+    assert "fbfft:8x128" not in cands and "fft:8x128" in cands
+    assert "fbfft:8x8,tile=5x6" in cands and "fft:64x64,tile=5x62" in cands
+    # The input gradient's tiles divide grad_input: 5x3 image, k = 1, pad 2 -> y is 9x7.
+    p = problem(S=1, H=5, W=3, k=1, pad=2)
+    assert "fft:8x8,tile=8x7" not in tuner.candidates_conv2d(p, "input_grad")
+    assert "fft:8x8,tile=8x7" in tuner.candidates_conv2d(p, "forward")
+    assert not any("tile=" in c for c in tuner.candidates_conv2d(p, "input_grad"))
+
+
+def test_no_fbfft_candidates_for_float64_on_cuda():
+    p = problem(H=12, W=12, dtype=torch.float64)
+    assert any(c.startswith("fbfft:") for c in tuner.candidates_conv2d(p, "forward"))
+    import dataclasses
+    q = dataclasses.replace(p, device_type="cuda")
+    cands = tuner.candidates_conv2d(q, "forward")
+    assert not any(c.startswith("fbfft:") for c in cands)
+    assert "fft:8x8,tile=6x6" in cands
+
+
+def test_deterministic_mode_keeps_every_backend():
+    p = problem(H=12, W=12)
+    import dataclasses
+    assert tuner.candidates_conv2d(dataclasses.replace(p, deterministic=True), "forward") == \
+        tuner.candidates_conv2d(p, "forward")
+
+
+def test_workspace_bound_follows_backend_and_tile():
+    p = problem(S=8, C=16, K=16, H=30, W=30, k=3, pad=1)
+    cufft = tuner.fft_workspace_bytes(p, "forward", "fft:32x32")
+    fbfft = tuner.fft_workspace_bytes(p, "forward", "fbfft:32x32")
+    tiled = tuner.fft_workspace_bytes(p, "forward", "fbfft:8x8,tile=6x6")
+    assert fbfft < cufft
+    from fastlayers import ops
+    with ops._tile_chunk_limit(tiled // 4):  # smaller chunks, smaller workspace
+        assert tuner.fft_workspace_bytes(p, "forward", "fbfft:8x8,tile=6x6") < tiled // 2
+
+
+def test_workspace_limit_between_backends(tune_cpu):
+    p = problem(S=8, C=16, K=16, H=30, W=30, k=3, pad=1)
+    cufft = tuner.fft_workspace_bytes(p, "forward", "fft:32x32")
+    fbfft = tuner.fft_workspace_bytes(p, "forward", "fbfft:32x32")
+    tuner.set_workspace_limit((cufft + fbfft) // 2)
+    tuner.set_budget(5)
+    tuner.choose_conv2d(p, "forward")
+    row = by_key()[p.key("forward")]
+    assert "workspace" in row["skipped"]["fft:32x32"]
+    assert "fbfft:32x32" in row["times_ms"]
 
 
 def test_parse_choice():
     assert tuner.parse_choice("native") == ("native", None)
     assert tuner.parse_choice("fft:16x12") == ("fft", (16, 12))
+    assert tuner.parse_choice("fbfft:16x16") == ("fbfft", (16, 16))
+    assert tuner.parse_choice("fbfft:16x16,tile=14x13") == ("fbfft", (16, 16))
+    assert tuner.fft_args("fft:16x12") == ((16, 12), "cufft", (0, 0))
+    assert tuner.fft_args("fbfft:32x32,tile=30x29") == ((32, 32), "fbfft", (30, 29))
+    for bad in ("winograd:4x4", "fft:16", "fft:16x16,tile=3"):
+        with pytest.raises(ValueError):
+            tuner.parse_choice(bad)
     with pytest.raises(ValueError):
-        tuner.parse_choice("winograd:4x4")
+        tuner.fft_args("native")
     with pytest.raises(ValueError):
         tuner.choose_conv2d(problem(), "backward")
+
+
+def test_module_runs_cached_tiled_choices(no_measuring):
+    from conv_samples import rel_err
+    m = fastlayers.Conv2d(3, 4, 3, padding=1).double()
+    x = torch.randn(2, 3, 13, 11, dtype=torch.float64, requires_grad=True)
+    p = tuner.ConvProblem.from_tensors(x, m.weight, (1, 1), tf32=False)
+    labels = {"forward": "fbfft:8x8,tile=6x6", "input_grad": "fft:16x16,tile=9x10",
+              "weight_grad": "fbfft:16x16,tile=13x11"}
+    write_cache({p.key(pass_): {"choice": label} for pass_, label in labels.items()})
+    tuner.set_mode("cache")
+    seen = []
+
+    class Record(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "fastlayers":
+                seen.append((func._opname, list(args[-4]), args[-2], list(args[-1])))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        y = m(x)
+        y.sum().backward()
+    assert sorted(seen) == sorted([("fft_conv2d", [8, 8], "fbfft", [6, 6]),
+                                   ("fft_conv2d_input_grad", [16, 16], "cufft", [9, 10]),
+                                   ("fft_conv2d_weight_grad", [16, 16], "fbfft", [13, 11])])
+    ref = torch.nn.functional.conv2d(x, m.weight, m.bias, padding=1)
+    gx = torch.autograd.grad(ref.sum(), x)[0]
+    assert rel_err(y, ref) <= 1e-10 and rel_err(x.grad, gx) <= 1e-10
+    text = tuner.report()
+    assert "FFT, backend fbfft, basis 8x8, tiles 6x6" in text
+    assert "FFT, backend cufft, basis 16x16, tiles 9x10" in text
 
 
 def test_clear_can_remove_the_file(tune_cpu):
@@ -429,7 +531,8 @@ def test_report(tune_cpu):
     assert "mode=tune" in text and str(tuner.cache_file()) in text
     for label in labels:
         assert label in text
-    for word in ("tuned", "forced", "unsupported", "stride", "why:", "ms:", "err:", "fft:16x16"):
+    for word in ("tuned", "forced", "unsupported", "stride", "why:", "ms:", "err:", "fft:16x16",
+                 "use: FFT, backend cufft, basis 16x16, untiled", "use: "):
         assert word in text
     for pass_ in tuner.PASSES:
         assert "conv2d.%s|S=2,C=3,K=4,H=9,W=11,k=3x3,pad=1,1" % pass_ in text

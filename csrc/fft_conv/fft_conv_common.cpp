@@ -23,9 +23,17 @@ void check_tensor(const char* op, const char* name, const at::Tensor& t) {
 
 }  // namespace
 
+Backend parse_backend(const char* op, c10::string_view backend) {
+  if (backend == "cufft") return Backend::CuFFT;
+  if (backend == "fbfft") return Backend::FbFFT;
+  TORCH_CHECK(false, op, ": `backend` must be \"cufft\" or \"fbfft\", got \"",
+              std::string(backend.data(), backend.size()), "\"");
+  return Backend::CuFFT;
+}
+
 Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
                const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-               at::IntArrayRef basis) {
+               at::IntArrayRef basis, c10::string_view backend, at::IntArrayRef tile) {
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
@@ -39,6 +47,7 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
   TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": `padding` must be >= 0, got ", padding);
   TORCH_CHECK(basis.size() == 2, op, ": `basis` must have 2 values (nh, nw), got ", basis);
   Geometry g{};
+  g.backend = parse_backend(op, backend);
   g.ph = padding[0];
   g.pw = padding[1];
   g.nh = basis[0];
@@ -79,8 +88,33 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               g.kw, ")");
   TORCH_CHECK(g.kh <= g.H + 2 * g.ph && g.kw <= g.W + 2 * g.pw, op, ": kernel size (", g.kh, ", ",
               g.kw, ") is larger than the padded input (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
-  TORCH_CHECK(g.nh >= g.H + 2 * g.ph && g.nw >= g.W + 2 * g.pw, op, ": `basis` ", basis,
-              " must be at least the padded input size (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
+  TORCH_CHECK(tile.size() == 2, op, ": `tile` must have 2 values (th, tw), got ", tile);
+  TORCH_CHECK(tile[0] >= 0 && tile[1] >= 0, op, ": `tile` must be >= 0, got ", tile);
+  TORCH_CHECK((tile[0] == 0) == (tile[1] == 0), op, ": `tile` must be [0, 0] (untiled) or have "
+              "both sides positive, got ", tile);
+  g.th = tile[0];
+  g.tw = tile[1];
+  if (g.tiled()) {
+    const bool ig = pass == Pass::InputGrad;
+    const int64_t rh = ig ? g.H : g.oh(), rw = ig ? g.W : g.ow();
+    TORCH_CHECK(g.th <= rh && g.tw <= rw, op, ": `tile` ", tile, " is larger than the ",
+                ig ? "input gradient" : "output", " (", rh, ", ", rw, ") it divides");
+    TORCH_CHECK(g.nh >= g.th + g.kh - 1 && g.nw >= g.tw + g.kw - 1, op, ": `basis` ", basis,
+                " must be at least `tile` + kernel - 1 (", g.th + g.kh - 1, ", ",
+                g.tw + g.kw - 1, ") with `tile` ", tile);
+  } else {
+    TORCH_CHECK(g.nh >= g.H + 2 * g.ph && g.nw >= g.W + 2 * g.pw, op, ": `basis` ", basis,
+                " must be at least the padded input size (", g.H + 2 * g.ph, ", ",
+                g.W + 2 * g.pw, ")");
+  }
+  if (g.backend == Backend::FbFFT) {
+    TORCH_CHECK(fft_conv::fbfft_basis_ok(g.nh, g.nw), op, ": `basis` ", basis,
+                " is not supported by `backend` \"fbfft\", which needs power-of-two sides from 2 to ",
+                fft_conv::kFbfftConvMax, " (backend \"cufft\" takes any basis)");
+    TORCH_CHECK(!(a.is_cuda() && a.scalar_type() == at::kDouble), op,
+                ": `backend` \"fbfft\" computes in float32 on CUDA and does not take float64; "
+                "float64 runs with backend \"cufft\"");
+  }
   if (bias.has_value()) {
     const at::Tensor& t = *bias;
     TORCH_CHECK(pass == Pass::Forward, op, ": takes no bias");

@@ -1,5 +1,7 @@
 // CPU kernels: the same pipeline as the CUDA one (pad, R2C, frequency-major batched complex
 // GEMM, C2R, clip), on ATen's FFT (pocketfft) and matmul. Half and bfloat16 are computed in float.
+// Both backends run this one pipeline (the transforms differ on CUDA only), so "cufft" and "fbfft"
+// give identical results here.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -30,10 +32,9 @@ at::ScalarType compute_type(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
-               const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-               at::IntArrayRef basis) {
-  const Geometry g = check(pass, a, b, bias, padding, basis);
+// One untiled pass of the checked geometry `g`.
+at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a, const at::Tensor& b,
+                   const std::optional<at::Tensor>& bias, bool /*tf32*/) {
   const auto out_shape = output_shape(pass, g);
   const auto ct = compute_type(a);
   at::Tensor out;
@@ -65,22 +66,36 @@ at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
   return out.to(a.scalar_type()).contiguous();
 }
 
+at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
+               const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+               at::IntArrayRef basis, bool tf32, c10::string_view backend,
+               at::IntArrayRef tile) {
+  const Geometry g = check(pass, a, b, bias, padding, basis, backend, tile);
+  if (g.tiled()) return run_tiled(pass, g, a, b, bias, tf32, &untiled);
+  return untiled(pass, g, a, b, bias, tf32);
+}
+
 }  // namespace
 
 at::Tensor fft_conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
                           const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                          at::IntArrayRef basis, bool /*tf32*/) {
-  return run(Pass::Forward, input, weight, bias, padding, basis);
+                          at::IntArrayRef basis, bool tf32, c10::string_view backend,
+                          at::IntArrayRef tile) {
+  return run(Pass::Forward, input, weight, bias, padding, basis, tf32, backend, tile);
 }
 
 at::Tensor fft_conv2d_input_grad_cpu(const at::Tensor& grad_output, const at::Tensor& weight,
-                                     at::IntArrayRef padding, at::IntArrayRef basis, bool) {
-  return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis);
+                                     at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
+                                     c10::string_view backend, at::IntArrayRef tile) {
+  return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis, tf32, backend,
+             tile);
 }
 
 at::Tensor fft_conv2d_weight_grad_cpu(const at::Tensor& grad_output, const at::Tensor& input,
-                                      at::IntArrayRef padding, at::IntArrayRef basis, bool) {
-  return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis);
+                                      at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
+                                      c10::string_view backend, at::IntArrayRef tile) {
+  return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis, tf32, backend,
+             tile);
 }
 
 TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {

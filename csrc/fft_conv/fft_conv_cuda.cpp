@@ -13,10 +13,9 @@ namespace fastlayers {
 namespace fft_conv_host {
 namespace {
 
-at::Tensor run(Pass pass, const at::Tensor& a_in, const at::Tensor& b_in,
-               const std::optional<at::Tensor>& bias_in, at::IntArrayRef padding,
-               at::IntArrayRef basis, bool tf32) {
-  const Geometry g = check(pass, a_in, b_in, bias_in, padding, basis);
+// One untiled pass of the checked geometry `g`.
+at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a_in, const at::Tensor& b_in,
+                   const std::optional<at::Tensor>& bias_in, bool tf32) {
   c10::cuda::CUDAGuard guard(a_in.device());
   const auto a = a_in.contiguous();
   const auto b = b_in.contiguous();
@@ -25,10 +24,10 @@ at::Tensor run(Pass pass, const at::Tensor& a_in, const at::Tensor& b_in,
   auto out = at::empty(output_shape(pass, g), a.options());
   if (out.numel() == 0) return out;
 
-  const fft_conv::Shape s{g.S, g.C, g.K, g.H, g.W, g.kh, g.kw, g.ph, g.pw, g.nh, g.nw};
+  const fft_conv::Shape s = g.shape();
   const auto fpass = static_cast<fft_conv::Pass>(static_cast<int>(pass));
   const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
-  const size_t ws_bytes = fft_conv::workspace_bytes(fpass, s, real_bytes);
+  const size_t ws_bytes = fft_conv::workspace_bytes(fpass, s, real_bytes, g.backend);
   auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
@@ -40,25 +39,39 @@ at::Tensor run(Pass pass, const at::Tensor& a_in, const at::Tensor& b_in,
                      bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
                                     : nullptr,
                      reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(),
-                     ws_bytes, stream, blas, tf32);
+                     ws_bytes, stream, blas, tf32, g.backend);
   });
   return out;
 }
 
+at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
+               const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+               at::IntArrayRef basis, bool tf32, c10::string_view backend,
+               at::IntArrayRef tile) {
+  const Geometry g = check(pass, a, b, bias, padding, basis, backend, tile);
+  if (g.tiled()) return run_tiled(pass, g, a, b, bias, tf32, &untiled);
+  return untiled(pass, g, a, b, bias, tf32);
+}
+
 at::Tensor fft_conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                           at::IntArrayRef basis, bool tf32) {
-  return run(Pass::Forward, input, weight, bias, padding, basis, tf32);
+                           at::IntArrayRef basis, bool tf32, c10::string_view backend,
+                           at::IntArrayRef tile) {
+  return run(Pass::Forward, input, weight, bias, padding, basis, tf32, backend, tile);
 }
 
 at::Tensor fft_conv2d_input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
-                                      at::IntArrayRef padding, at::IntArrayRef basis, bool tf32) {
-  return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis, tf32);
+                                      at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
+                                      c10::string_view backend, at::IntArrayRef tile) {
+  return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis, tf32, backend,
+             tile);
 }
 
 at::Tensor fft_conv2d_weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& input,
-                                       at::IntArrayRef padding, at::IntArrayRef basis, bool tf32) {
-  return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis, tf32);
+                                       at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
+                                       c10::string_view backend, at::IntArrayRef tile) {
+  return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis, tf32, backend,
+             tile);
 }
 
 }  // namespace

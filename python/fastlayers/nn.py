@@ -18,8 +18,10 @@ _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
 
 
-def _basis(label: str) -> Tuple[int, int]:
-    return _tuner.parse_choice(label)[1]  # type: ignore[return-value]
+def _fft_op_args(label: str, tf32: bool):
+    """The ops' arguments after `padding` for an FFT label: (basis, tf32, backend, tile)."""
+    basis, backend, tile = _tuner.fft_args(label)
+    return basis, tf32, backend, tile
 
 
 class _Conv2dFunction(torch.autograd.Function):
@@ -29,7 +31,7 @@ class _Conv2dFunction(torch.autograd.Function):
     def run_forward(x, w, b, padding, fwd, tf32):
         if fwd == "native":
             return F.conv2d(x, w, b, 1, padding)
-        y = torch.ops.fastlayers.fft_conv2d(x, w, b, padding, _basis(fwd), tf32)
+        y = torch.ops.fastlayers.fft_conv2d(x, w, b, padding, *_fft_op_args(fwd, tf32))
         if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
             y = y.contiguous(memory_format=torch.channels_last)  # the layout nn.Conv2d returns
         return y
@@ -53,9 +55,11 @@ class _Conv2dFunction(torch.autograd.Function):
             gx, gw, _ = torch.ops.aten.convolution_backward(
                 gy, x, w, None, [1, 1], list(padding), [1, 1], False, [0, 0], 1, native)
         if need_x and igrad != "native":
-            gx = torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, padding, _basis(igrad), tf32)
+            gx = torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, padding,
+                                                            *_fft_op_args(igrad, tf32))
         if need_w and wgrad != "native":
-            gw = torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, padding, _basis(wgrad), tf32)
+            gw = torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, padding,
+                                                             *_fft_op_args(wgrad, tf32))
         if has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum((0, 2, 3))
         return gx, gw, gb, None, None, None, None, None
@@ -69,7 +73,8 @@ class Conv2d(nn.Conv2d):
     path and is listed by ``fastlayers.tuner.report()`` with the reason.
 
     ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins labels ('native',
-    'fft:NHxNW') on this module, bypassing the tuner (benchmarks, tests).
+    'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW') on this module, bypassing the
+    tuner (benchmarks, tests).
     """
 
     _fl_forced: Optional[Dict[str, str]] = None  # pinned labels per pass, or None (tuner)

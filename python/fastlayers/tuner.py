@@ -40,7 +40,7 @@ __all__ = [
     "workspace_limit", "set_budget", "note_fallback",
 ]
 
-FORMAT = 1
+FORMAT = 2  # 2: labels name the transform backend and the tile
 PASSES = ("forward", "input_grad", "weight_grad")
 MODES = ("tune", "cache", "off")
 _VERSION = "0.1.0"
@@ -152,7 +152,7 @@ def _cudnn_version():
 
 @dataclass
 class Decision:
-    choice: str                      # "native" or "fft:NHxNW"
+    choice: str                      # "native" or an FFT label ("fbfft:16x16,tile=14x14")
     source: str                      # tuned, file, heuristic, forced
     reason: str = ""
     times_ms: Dict[str, float] = field(default_factory=dict)
@@ -170,15 +170,55 @@ class Decision:
                         skipped=dict(d.get("skipped", {})))
 
 
+# FFT labels: the algorithm names the transform backend ("fft" is cuFFT), then the basis.
+_FFT_BACKEND = {"fft": "cufft", "fbfft": "fbfft"}
+_ALGO = {"cufft": "fft", "fbfft": "fbfft"}
+
+
+def _size(text: str, label: str) -> Tuple[int, int]:
+    h, sep, w = text.partition("x")
+    try:
+        if sep and int(h) > 0 and int(w) > 0:
+            return (int(h), int(w))
+    except ValueError:
+        pass
+    raise ValueError(f"bad size {text!r} in algorithm label {label!r}")
+
+
+def _parse_fft(label: str):
+    algo, _, params = label.partition(":")
+    if algo not in _FFT_BACKEND:
+        raise ValueError(f"unknown algorithm label {label!r}")
+    basis, sep, tile = params.partition(",tile=")
+    return algo, _size(basis, label), (_size(tile, label) if sep else (0, 0))
+
+
 def parse_choice(label: str) -> Tuple[str, Optional[Tuple[int, int]]]:
-    """'native' -> ('native', None); 'fft:16x12' -> ('fft', (16, 12))."""
+    """'native' -> ('native', None); 'fft:16x12' -> ('fft', (16, 12)) (cuFFT);
+    'fbfft:16x16' -> ('fbfft', (16, 16)); 'fft:16x16,tile=14x14' -> ('fft', (16, 16))."""
     if label == "native":
         return "native", None
-    algo, _, params = label.partition(":")
-    if algo == "fft":
-        nh, nw = params.split("x")
-        return "fft", (int(nh), int(nw))
-    raise ValueError(f"unknown algorithm label {label!r}")
+    algo, basis, _ = _parse_fft(label)
+    return algo, basis
+
+
+def fft_args(label: str) -> Tuple[Tuple[int, int], str, Tuple[int, int]]:
+    """(basis, backend, tile) of an FFT label: 'fbfft:16x16,tile=14x14' -> ((16, 16), 'fbfft',
+    (14, 14)); tile (0, 0) when untiled."""
+    if label == "native":
+        raise ValueError(f"{label!r} is not an FFT label")
+    algo, basis, tile = _parse_fft(label)
+    return basis, _FFT_BACKEND[algo], tile
+
+
+def fft_label(basis: Tuple[int, int], backend: str = "cufft",
+              tile: Tuple[int, int] = (0, 0)) -> str:
+    """The label of an FFT candidate: 'fft:NHxNW' (cuFFT), 'fbfft:NHxNW', ',tile=THxTW' tiled."""
+    algo = _ALGO[backend]
+    label = "%s:%dx%d" % (algo, basis[0], basis[1])
+    if tile[0] > 0:
+        label += ",tile=%dx%d" % (tile[0], tile[1])
+    return label
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,35 +392,67 @@ def _write_entry(key: str, decision: Decision) -> None:
 
 
 # Whether each algorithm gives bitwise-identical results run to run (no atomics, no
-# order-dependent reductions): FFT convolution uses cuFFT, cuBLAS and kernels without atomics.
-DETERMINISTIC = {"native": True, "fft": True}
+# order-dependent reductions): FFT convolution uses cuFFT or fbfft, cuBLAS and kernels without
+# atomics; tiled weight gradients sum their chunks in a fixed order.
+DETERMINISTIC = {"native": True, "fft": True, "fbfft": True}
+
+# Bases of tiled candidates: tile + kernel - 1 is one of these powers of two (square).
+TILE_BASES = (8, 16, 32, 64)
+
+
+def _fbfft_basis_ok(nh: int, nw: int) -> bool:
+    ok = lambda n: 2 <= n <= _ops.FBFFT_MAX_BASIS and n & (n - 1) == 0  # noqa: E731
+    return ok(nh) and ok(nw)
 
 
 def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
     """Labels of every algorithm that supports the problem, `native` first; under
-    torch.use_deterministic_algorithms(True) only deterministic ones."""
+    torch.use_deterministic_algorithms(True) only deterministic ones.
+
+    cuFFT ('fft:NHxNW') at the smallest fast basis and the next power of two holding the padded
+    input; fbfft ('fbfft:NHxNW') at that power of two when both sides are at most 64 (not float64
+    on CUDA); tiled, either backend (',tile=THxTW'), where tile + kernel - 1 is 8, 16, 32 or 64
+    and the tile is smaller than the pass's large result (y; grad_input for the input grad)."""
     out = ["native"]
-    if p.deterministic and not DETERMINISTIC["fft"]:
-        return out
     hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
-    bases = {(_ops.good_fft_size(hp), _ops.good_fft_size(wp)),
-             (1 << (hp - 1).bit_length(), 1 << (wp - 1).bit_length())}
-    for nh, nw in sorted(bases):
-        out.append("fft:%dx%d" % (nh, nw))
+    backends = ["cufft"]
+    if not (p.device_type == "cuda" and p.dtype == "float64"):
+        backends.append("fbfft")
+    if p.deterministic:
+        backends = [b for b in backends if DETERMINISTIC[_ALGO[b]]]
+    if "cufft" in backends:
+        bases = {(_ops.good_fft_size(hp), _ops.good_fft_size(wp)),
+                 (_ops.next_pow2(hp), _ops.next_pow2(wp))}
+        for basis in sorted(bases):
+            out.append(fft_label(basis))
+    pow2 = (_ops.next_pow2(hp), _ops.next_pow2(wp))
+    if "fbfft" in backends and _fbfft_basis_ok(*pow2):
+        out.append(fft_label(pow2, "fbfft"))
+    rh, rw = (p.H, p.W) if pass_ == "input_grad" else (p.oh, p.ow)
+    for n in TILE_BASES:
+        tile = (min(n - p.kh + 1, rh), min(n - p.kw + 1, rw))
+        if tile[0] < 1 or tile[1] < 1 or (tile[0] == rh and tile[1] == rw):
+            continue  # the kernel does not fit, or one tile would be the whole result
+        for backend in backends:
+            out.append(fft_label((n, n), backend, tile))
     return out
 
 
-def fft_workspace_bytes(p: ConvProblem, pass_: str, basis: Tuple[int, int]) -> int:
-    """Device bytes an FFT candidate allocates beyond its inputs and output."""
+def fft_workspace_bytes(p: ConvProblem, pass_: str, label: str) -> int:
+    """Device bytes an FFT candidate (a label) allocates beyond its inputs and output: the
+    backend's buffers, or for a tiled candidate those of one chunk of tiles with the tile copies
+    (chunks stay under the extension's chunk bound)."""
     from . import _C
+    basis, backend, tile = fft_args(label)
     real_bytes = 8 if p.dtype == "float64" else 4
     ws = _C.fft_conv2d_workspace_bytes(PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.kh, p.kw,
-                                       p.ph, p.pw, basis[0], basis[1], real_bytes)
+                                       p.ph, p.pw, basis[0], basis[1], real_bytes, backend,
+                                       tile[0], tile[1])
     return int(ws * 1.1)  # cuFFT's work areas, not counted above
 
 
 def _pass_fn(label: str, pass_: str, p: ConvProblem) -> Callable[..., torch.Tensor]:
-    algo, basis = parse_choice(label)
+    algo, _ = parse_choice(label)
     pad = [p.ph, p.pw]
     if algo == "native":
         if pass_ == "forward":
@@ -390,11 +462,13 @@ def _pass_fn(label: str, pass_: str, p: ConvProblem) -> Callable[..., torch.Tens
         return lambda x, w, gy: torch.ops.aten.convolution_backward(
             gy, x, w, None, [1, 1], pad, [1, 1], False, [0, 0], 1, mask)[idx]
     tf32 = p.tf32
+    basis, backend, tile = fft_args(label)
+    fl = torch.ops.fastlayers
     if pass_ == "forward":
-        return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d(x, w, None, pad, basis, tf32)
+        return lambda x, w, gy: fl.fft_conv2d(x, w, None, pad, basis, tf32, backend, tile)
     if pass_ == "input_grad":
-        return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, pad, basis, tf32)
-    return lambda x, w, gy: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, pad, basis, tf32)
+        return lambda x, w, gy: fl.fft_conv2d_input_grad(gy, w, pad, basis, tf32, backend, tile)
+    return lambda x, w, gy: fl.fft_conv2d_weight_grad(gy, x, pad, basis, tf32, backend, tile)
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -447,12 +521,12 @@ def _measure_candidates(p, pass_, device, x, w, gy, ref) -> Decision:
     tol = None
     for label in candidates_conv2d(p, pass_):
         if label != "native":
-            if time.perf_counter() > deadline:
-                skipped[label] = "tuning budget spent"
-                continue
-            ws = fft_workspace_bytes(p, pass_, parse_choice(label)[1])
+            ws = fft_workspace_bytes(p, pass_, label)
             if ws > limit:
                 skipped[label] = "workspace %.0f MiB > bound %.0f MiB" % (ws / 2**20, limit / 2**20)
+                continue
+            if time.perf_counter() > deadline:
+                skipped[label] = "tuning budget spent"
                 continue
         fn = _pass_fn(label, pass_, p)
         args = (x, w, gy)
@@ -506,8 +580,9 @@ def _measure_or_native(p: ConvProblem, pass_: str, device: torch.device) -> Deci
 
 
 def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = None) -> str:
-    """The algorithm label for one pass of `p`: 'native' or 'fft:NHxNW'. A new shape is measured
-    on `device` (default: the current CUDA device, or the CPU)."""
+    """The algorithm label for one pass of `p`: 'native' or an FFT label ('fft:NHxNW',
+    'fbfft:NHxNW', either with ',tile=THxTW'). A new shape is measured on `device` (default: the
+    current CUDA device, or the CPU)."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     key = p.key(pass_)
@@ -566,8 +641,21 @@ def decisions() -> List[dict]:
     return rows
 
 
+def describe_choice(label: str) -> str:
+    """In words: 'PyTorch (native)', 'FFT, backend fbfft, basis 16x16, tiles 14x14'."""
+    if label == "native":
+        return "PyTorch (native)"
+    try:
+        basis, backend, tile = fft_args(label)
+    except ValueError:
+        return label
+    return "FFT, backend %s, basis %dx%d, %s" % (
+        backend, basis[0], basis[1], "tiles %dx%d" % tile if tile[0] > 0 else "untiled")
+
+
 def report() -> str:
-    """A readable table of what was chosen, for which shape and pass, and why."""
+    """A readable table of what was chosen (backend, basis, tile), for which shape and pass, and
+    why."""
     lines = ["fastlayers tuner: mode=%s, cache=%s" % (_state.mode, cache_file())]
     rows = decisions()
     if not rows:
@@ -578,6 +666,7 @@ def report() -> str:
             key = key[len("forced|"):]
         head = key.split("|torch=")[0]
         lines.append("  %-12s %-11s %s" % (r["choice"], r["source"], head))
+        lines.append("      use: %s" % describe_choice(r["choice"]))
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:

@@ -1,0 +1,257 @@
+"""The fbfft backend and tiling of the FFT-convolution ops on CUDA (fp32, TF32, fp16, bf16)."""
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd import gradcheck, gradgradcheck
+
+import fastlayers
+from fastlayers import ops, tuner
+from conv_samples import (TF32_FLOOR, Case, assert_within_bound, fbfft_cases, fft_passes,
+                          make_tensors, rel_err, torch_passes)
+
+pytestmark = pytest.mark.gpu
+
+FBFFT = list(fbfft_cases("full"))
+PASSES = ("forward", "input_grad", "weight_grad")
+fl = torch.ops.fastlayers
+
+
+@contextlib.contextmanager
+def cudnn_tf32(enabled):
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
+def cuda_tensors(case, dtype=torch.float32, requires_grad=False):
+    tensors = [t.to(dtype) for t in make_tensors(case, torch.float32, "cuda")]
+    return [t.requires_grad_(requires_grad) for t in tensors]
+
+
+def tiled_passes(x, w, b, gy, case, tile, backend, tf32=False):
+    """The three passes tiled: `tile` for y (forward, weight grad), cut to x for the input grad."""
+    pad, basis = case.padding, case.basis
+    gx_tile = [min(tile[0], case.H), min(tile[1], case.W)]
+    return (fl.fft_conv2d(x, w, b, pad, basis, tf32, backend, tile),
+            fl.fft_conv2d_input_grad(gy, w, pad, basis, tf32, backend, gx_tile),
+            fl.fft_conv2d_weight_grad(gy, x, pad, basis, tf32, backend, tile))
+
+
+# --- the fbfft backend -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
+@pytest.mark.parametrize("case", FBFFT, ids=str)
+def test_fbfft_float32_within_pytorch_error(case, tf32):
+    x, w, b, gy = cuda_tensors(case)
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), case.padding)
+    with cudnn_tf32(tf32):
+        native = torch_passes(x, w, b, gy, case.padding)
+        ours = fft_passes(x, w, b, gy, case.padding, case.basis, tf32=tf32, backend="fbfft")
+    for name, out, r, n in zip(PASSES, ours, ref, native):
+        assert_within_bound(out, r, n, floor=TF32_FLOOR if tf32 else None, what=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FBFFT, ids=str)
+def test_fbfft_half_precision_within_pytorch_error(case, dtype):
+    x, w, b, gy = cuda_tensors(case, dtype)
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), case.padding)
+    native = torch_passes(x, w, b, gy, case.padding)
+    ours = fft_passes(x, w, b, gy, case.padding, case.basis, backend="fbfft")
+    for name, out, r, n in zip(PASSES, ours, ref, native):
+        assert out.dtype == dtype, name
+        assert_within_bound(out, r, n, what=name)
+
+
+def test_fbfft_cuda_matches_cpu():
+    case = Case(3, 5, 6, 14, 11, 5, 3, 1, 2, (16, 16))
+    tensors = make_tensors(case, torch.float32)
+    cpu = fft_passes(*(t.double() for t in tensors), case.padding, case.basis, backend="fbfft")
+    cuda = fft_passes(*(t.cuda() for t in tensors), case.padding, case.basis, backend="fbfft")
+    for name, c, g in zip(PASSES, cpu, cuda):
+        assert g.device.type == "cuda" and g.dtype == torch.float32
+        assert rel_err(g.cpu(), c) <= 1e-5, name
+
+
+def test_fbfft_rejects_float64_on_cuda():
+    case = Case(1, 2, 2, 6, 6, 3, 3, 1, 1, (8, 8))
+    x, w, b, gy = cuda_tensors(case, torch.float64)
+    calls = [lambda: fl.fft_conv2d(x, w, b, case.padding, case.basis, False, "fbfft"),
+             lambda: fl.fft_conv2d_input_grad(gy, w, case.padding, case.basis, False, "fbfft"),
+             lambda: fl.fft_conv2d_weight_grad(gy, x, case.padding, case.basis, False, "fbfft")]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=r"`backend` \"fbfft\".*float64 runs with backend "
+                                               r"\"cufft\""):
+            call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fbfft_opcheck(dtype):
+    case = Case(2, 2, 3, 5, 4, 3, 2, 1, 1, (8, 8))
+    x, w, b, gy = cuda_tensors(case, dtype, requires_grad=True)
+    pad, basis = list(case.padding), list(case.basis)
+    torch.library.opcheck(fl.fft_conv2d.default, (x, w, b, pad, basis, False, "fbfft"))
+    torch.library.opcheck(fl.fft_conv2d_input_grad.default, (gy, w, pad, basis, False, "fbfft"))
+    torch.library.opcheck(fl.fft_conv2d_weight_grad.default, (gy, x, pad, basis, False, "fbfft"))
+
+
+def test_fbfft_empty_batch():
+    case = Case(0, 3, 4, 7, 6, 3, 2, 1, 0, (16, 8))
+    x, w, b, gy = cuda_tensors(case)
+    y, gx, gw = fft_passes(x, w, b, gy, case.padding, case.basis, backend="fbfft")
+    assert y.shape == (0, 4, 7, 5) and gx.shape == (0, 3, 7, 6)
+    assert gw.shape == (4, 3, 3, 2) and not gw.any()
+
+
+# --- tiling ----------------------------------------------------------------------------------------
+
+# (case with the basis of the tiles, tile of y): partial last tiles, padding, rectangles.
+TILED = [
+    (Case(4, 16, 8, 27, 21, 3, 5, 1, 2, (16, 16)), (14, 12)),
+    (Case(2, 8, 12, 33, 19, 5, 3, 2, 1, (8, 8)), (4, 6)),
+    (Case(3, 6, 5, 13, 13, 3, 3, 0, 0, (8, 8)), (6, 6)),
+    (Case(2, 4, 4, 40, 40, 7, 7, 3, 3, (32, 16)), (26, 10)),
+    (Case(5, 3, 6, 9, 30, 2, 4, 1, 0, (8, 16)), (7, 13)),
+]
+
+
+def tiled_id(spec):
+    case, tile = spec
+    return "%s-t%dx%d" % (case, *tile)
+
+
+@pytest.mark.parametrize("backend", ["cufft", "fbfft"])
+@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
+@pytest.mark.parametrize("spec", TILED, ids=tiled_id)
+def test_tiled_float32_within_pytorch_error(spec, tf32, backend):
+    case, tile = spec
+    x, w, b, gy = cuda_tensors(case)
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), case.padding)
+    with cudnn_tf32(tf32):
+        native = torch_passes(x, w, b, gy, case.padding)
+        ours = tiled_passes(x, w, b, gy, case, tile, backend, tf32)
+    for name, out, r, n in zip(PASSES, ours, ref, native):
+        assert_within_bound(out, r, n, floor=TF32_FLOOR if tf32 else None, what=name)
+
+
+@pytest.mark.parametrize("backend", ["cufft", "fbfft"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("spec", TILED, ids=tiled_id)
+def test_tiled_half_precision_within_pytorch_error(spec, dtype, backend):
+    case, tile = spec
+    x, w, b, gy = cuda_tensors(case, dtype)
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), case.padding)
+    native = torch_passes(x, w, b, gy, case.padding)
+    ours = tiled_passes(x, w, b, gy, case, tile, backend)
+    for name, out, r, n in zip(PASSES, ours, ref, native):
+        assert out.dtype == dtype, name
+        assert_within_bound(out, r, n, what=name)
+
+
+@pytest.mark.parametrize("spec", TILED, ids=tiled_id)
+def test_tiled_float64_cufft_matches_pytorch(spec):
+    case, tile = spec
+    x, w, b, gy = cuda_tensors(case, torch.float64)
+    ref = torch_passes(x, w, b, gy, case.padding)
+    for name, out, r in zip(PASSES, tiled_passes(x, w, b, gy, case, tile, "cufft"), ref):
+        assert rel_err(out, r) <= 1e-10, name
+
+
+@pytest.mark.parametrize("backend", ["cufft", "fbfft"])
+def test_tiled_cuda_matches_cpu_and_chunks(backend):
+    case, tile = TILED[1]
+    tensors = make_tensors(case, torch.float32)
+    cpu = tiled_passes(*(t.double() for t in tensors), case, tile, "cufft")
+    cuda = tiled_passes(*(t.cuda() for t in tensors), case, tile, backend)
+    with ops._tile_chunk_limit(1):  # one sample per chunk
+        chunked = tiled_passes(*(t.cuda() for t in tensors), case, tile, backend)
+    for name, c, g, k in zip(PASSES, cpu, cuda, chunked):
+        assert rel_err(g.cpu(), c) <= 1e-5, name
+        assert rel_err(k.cpu(), c) <= 1e-5, name
+
+
+def test_tiled_gradcheck_cufft_float64():
+    case = Case(2, 2, 3, 5, 6, 3, 2, 1, 1, (4, 4))
+    x, w, b, gy = cuda_tensors(case, torch.float64, requires_grad=True)
+    pad, basis = case.padding, case.basis
+    checks = [
+        (lambda x, w, b: fl.fft_conv2d(x, w, b, pad, basis, False, "cufft", [2, 3]), (x, w, b)),
+        (lambda gy, w: fl.fft_conv2d_input_grad(gy, w, pad, basis, False, "cufft", [2, 3]),
+         (gy, w)),
+        (lambda gy, x: fl.fft_conv2d_weight_grad(gy, x, pad, basis, False, "cufft", [2, 3]),
+         (gy, x)),
+    ]
+    for fn, args in checks:
+        assert gradcheck(fn, args)
+        assert gradgradcheck(fn, args)
+
+
+@pytest.mark.parametrize("backend", ["cufft", "fbfft"])
+def test_tiled_opcheck(backend):
+    case = Case(2, 2, 3, 7, 6, 3, 2, 1, 1, (8, 8))
+    x, w, b, gy = cuda_tensors(case, requires_grad=True)
+    pad, basis = list(case.padding), list(case.basis)
+    torch.library.opcheck(fl.fft_conv2d.default, (x, w, b, pad, basis, False, backend, [3, 4]))
+    torch.library.opcheck(fl.fft_conv2d_input_grad.default,
+                          (gy, w, pad, basis, False, backend, [4, 3]))
+    torch.library.opcheck(fl.fft_conv2d_weight_grad.default,
+                          (gy, x, pad, basis, False, backend, [2, 5]))
+
+
+# --- the module and the tuner ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("labels", [
+    ("fbfft:32x32",) * 3,
+    ("fbfft:16x16,tile=14x14", "fft:16x16,tile=14x14", "fbfft:8x8,tile=6x6"),
+])
+def test_module_with_fbfft_and_tiles_matches_nn_conv2d(labels):
+    ref = nn.Conv2d(8, 6, 3, padding=1).cuda()
+    m = fastlayers.Conv2d(8, 6, 3, padding=1).cuda()
+    m.load_state_dict(ref.state_dict())
+    m.force_algorithms(*labels)
+    x = torch.randn(4, 8, 30, 27, device="cuda", requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    with cudnn_tf32(False):
+        y = m(x)
+        yr = ref(xr)
+        gy = torch.randn_like(yr)
+        y.backward(gy)
+        yr.backward(gy)
+    y64 = F.conv2d(x.double(), ref.weight.double(), ref.bias.double(), padding=1)
+    assert_within_bound(y, y64, yr)
+    g64 = torch.autograd.grad(y64, x, gy.double())[0]
+    assert_within_bound(x.grad, g64, xr.grad)
+    assert rel_err(m.weight.grad, ref.weight.grad) <= 1e-4
+
+
+def test_tuner_candidates_on_cuda():
+    x = torch.randn(2, 4, 40, 40, device="cuda")
+    w = torch.randn(4, 4, 3, 3, device="cuda")
+    p = tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False)
+    cands = tuner.candidates_conv2d(p, "forward")
+    assert "fbfft:64x64" in cands and "fbfft:32x32,tile=30x30" in cands
+    p64 = tuner.ConvProblem.from_tensors(x.double(), w.double(), (1, 1))
+    assert not any(c.startswith("fbfft") for c in tuner.candidates_conv2d(p64, "forward"))
+    assert "fft:32x32,tile=30x30" in tuner.candidates_conv2d(p64, "forward")
+
+
+def test_tuner_measures_fbfft_and_tiles_on_gpu():
+    tuner.set_budget(10.0)
+    x = torch.randn(16, 32, 60, 60, device="cuda")
+    w = torch.randn(32, 32, 3, 3, device="cuda")
+    p = tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False)
+    for pass_ in tuner.PASSES:
+        label = tuner.choose_conv2d(p, pass_)
+        row = {r["key"]: r for r in tuner.decisions()}[p.key(pass_)]
+        assert row["source"] == "tuned" and label in row["times_ms"]
+        measured = set(row["times_ms"]) | set(row["skipped"])
+        assert measured == set(tuner.candidates_conv2d(p, pass_))
+        assert any("tile=" in c for c in row["times_ms"]), row
