@@ -7,8 +7,9 @@ small whole-network training step.
 On CUDA (the same process measures PyTorch right beside us):
   a. Table 4 layers (S = 128, valid), every pass (fprop = forward, bprop = input grad, accGrad =
      weight grad), fp32 (TF32 off) and tf32 (cuDNN's TF32 on, passed to our ops explicitly):
-     cuDNN (cudnn.benchmark = True) vs torch.ops.fastlayers.fft_conv2d* at every Fourier basis the
-     tuner would consider (the fastest is reported), plus the tuner's own choice. CUDA events, L2
+     cuDNN (cudnn.benchmark = True) vs torch.ops.fastlayers.fft_conv2d* at every candidate the
+     tuner would consider (cuFFT and fbfft bases, tiled ones of either backend; the fastest within
+     the error tolerance is reported and named), plus the tuner's own choice. CUDA events, L2
      flushed before every trial, median of the trials. Peak extra device memory of one call (output
      included), relative L2 error against a float64 reference, effective TFLOP/s
      (2 S f f' kh kw oh ow / time). Ratio = cuDNN time / ours (> 1: we are faster).
@@ -276,13 +277,16 @@ def native_fn(pass_, x, w, gy):
         gy, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, mask)[idx]
 
 
-def fft_fn(pass_, x, w, gy, basis, tf32):
-    basis = list(basis)
+def fft_fn(pass_, x, w, gy, label, tf32):
+    """One pass of an FFT candidate label ('fft:NHxNW', 'fbfft:NHxNW', ',tile=THxTW')."""
+    basis, backend, tile = tuner.fft_args(label)
+    basis, tile = list(basis), list(tile)
+    fl = torch.ops.fastlayers
     if pass_ == "forward":
-        return lambda: torch.ops.fastlayers.fft_conv2d(x, w, None, [0, 0], basis, tf32)
+        return lambda: fl.fft_conv2d(x, w, None, [0, 0], basis, tf32, backend, tile)
     if pass_ == "input_grad":
-        return lambda: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, [0, 0], basis, tf32)
-    return lambda: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, [0, 0], basis, tf32)
+        return lambda: fl.fft_conv2d_input_grad(gy, w, [0, 0], basis, tf32, backend, tile)
+    return lambda: fl.fft_conv2d_weight_grad(gy, x, [0, 0], basis, tf32, backend, tile)
 
 
 def measure(fn, timer: GpuTimer, ref: torch.Tensor, fl: float) -> dict:
@@ -347,10 +351,10 @@ def bench_layers(args, res: Results, timer: GpuTimer, stats: dict):
                 row["cudnn"] = measure(native_fn(pass_, x, w, gy), timer, ref, fl)
                 labels = [lb for lb in tuner.candidates_conv2d(problem, pass_) if lb != "native"]
                 cands = {}
-                for label in labels:
-                    _, basis = tuner.parse_choice(label)
-                    cands[label] = measure(fft_fn(pass_, x, w, gy, basis, tf32), timer, ref, fl)
-                    cands[label]["basis"] = list(basis)
+                for label in labels:  # cuFFT, fbfft and tiled candidates, as the tuner has them
+                    basis, backend, tile = tuner.fft_args(label)
+                    cands[label] = measure(fft_fn(pass_, x, w, gy, label, tf32), timer, ref, fl)
+                    cands[label].update(basis=list(basis), backend=backend, tile=list(tile))
                 row["fft_candidates"] = cands
                 # as the tuner: a candidate counts only within its error tolerance
                 tol = None
@@ -365,7 +369,7 @@ def bench_layers(args, res: Results, timer: GpuTimer, stats: dict):
                 fastest_any = min(measured, key=lambda lb: measured[lb]["ms"]) if measured else None
                 if fastest_any and fastest_any not in ok:
                     row["ratio_ignoring_tolerance"] = (row["cudnn"].get("ms") or 0) / measured[fastest_any]["ms"]
-                    log("      note: fastest basis %s is outside the error tolerance (%.1e > %.1e)"
+                    log("      note: fastest candidate %s is outside the error tolerance (%.1e > %.1e)"
                         % (fastest_any, measured[fastest_any]["rel_err"], tol))
                 for c in list(cands.values()) + [row["cudnn"]]:
                     if "failed" in c:
@@ -546,10 +550,11 @@ def bench_overhead(args, res: Results, stats: dict):
                 def direct():
                     return F.conv2d(x, w, b)
             else:
-                basis = list(tuner.parse_choice(choice)[1])
+                basis, backend, tile = tuner.fft_args(choice)
 
                 def direct():
-                    return torch.ops.fastlayers.fft_conv2d(x, w, b, [0, 0], basis, False)
+                    return torch.ops.fastlayers.fft_conv2d(x, w, b, [0, 0], list(basis), False,
+                                                           backend, list(tile))
             with torch.no_grad():
                 row["us_module_nograd"] = host_us_per_call(lambda: fl_m(x), calls, reps)
                 row["us_direct_nograd"] = host_us_per_call(direct, calls, reps)
@@ -773,8 +778,8 @@ def markdown(res: Results) -> str:
                % (dev, v.get("torch"), v.get("cuda"), v.get("cudnn"), v.get("cufft"),
                   d.get("config", {}).get("trials")))
     out.append("")
-    out.append("| layer | pass | fp32 cuDNN | fp32 FFT [basis] | fp32 x | tf32 cuDNN | tf32 FFT [basis] "
-               "| tf32 x | tuner fp32 / tf32 |")
+    out.append("| layer | pass | fp32 cuDNN | fp32 FFT [best candidate] | fp32 x | tf32 cuDNN "
+               "| tf32 FFT [best candidate] | tf32 x | tuner fp32 / tf32 |")
     out.append("|---|---|---|---|---|---|---|---|---|")
     rows = d.get("layers", [])
 
@@ -794,8 +799,8 @@ def markdown(res: Results) -> str:
                 if r is None:
                     cells += ["-", "-", "-"]
                     continue
-                basis = r["fft_best"].split(":")[1] if r.get("fft_best") else ""
-                cells += [cell(r["cudnn"]), cell(r.get("fft")) + (" [%s]" % basis if basis else ""),
+                best = r.get("fft_best") or ""  # e.g. fbfft:16x16,tile=14x14
+                cells += [cell(r["cudnn"]), cell(r.get("fft")) + (" [%s]" % best if best else ""),
                           fmt(r.get("ratio"), ".2f")]
             tun = " / ".join(str(rr[m].get("tuner_choice")) if m in rr else "-" for m in MODES)
             out.append("| %s | %s | %s | %s |" % (
@@ -983,7 +988,8 @@ def main(argv=None) -> int:
                    "layers": args.layers or [n for n, *_ in LAYERS], "modes": args.modes or list(MODES),
                    "memory_note": "peak_extra_bytes = max_memory_allocated during one call minus "
                                   "memory_allocated before it (output included; output_bytes beside it)",
-                   "ratio_note": "ratio = cuDNN ms / fastest FFT basis ms; tuned_ratio = cuDNN ms / "
+                   "ratio_note": "ratio = cuDNN ms / fastest FFT candidate ms (cuFFT, fbfft, tiled; "
+                                 "within the error tolerance); tuned_ratio = cuDNN ms / "
                                  "ms of the tuner's choice (1.0 when it chose native)"},
         "anchors_h200_cudnn_ms": {n: {m: dict(zip([p for p, _ in PASSES], v)) for m, v in mm.items()}
                                   for n, mm in ANCHORS_H200_MS.items()},
