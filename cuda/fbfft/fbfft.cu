@@ -156,6 +156,41 @@ __device__ __forceinline__ int real_row_offset(int r, int nw) {
   return (r >> 1) * (2 * nw + 1) + (r & 1) * nw;
 }
 
+// Moves the G half spectra of a block between shared memory (column-major per image, as the
+// column pass keeps them) and global memory in any strided layout, coalesced: consecutive
+// threads take consecutive images when images are adjacent in memory (the frequency-major
+// layout of a convolution), else consecutive frequencies of one image. Store: shared -> global;
+// load: global -> shared with asynchronous copies, zeros past the batch.
+template <int NH, int NW, int THREADS, int G, bool Store>
+__device__ __forceinline__ void spectrum_io(float2* cols, std::conditional_t<Store, float2*, const float2*> spectrum,
+                                            const Strides st, int64_t b0, int64_t batch) {
+  constexpr int BINS = NW / 2 + 1, CS = NH > 1 ? NH + 1 : 1, F = NH * BINS;
+  const bool images_inner = st.image == 1;
+  for (int e = threadIdx.x; e < G * F; e += THREADS) {
+    int g, f;
+    if (images_inner) {
+      g = e % G;
+      f = e / G;
+    } else {
+      g = e / F;
+      f = e % F;
+    }
+    const int i = f / BINS, k = f - i * BINS;
+    float2* sh = cols + (g * BINS + k) * CS + i;
+    const bool live = b0 + g < batch;
+    const int64_t at = (b0 + g) * st.image + i * st.row + k * st.bin;
+    if constexpr (Store) {
+      if (live) spectrum[at] = *sh;
+    } else {
+      __pipeline_memcpy_async(sh, spectrum + (live ? at : 0), 8, live ? 0 : 8);
+    }
+  }
+  if constexpr (!Store) {
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+  }
+}
+
 template <int NH, int NW>
 __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
@@ -173,41 +208,35 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   // 1. The window of G images, zero-filled, into the pair-interleaved real rows (coalesced).
   // float32: asynchronous copies (zero-filled outside the input), all in flight at once; 16-bit
   // storage: through registers, a chunk of loads in flight per round trip.
-  // Groups of LANES threads read one row at a time.
-  constexpr int LANES = NW < 32 ? NW : 32, GROUPS = Cfg::THREADS / LANES;
-  const int group = tid / LANES, lane = tid - group * LANES;
+  constexpr int ITEMS = G * NH * NW / Cfg::THREADS;
+  auto locate = [&](int e, int64_t* src, int* dst) {
+    const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
+    const int si = (r & (NH - 1)) + oy, sj = j + ox;
+    *dst = real_row_offset(r, NW) + j;
+    const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
+    *src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : -1;
+  };
   if (type == Real::F32) {
     const float* src_f = static_cast<const float*>(in);
-#pragma unroll 4
-    for (int r = group; r < G * NH; r += GROUPS) {
-      const int g = r >> ilog2(NH), si = (r & (NH - 1)) + oy;
-      const bool row_ok = b0 + g < batch && si >= 0 && si < h;
-      const int64_t base = (b0 + g) * in_plane + static_cast<int64_t>(si) * w;
-      float* dst = rows + real_row_offset(r, NW);
-#pragma unroll
-      for (int j = lane; j < NW; j += LANES) {
-        const int sj = j + ox;
-        const bool ok = row_ok && sj >= 0 && sj < w;
-        __pipeline_memcpy_async(dst + j, src_f + (ok ? base + sj : 0), 4, ok ? 0 : 4);
-      }
+#pragma unroll 8
+    for (int u = 0; u < ITEMS; ++u) {
+      int64_t src;
+      int dst;
+      locate(tid + u * Cfg::THREADS, &src, &dst);
+      __pipeline_memcpy_async(rows + dst, src_f + (src >= 0 ? src : 0), 4, src >= 0 ? 0 : 4);
     }
     __pipeline_commit();
     __pipeline_wait_prior(0);
   } else {
-    constexpr int ITEMS = G * NH * NW / Cfg::THREADS;
     constexpr int CHUNK = ITEMS < 16 ? ITEMS : 16;
     for (int u0 = 0; u0 < ITEMS; u0 += CHUNK) {
       float v[CHUNK];
       int dst[CHUNK];
 #pragma unroll
       for (int u = 0; u < CHUNK; ++u) {
-        const int e = tid + (u0 + u) * Cfg::THREADS;
-        const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
-        const int si = (r & (NH - 1)) + oy, sj = j + ox;
-        dst[u] = real_row_offset(r, NW) + j;
-        v[u] = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w
-                   ? load_real(in, (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj, type)
-                   : 0.f;
+        int64_t src;
+        locate(tid + (u0 + u) * Cfg::THREADS, &src, &dst[u]);
+        v[u] = src >= 0 ? load_real(in, src, type) : 0.f;
       }
 #pragma unroll
       for (int u = 0; u < CHUNK; ++u) rows[dst[u]] = v[u];
@@ -243,10 +272,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
 
   if constexpr (NH == 1) {
     // 1-D: the row spectra are the result.
-    for (int e = tid; e < G * BINS; e += Cfg::THREADS) {
-      const int g = e / BINS, k = e - g * BINS;
-      if (b0 + g < batch) out[(b0 + g) * os.image + k * os.bin] = cols[g * BINS + k];
-    }
+    spectrum_io<NH, NW, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
   } else {
     // 3. Columns: thread q of an image transforms column q; thread 0 the DC and Nyquist columns
     // together (both real: DC in the real part, Nyquist in the imaginary part).
@@ -255,7 +281,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
       float2 c[NH];
-      const float2* col = cols + (g * BINS + q) * CS;
+      float2* col = cols + (g * BINS + q) * CS;
       if (q == 0) {
         const float2* nyq = cols + (g * BINS + HALF) * CS;
         static_for<NH>([&](auto I) {
@@ -269,25 +295,25 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
         });
       }
       fft_registers<NH, false>(c);
-      const int64_t b = b0 + g;
-      if (b < batch) {
-        float2* dst = out + b * os.image;
-        if (q != 0) {
-          static_for<NH>([&](auto I) {
-            constexpr int i = decltype(I)::value;
-            dst[i * os.row + q * os.bin] = c[bit_reverse(i, LOG_NH)];
-          });
-        } else {
-          static_for<NH>([&](auto I) {
-            constexpr int i = decltype(I)::value;
-            const float2 a = c[bit_reverse(i, LOG_NH)];
-            const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
-            dst[i * os.row] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-            dst[i * os.row + HALF * os.bin] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
-          });
-        }
+      // Back into the thread's own column(s), natural order; DC and Nyquist split apart.
+      if (q != 0) {
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          col[i] = c[bit_reverse(i, LOG_NH)];
+        });
+      } else {
+        float2* nyq = cols + (g * BINS + HALF) * CS;
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          const float2 a = c[bit_reverse(i, LOG_NH)];
+          const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
+          col[i] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+          nyq[i] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+        });
       }
     }
+    __syncthreads();
+    spectrum_io<NH, NW, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
   }
 }
 
@@ -351,41 +377,28 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   const int tid = threadIdx.x;
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
 
-  if constexpr (NH == 1) {
-    for (int e = tid; e < G * BINS; e += Cfg::THREADS) {
-      const int g = e / BINS, k = e - g * BINS;
-      const bool live = b0 + g < batch;
-      __pipeline_memcpy_async(cols + g * BINS + k,
-                              in + (live ? (b0 + g) * is.image + k * is.bin : 0), 8, live ? 0 : 8);
-    }
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-  } else {
-    // 1. Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
+  // 1. The half spectra into shared memory (coalesced, asynchronous).
+  spectrum_io<NH, NW, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
+  __syncthreads();
+  if constexpr (NH > 1) {
+    // Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
     // columns, whose inverses are real, as one complex column (DC + i Nyquist).
     constexpr int LOG_NH = ilog2(NH);
     if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
-      const int64_t b = b0 + g;
-      const bool live = b < batch;
-      const float2* src = in + (live ? b : 0) * is.image;
+      float2* col = cols + (g * BINS + q) * CS;
       float2 c[NH];
       if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
-          c[i] = live ? src[i * is.row + q * is.bin] : make_float2(0.f, 0.f);
+          c[i] = col[i];
         });
       } else {
+        const float2* nyq = cols + (g * BINS + HALF) * CS;
         static_for<NH / 2 + 1>([&](auto I) {
           constexpr int i = decltype(I)::value;
           constexpr int m = (NH - i) & (NH - 1);
-          float2 di = make_float2(0.f, 0.f), dm = di, ni = di, nm = di;
-          if (live) {
-            di = src[i * is.row];
-            dm = src[m * is.row];
-            ni = src[i * is.row + HALF * is.bin];
-            nm = src[m * is.row + HALF * is.bin];
-          }
+          const float2 di = col[i], dm = col[m], ni = nyq[i], nm = nyq[m];
           // Hermitian parts: H[i] = (X[i] + conj(X[-i])) / 2; then DC + i Nyquist.
           const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
           const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
@@ -395,7 +408,6 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
         });
       }
       fft_registers<NH, true>(c);
-      float2* col = cols + (g * BINS + q) * CS;
       if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
