@@ -166,6 +166,8 @@ __device__ __forceinline__ void spectrum_io(float2* cols, std::conditional_t<Sto
                                             const Strides st, int64_t b0, int64_t batch) {
   constexpr int BINS = NW / 2 + 1, CS = NH > 1 ? NH + 1 : 1, F = NH * BINS;
   const bool images_inner = st.image == 1;
+  // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
+  const bool f_linear = st.row == BINS * st.bin;
   for (int e = threadIdx.x; e < G * F; e += THREADS) {
     int g, f;
     if (images_inner) {
@@ -178,7 +180,7 @@ __device__ __forceinline__ void spectrum_io(float2* cols, std::conditional_t<Sto
     const int i = f / BINS, k = f - i * BINS;
     float2* sh = cols + (g * BINS + k) * CS + i;
     const bool live = b0 + g < batch;
-    const int64_t at = (b0 + g) * st.image + i * st.row + k * st.bin;
+    const int64_t at = (b0 + g) * st.image + (f_linear ? f * st.bin : i * st.row + k * st.bin);
     if constexpr (Store) {
       if (live) spectrum[at] = *sh;
     } else {
