@@ -1,6 +1,6 @@
 """Per-kernel device time of the FFT convolution passes on a few layers (torch.profiler).
 
-    python3 benchmarks/profile_fft_conv.py [--layers L3,L4] [--tf32]
+    python3 benchmarks/profile_fft_conv.py [--layers L3,L4] [--tf32] [--backend fbfft]
 """
 import argparse
 
@@ -20,6 +20,7 @@ def main():
     ap.add_argument("--layers", default="L2,L3,L4")
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--backend", default="cufft", choices=("cufft", "fbfft"))
     args = ap.parse_args()
     dev = torch.device("cuda")
     for name in args.layers.split(","):
@@ -28,10 +29,13 @@ def main():
         w = torch.randn(K, C, k, k, device=dev)
         gy = torch.randn(S, K, n - k + 1, n - k + 1, device=dev)
         basis = fastlayers.ops.default_basis((n, n), 0)
+        if args.backend == "fbfft":
+            basis = [1 << (n - 1).bit_length()] * 2
+        be, ops = args.backend, torch.ops.fastlayers
         fns = {
-            "fprop": lambda: torch.ops.fastlayers.fft_conv2d(x, w, None, [0, 0], basis, args.tf32),
-            "bprop": lambda: torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, [0, 0], basis, args.tf32),
-            "accGrad": lambda: torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, [0, 0], basis, args.tf32),
+            "fprop": lambda: ops.fft_conv2d(x, w, None, [0, 0], basis, args.tf32, be),
+            "bprop": lambda: ops.fft_conv2d_input_grad(gy, w, [0, 0], basis, args.tf32, be),
+            "accGrad": lambda: ops.fft_conv2d_weight_grad(gy, x, [0, 0], basis, args.tf32, be),
         }
         for pname, fn in fns.items():
             for _ in range(3):
@@ -49,7 +53,8 @@ def main():
                         rows.append((t, e.key[:90], e.count // args.reps))
             rows.sort(reverse=True)
             total = sum(r[0] for r in rows)
-            print("\n== %s %s basis %s tf32=%d: %.1f us/call" % (name, pname, basis, args.tf32, total))
+            print("\n== %s %s %s basis %s tf32=%d: %.1f us/call"
+                  % (name, pname, args.backend, basis, args.tf32, total))
             for t, key, cnt in rows[:12]:
                 print("  %8.1f us  %5.1f%%  x%d  %s" % (t, 100 * t / total, cnt, key))
 

@@ -130,7 +130,9 @@ __device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
 // Register kernels. A block holds G images. Shared memory holds, one after the other in time
 // (the same bytes):
 //   the real rows, pair-interleaved: row r of the block (r = g * NH + i) at
-//     (r / 2) * (2 NW + 1) + (r % 2) * NW, so the thread of a row pair reads without conflicts;
+//     (r / 2) * PS + (r % 2) * NW, PS = 4 (NW/2 | 1): 16-byte aligned rows, and an odd number of
+//     16-byte units between the pairs, so the thread of a row pair reads and writes its rows in
+//     float4 units without bank conflicts;
 //   the half spectra of the rows, column-major per image: (g * BINS + k) * CS + i, CS = NH + 1
 //     (odd) when NH > 1.
 
@@ -146,14 +148,37 @@ struct Config {
   static constexpr int MIN_BLOCKS = NH == 64 ? 3 : 1;
   static constexpr int THREADS = NH > 1 ? G * PER_IMAGE : G / 2;
   static constexpr int PAIRS = G * NH / 2;  // row pairs of the block
-  static constexpr int REAL_FLOATS = PAIRS * (2 * NW + 1);
+  static constexpr int PS = 4 * ((NW / 2) | 1);  // pair stride in floats
+  static constexpr int VW = NW < 4 ? NW : 4;      // floats per vector access of a row
+  static constexpr int REAL_FLOATS = PAIRS * PS;
   static constexpr int COMPLEX = G * BINS * CS;
   static constexpr size_t SMEM =
       (REAL_FLOATS * 4 > COMPLEX * 8 ? REAL_FLOATS * 4 : COMPLEX * 8);
 };
 
-__device__ __forceinline__ int real_row_offset(int r, int nw) {
-  return (r >> 1) * (2 * nw + 1) + (r & 1) * nw;
+template <int NW>
+__device__ __forceinline__ int real_row_offset(int r) {
+  return (r >> 1) * (4 * ((NW / 2) | 1)) + (r & 1) * NW;
+}
+
+// VW consecutive floats of shared memory (VW = 2 or 4, aligned).
+template <int VW>
+__device__ __forceinline__ void load_vec(const float* p, float (&v)[VW]) {
+  if constexpr (VW == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+  } else {
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    v[0] = t.x; v[1] = t.y;
+  }
+}
+template <int VW>
+__device__ __forceinline__ void store_vec(float* p, const float (&v)[VW]) {
+  if constexpr (VW == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  }
 }
 
 // Moves the G half spectra of a block between shared memory (column-major per image, as the
@@ -196,7 +221,7 @@ __device__ __forceinline__ void spectrum_io(float2* cols, std::conditional_t<Sto
 template <int NH, int NW>
 __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
-                    int64_t batch, int h, int w, int oy, int ox) {
+                    int64_t batch, int h, int w, int oy, int ox, bool vec4) {
   using Cfg = Config<NH, NW>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS;
   constexpr int LOG_NW = ilog2(NW), LOG_PLANE = ilog2(NH) + ilog2(NW);
@@ -214,11 +239,28 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   auto locate = [&](int e, int64_t* src, int* dst) {
     const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
     const int si = (r & (NH - 1)) + oy, sj = j + ox;
-    *dst = real_row_offset(r, NW) + j;
+    *dst = real_row_offset<NW>(r) + j;
     const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
     *src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : -1;
   };
-  if (type == Real::F32) {
+  if (type == Real::F32 && vec4) {
+    // Rows and window aligned to 4 floats (w % 4 == 0, ox % 4 == 0): a group of 4 is wholly
+    // inside or wholly outside the input, one 16-byte copy each.
+    const float* src_f = static_cast<const float*>(in);
+    constexpr int VEC_ITEMS = ITEMS / 4;
+#pragma unroll 8
+    for (int u = 0; u < VEC_ITEMS; ++u) {
+      const int e = tid + u * Cfg::THREADS;
+      const int r = e >> (LOG_NW - 2), j = (e & (NW / 4 - 1)) * 4;
+      const int g = r >> ilog2(NH), si = (r & (NH - 1)) + oy, sj = j + ox;
+      const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
+      const int64_t src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : 0;
+      __pipeline_memcpy_async(rows + real_row_offset<NW>(r) + j, src_f + src, 16,
+                              inside ? 0 : 16);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+  } else if (type == Real::F32) {
     const float* src_f = static_cast<const float*>(in);
 #pragma unroll 8
     for (int u = 0; u < ITEMS; ++u) {
@@ -250,10 +292,17 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   float2 z[NW];
   const bool row_thread = tid < Cfg::PAIRS;
   if (row_thread) {
-    const float* r0 = rows + tid * (2 * NW + 1);
-    static_for<NW>([&](auto J) {
-      constexpr int j = decltype(J)::value;
-      z[j] = make_float2(r0[j], r0[NW + j]);
+    constexpr int VW = Cfg::VW;
+    const float* r0 = rows + tid * Cfg::PS;
+    static_for<NW / VW>([&](auto M) {
+      constexpr int m = decltype(M)::value;
+      float a[VW], b[VW];
+      load_vec<VW>(r0 + m * VW, a);
+      load_vec<VW>(r0 + NW + m * VW, b);
+      static_for<VW>([&](auto U) {
+        constexpr int u = decltype(U)::value;
+        z[m * VW + u] = make_float2(a[u], b[u]);
+      });
     });
     fft_registers<NW, false>(z);
   }
@@ -347,7 +396,7 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
     const float add = bias != nullptr ? to_float(bias[(b0 + g) % channels]) : 0.f;
     T* dst = out + (b0 + g) * plane + static_cast<int64_t>(i) * out_w;
     if (si >= 0 && si < NH) {
-      const float* src = rows + real_row_offset(g * NH + si, NW);
+      const float* src = rows + real_row_offset<NW>(g * NH + si);
       for (int j = lane; j < out_w; j += lanes) {
         const int sj = j + ox;
         const float v = sj >= 0 && sj < NW ? src[sj] * scale : 0.f;
@@ -450,12 +499,19 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   }
   __syncthreads();  // the real rows overwrite the spectra
   if (row_thread) {
-    float* r0 = rows + tid * (2 * NW + 1);
-    static_for<NW>([&](auto J) {
-      constexpr int j = decltype(J)::value;
-      const float2 v = z[bit_reverse(j, LOG_NW)];
-      r0[j] = v.x;
-      r0[NW + j] = v.y;
+    constexpr int VW = Cfg::VW;
+    float* r0 = rows + tid * Cfg::PS;
+    static_for<NW / VW>([&](auto M) {
+      constexpr int m = decltype(M)::value;
+      float a[VW], b[VW];
+      static_for<VW>([&](auto U) {
+        constexpr int u = decltype(U)::value;
+        const float2 v = z[bit_reverse(m * VW + u, LOG_NW)];
+        a[u] = v.x;
+        b[u] = v.y;
+      });
+      store_vec<VW>(r0 + m * VW, a);
+      store_vec<VW>(r0 + NW + m * VW, b);
     });
   }
   __syncthreads();
@@ -638,8 +694,10 @@ void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batc
   using Cfg = Config<NH, NW>;
   auto kernel = rfft2_registers<NH, NW>;
   allow_smem(kernel, Cfg::SMEM);
+  const bool vec4 = type == Real::F32 && NW >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(in) % 16 == 0;
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
-                                                                       w, oy, ox);
+                                                                       w, oy, ox, vec4);
   FL_LAUNCH_CHECK();
 }
 
