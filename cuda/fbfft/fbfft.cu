@@ -187,8 +187,9 @@ __device__ __forceinline__ void store_vec(float* p, const float (&v)[VW]) {
 // layout of a convolution), else consecutive frequencies of one image. Store: shared -> global;
 // load: global -> shared with asynchronous copies, zeros past the batch.
 template <int NH, int NW, int THREADS, int G, bool Store>
-__device__ __forceinline__ void spectrum_io(float2* cols, std::conditional_t<Store, float2*, const float2*> spectrum,
-                                            const Strides st, int64_t b0, int64_t batch) {
+__device__ __forceinline__ void spectrum_io(
+    float2* cols, std::conditional_t<Store, float2*, const float2*> spectrum, const Strides st,
+    int64_t b0, int64_t batch) {
   constexpr int BINS = NW / 2 + 1, CS = NH > 1 ? NH + 1 : 1, F = NH * BINS;
   const bool images_inner = st.image == 1;
   // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
