@@ -126,33 +126,6 @@ __device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
   dif_stages<N, N, Inverse>(x);
 }
 
-// An N-point FFT over two adjacent lanes: lane 0 holds points 0..N/2-1, lane 1 points N/2..N-1.
-// The first decimation-in-frequency stage pairs point m of lane 0 with point m of lane 1 through
-// shuffles; the rest is an N/2-point FFT in each lane's registers. Out: lane l holds X[2k + l] at
-// x[bit_reverse(k)]. Every lane of the warp must take part.
-template <int N, bool Inverse>
-__device__ __forceinline__ void fft_two_lanes(float2 (&x)[N / 2], int lane) {
-  static_for<N / 2>([&](auto Mi) {
-    constexpr int m = decltype(Mi)::value;
-    const float2 o = make_float2(__shfl_xor_sync(0xffffffffu, x[m].x, 1),
-                                 __shfl_xor_sync(0xffffffffu, x[m].y, 1));
-    const float2 sum = make_float2(x[m].x + o.x, x[m].y + o.y);
-    const float2 d = make_float2(o.x - x[m].x, o.y - x[m].y);  // lane 1: (a - b)
-    float2 t;
-    if constexpr (m == 0) {
-      t = d;
-    } else if constexpr (4 * m == N) {
-      t = Inverse ? make_float2(-d.y, d.x) : make_float2(d.y, -d.x);
-    } else {
-      const float2 w = kTwiddle.w[m * (256 / N)];
-      const float wy = Inverse ? -w.y : w.y;
-      t = make_float2(d.x * w.x - d.y * wy, d.x * wy + d.y * w.x);
-    }
-    x[m] = lane == 0 ? sum : t;
-  });
-  fft_registers<N / 2, Inverse>(x);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Register kernels. A block holds G images. Shared memory holds, one after the other in time
 // (the same bytes):
@@ -167,14 +140,12 @@ template <int NH, int NW>
 struct Config {
   static constexpr int BINS = NW / 2 + 1;
   static constexpr int CS = NH > 1 ? NH + 1 : 1;
-  // Threads per line FFT: a 64 x 64 image splits each 64-point line over two lanes (32 points in
-  // registers each, one exchange stage through shuffles), which halves the registers per thread.
-  static constexpr int LANES = NH == 64 && NW == 64 ? 2 : 1;
-  static constexpr int PER_IMAGE = NH > 1 ? (NH > NW ? NH : NW) / 2 * LANES : 0;
+  static constexpr int PER_IMAGE = NH > 1 ? (NH > NW ? NH : NW) / 2 : 0;
   // images per block: 128 threads for 2-D; 32 row pairs (one warp) for 1-D
   static constexpr int G = NH > 1 ? (128 / PER_IMAGE > 2 ? 128 / PER_IMAGE : 2) : 64;
-  // blocks per SM the register budget must allow
-  static constexpr int MIN_BLOCKS = LANES == 2 ? 4 : 1;
+  // blocks per SM the register budget must allow (the 64-point kernels would take 210 registers
+  // and leave 2 blocks of 4 warps; 3 blocks hide more of the load latency)
+  static constexpr int MIN_BLOCKS = NH == 64 ? 3 : 1;
   static constexpr int THREADS = NH > 1 ? G * PER_IMAGE : G / 2;
   static constexpr int PAIRS = G * NH / 2;  // row pairs of the block
   static constexpr int PS = 4 * ((NW / 2) | 1);  // pair stride in floats
@@ -319,71 +290,37 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   __syncthreads();
 
   // 2. Rows: one complex FFT per row pair (row 2p real part, row 2p+1 imaginary part).
-  if constexpr (Cfg::LANES == 2) {
-    static_assert(Cfg::PAIRS * 2 == Cfg::THREADS && G * (NW / 2) * 2 == Cfg::THREADS, "");
-    constexpr int M = NW / 2, LOG_M = ilog2(M);
-    const int pair = tid >> 1, lane = tid & 1;
-    float2 z[M];
-    const float* r0 = rows + pair * Cfg::PS + lane * M;
-    static_for<M / 4>([&](auto Q) {
-      constexpr int q = decltype(Q)::value;
-      float a[4], b[4];
-      load_vec<4>(r0 + q * 4, a);
-      load_vec<4>(r0 + NW + q * 4, b);
-      static_for<4>([&](auto U) {
+  float2 z[NW];
+  const bool row_thread = tid < Cfg::PAIRS;
+  if (row_thread) {
+    constexpr int VW = Cfg::VW;
+    const float* r0 = rows + tid * Cfg::PS;
+    static_for<NW / VW>([&](auto M) {
+      constexpr int m = decltype(M)::value;
+      float a[VW], b[VW];
+      load_vec<VW>(r0 + m * VW, a);
+      load_vec<VW>(r0 + NW + m * VW, b);
+      static_for<VW>([&](auto U) {
         constexpr int u = decltype(U)::value;
-        z[q * 4 + u] = make_float2(a[u], b[u]);
+        z[m * VW + u] = make_float2(a[u], b[u]);
       });
     });
-    fft_two_lanes<NW, false>(z, lane);
-    __syncthreads();  // the spectra overwrite the real rows
-    const int r = 2 * pair, g0 = r / NH, i0 = r % NH, g1 = (r + 1) / NH, i1 = (r + 1) % NH;
-    // Lane l holds Z[2k + l]; Z[-(2k + l)] = Z[2 ((M - k - l) % M) + l] is in the same lane.
-    static_for<M / 2 + 1>([&](auto K) {
-      constexpr int k = decltype(K)::value;
-      const int q = 2 * k + lane;
-      if (q <= M) {
-        const float2 a = z[bit_reverse(k, LOG_M)];
-        const float2 m = lane == 0 ? z[bit_reverse((M - k) & (M - 1), LOG_M)]
-                                   : z[bit_reverse((M - 1 - k) & (M - 1), LOG_M)];
-        cols[(g0 * BINS + q) * CS + i0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-        cols[(g1 * BINS + q) * CS + i1] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
-      }
-    });
-    __syncthreads();
-  } else {
-    float2 z[NW];
-    const bool row_thread = tid < Cfg::PAIRS;
-    if (row_thread) {
-      constexpr int VW = Cfg::VW;
-      const float* r0 = rows + tid * Cfg::PS;
-      static_for<NW / VW>([&](auto M) {
-        constexpr int m = decltype(M)::value;
-        float a[VW], b[VW];
-        load_vec<VW>(r0 + m * VW, a);
-        load_vec<VW>(r0 + NW + m * VW, b);
-        static_for<VW>([&](auto U) {
-          constexpr int u = decltype(U)::value;
-          z[m * VW + u] = make_float2(a[u], b[u]);
-        });
-      });
-      fft_registers<NW, false>(z);
-    }
-    __syncthreads();  // the spectra overwrite the real rows
-    if (row_thread) {
-      const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
-      const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
-      static_for<BINS>([&](auto K) {
-        constexpr int k = decltype(K)::value;
-        // X0[k] = (Z[k] + conj(Z[-k])) / 2, X1[k] = (Z[k] - conj(Z[-k])) / 2i
-        const float2 a = z[bit_reverse(k, LOG_NW)];
-        const float2 m = z[bit_reverse((NW - k) & (NW - 1), LOG_NW)];
-        cols[(g0 * BINS + k) * CS + i0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-        cols[(g1 * BINS + k) * CS + i1] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
-      });
-    }
-    __syncthreads();
+    fft_registers<NW, false>(z);
   }
+  __syncthreads();  // the spectra overwrite the real rows
+  if (row_thread) {
+    const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
+    const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
+    static_for<BINS>([&](auto K) {
+      constexpr int k = decltype(K)::value;
+      // X0[k] = (Z[k] + conj(Z[-k])) / 2, X1[k] = (Z[k] - conj(Z[-k])) / 2i
+      const float2 a = z[bit_reverse(k, LOG_NW)];
+      const float2 m = z[bit_reverse((NW - k) & (NW - 1), LOG_NW)];
+      cols[(g0 * BINS + k) * CS + i0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+      cols[(g1 * BINS + k) * CS + i1] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+    });
+  }
+  __syncthreads();
 
   if constexpr (NH == 1) {
     // 1-D: the row spectra are the result.
@@ -393,33 +330,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     // together (both real: DC in the real part, Nyquist in the imaginary part).
     constexpr int HALF = NW / 2;
     constexpr int LOG_NH = ilog2(NH);
-    if constexpr (Cfg::LANES == 2) {
-      constexpr int M = NH / 2, LOG_M = ilog2(M);
-      const int line = tid >> 1, lane = tid & 1;
-      const int g = line / HALF, q = line - g * HALF;
-      float2* col = cols + (g * BINS + q) * CS;
-      float2* nyq = cols + (g * BINS + HALF) * CS;
-      float2 c[M];
-      static_for<M>([&](auto I) {
-        constexpr int i = decltype(I)::value;
-        const int at = lane * M + i;
-        c[i] = q == 0 ? make_float2(col[at].x, nyq[at].x) : col[at];
-      });
-      fft_two_lanes<NH, false>(c, lane);
-      static_for<M>([&](auto K) {
-        constexpr int k = decltype(K)::value;
-        const int i = 2 * k + lane;
-        const float2 a = c[bit_reverse(k, LOG_M)];
-        if (q != 0) {
-          col[i] = a;
-        } else {
-          const float2 m = lane == 0 ? c[bit_reverse((M - k) & (M - 1), LOG_M)]
-                                     : c[bit_reverse((M - 1 - k) & (M - 1), LOG_M)];
-          col[i] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-          nyq[i] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
-        }
-      });
-    } else if (tid < G * HALF) {
+    if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
       float2 c[NH];
       float2* col = cols + (g * BINS + q) * CS;
@@ -525,39 +436,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     // Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
     // columns, whose inverses are real, as one complex column (DC + i Nyquist).
     constexpr int LOG_NH = ilog2(NH);
-    if constexpr (Cfg::LANES == 2) {
-      constexpr int M = NH / 2, LOG_M = ilog2(M);
-      const int line = tid >> 1, lane = tid & 1;
-      const int g = line / HALF, q = line - g * HALF;
-      float2* col = cols + (g * BINS + q) * CS;
-      float2* nyq = cols + (g * BINS + HALF) * CS;
-      float2 c[M];
-      static_for<M>([&](auto I) {
-        constexpr int m = decltype(I)::value;
-        const int i = lane * M + m;
-        if (q != 0) {
-          c[m] = col[i];
-        } else {
-          const int mi = (NH - i) & (NH - 1);
-          const float2 di = col[i], dm = col[mi], ni = nyq[i], nm = nyq[mi];
-          const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
-          const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
-          c[m] = make_float2(hd.x - hn.y, hd.y + hn.x);
-        }
-      });
-      fft_two_lanes<NH, true>(c, lane);
-      static_for<M>([&](auto K) {
-        constexpr int k = decltype(K)::value;
-        const int i = 2 * k + lane;
-        const float2 v = c[bit_reverse(k, LOG_M)];
-        if (q != 0) {
-          col[i] = v;
-        } else {
-          col[i] = make_float2(v.x, 0.f);
-          nyq[i] = make_float2(v.y, 0.f);
-        }
-      });
-    } else if (tid < G * HALF) {
+    if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
       float2* col = cols + (g * BINS + q) * CS;
       float2 c[NH];
@@ -601,73 +480,42 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
 
   // 2. Rows, inverse: two half spectra A, B (rows 2p, 2p+1) as one Hermitian-extended complex
   // sequence A + iB; the real part of its inverse is row 2p, the imaginary part row 2p+1.
-  if constexpr (Cfg::LANES == 2) {
-    constexpr int M = NW / 2, LOG_M = ilog2(M);
-    const int pair = tid >> 1, lane = tid & 1;
-    const int r = 2 * pair, g0 = r / NH, i0 = r % NH, g1 = (r + 1) / NH, i1 = (r + 1) % NH;
-    float2 z[M];
-    // Point j = lane * M + m: bin j itself for lane 0 (and j = M, the Nyquist bin), else the
-    // conjugate of bin NW - j = M - m.
-    static_for<M>([&](auto Mi) {
-      constexpr int m = decltype(Mi)::value;
-      const int k = lane == 0 ? m : HALF - m;
+  float2 z[NW];
+  const bool row_thread = tid < Cfg::PAIRS;
+  if (row_thread) {
+    const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
+    const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
+    static_for<HALF + 1>([&](auto K) {
+      constexpr int k = decltype(K)::value;
       float2 a = cols[(g0 * BINS + k) * CS + i0];
       float2 bb = cols[(g1 * BINS + k) * CS + i1];
-      if constexpr (m == 0) {
+      if constexpr (k == 0 || k == HALF) {
         a.y = 0.f;
         bb.y = 0.f;
       }
-      const bool mirrored = lane == 1 && m != 0;
-      z[m] = mirrored ? make_float2(a.x + bb.y, bb.x - a.y) : make_float2(a.x - bb.y, a.y + bb.x);
+      z[k] = make_float2(a.x - bb.y, a.y + bb.x);
+      if constexpr (k != 0 && k != HALF) z[NW - k] = make_float2(a.x + bb.y, bb.x - a.y);
     });
-    fft_two_lanes<NW, true>(z, lane);
-    __syncthreads();  // the real rows overwrite the spectra
-    float* r0 = rows + pair * Cfg::PS;
-    static_for<M>([&](auto J) {
-      constexpr int j = decltype(J)::value;
-      const float2 v = z[bit_reverse(j, LOG_M)];
-      r0[2 * j + lane] = v.x;
-      r0[NW + 2 * j + lane] = v.y;
-    });
-    __syncthreads();
-  } else {
-    float2 z[NW];
-    const bool row_thread = tid < Cfg::PAIRS;
-    if (row_thread) {
-      const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
-      const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
-      static_for<HALF + 1>([&](auto K) {
-        constexpr int k = decltype(K)::value;
-        float2 a = cols[(g0 * BINS + k) * CS + i0];
-        float2 bb = cols[(g1 * BINS + k) * CS + i1];
-        if constexpr (k == 0 || k == HALF) {
-          a.y = 0.f;
-          bb.y = 0.f;
-        }
-        z[k] = make_float2(a.x - bb.y, a.y + bb.x);
-        if constexpr (k != 0 && k != HALF) z[NW - k] = make_float2(a.x + bb.y, bb.x - a.y);
-      });
-      fft_registers<NW, true>(z);
-    }
-    __syncthreads();  // the real rows overwrite the spectra
-    if (row_thread) {
-      constexpr int VW = Cfg::VW;
-      float* r0 = rows + tid * Cfg::PS;
-      static_for<NW / VW>([&](auto M) {
-        constexpr int m = decltype(M)::value;
-        float a[VW], b[VW];
-        static_for<VW>([&](auto U) {
-          constexpr int u = decltype(U)::value;
-          const float2 v = z[bit_reverse(m * VW + u, LOG_NW)];
-          a[u] = v.x;
-          b[u] = v.y;
-        });
-        store_vec<VW>(r0 + m * VW, a);
-        store_vec<VW>(r0 + NW + m * VW, b);
-      });
-    }
-    __syncthreads();
+    fft_registers<NW, true>(z);
   }
+  __syncthreads();  // the real rows overwrite the spectra
+  if (row_thread) {
+    constexpr int VW = Cfg::VW;
+    float* r0 = rows + tid * Cfg::PS;
+    static_for<NW / VW>([&](auto M) {
+      constexpr int m = decltype(M)::value;
+      float a[VW], b[VW];
+      static_for<VW>([&](auto U) {
+        constexpr int u = decltype(U)::value;
+        const float2 v = z[bit_reverse(m * VW + u, LOG_NW)];
+        a[u] = v.x;
+        b[u] = v.y;
+      });
+      store_vec<VW>(r0 + m * VW, a);
+      store_vec<VW>(r0 + NW + m * VW, b);
+    });
+  }
+  __syncthreads();
 
   // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
