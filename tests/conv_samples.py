@@ -1,15 +1,28 @@
 """Sample problems and reference helpers shared by the correctness, gradient and opcheck tests."""
+import contextlib
 from typing import Iterator, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from fastlayers.ops import default_basis, good_fft_size
+from fastlayers.ops import conv_tf32_allowed, default_basis, good_fft_size
 from fastlayers.tuner import ERROR_FLOOR, error_floor
 
 # Relative L2 error a result may have against a float64 reference: at most twice PyTorch's own
 # error in the same dtype, and never held below the dtype's floor; the tuner applies the same rule.
 TF32_FLOOR = error_floor(torch.float32, True)
+
+
+@contextlib.contextmanager
+def cudnn_tf32(enabled: bool):
+    """PyTorch's TF32 switch for cuDNN convolution, which the FFT ops follow, set for a block."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        assert conv_tf32_allowed() == enabled
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
 
 
 class Case(NamedTuple):

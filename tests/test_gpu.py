@@ -1,4 +1,3 @@
-import contextlib
 import copy
 import json
 
@@ -11,8 +10,8 @@ from torch.autograd import gradcheck, gradgradcheck
 import fastlayers
 from fastlayers import ops, tuner
 from conv_samples import (TF32_FLOOR, Case, assert_training_matches, assert_within_bound,
-                          fft_passes, make_tensors, module_fft_label, opcheck_args, opcheck_id,
-                          opcheck_specs, rel_err, sample_cases, torch_passes)
+                          cudnn_tf32, fft_passes, make_tensors, module_fft_label, opcheck_args,
+                          opcheck_id, opcheck_specs, rel_err, sample_cases, torch_passes)
 
 pytestmark = pytest.mark.gpu
 
@@ -22,15 +21,6 @@ PASSES = ("forward", "input_grad", "weight_grad")
 fl = torch.ops.fastlayers
 
 
-@contextlib.contextmanager
-def cudnn_tf32(enabled):
-    old = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        assert ops.conv_tf32_allowed() == enabled
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = old
 
 
 def cuda_tensors(case, dtype=torch.float32, requires_grad=False):

@@ -1,5 +1,4 @@
 """The fbfft backend and tiling of the FFT-convolution ops on CUDA (fp32, TF32, fp16, bf16)."""
-import contextlib
 
 import pytest
 import torch
@@ -9,8 +8,8 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import fastlayers
 from fastlayers import ops, tuner
-from conv_samples import (TF32_FLOOR, Case, assert_within_bound, fbfft_cases, fft_passes,
-                          make_tensors, rel_err, torch_passes)
+from conv_samples import (TF32_FLOOR, Case, assert_within_bound, cudnn_tf32, fbfft_cases,
+                          fft_passes, make_tensors, rel_err, torch_passes)
 
 pytestmark = pytest.mark.gpu
 
@@ -19,14 +18,6 @@ PASSES = ("forward", "input_grad", "weight_grad")
 fl = torch.ops.fastlayers
 
 
-@contextlib.contextmanager
-def cudnn_tf32(enabled):
-    old = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = old
 
 
 def cuda_tensors(case, dtype=torch.float32, requires_grad=False):
