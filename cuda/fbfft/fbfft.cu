@@ -721,13 +721,6 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
 
 }  // namespace
 
-bool fast_path(int nh, int nw) {
-#define FL_CASE(H, W) if (nh == H && nw == W) return true;
-  FL_FBFFT_FAST_SIZES(FL_CASE)
-#undef FL_CASE
-  return false;
-}
-
 void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
            int nw, int oy, int ox, cudaStream_t stream) {
   check_sizes(nh, nw);

@@ -48,8 +48,5 @@ void irfft2(const float2* in, Strides in_strides, void* out, Real type, int64_t 
             int nw, int out_h, int out_w, int oy, int ox, float scale, const void* bias,
             int64_t channels, cudaStream_t stream);
 
-// Whether the register kernels serve this size (the rest runs on the shared-memory kernel).
-bool fast_path(int nh, int nw);
-
 }  // namespace fbfft
 }  // namespace fastlayers
