@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import fastlayers  # noqa: F401
-from fastlayers import fbfft
+from fastlayers import _C, fbfft
 
 
 def time_eager(fn, trials=25):
@@ -146,18 +146,27 @@ def main():
         for kind in ("r2c", "c2r"):
             if kind == "c2r" and h != n:
                 continue  # the padded cases are forward reads
-            try:
-                r = measure(kind, dims, n, h, B, copy_cache)
-            except torch.OutOfMemoryError:
-                print("| %d | %d (%d) | %d | %s | out of memory |" % (dims, n, h, B, kind))
+            # 64 x 64 has two kernels (registers: the default; lanes: as 128 x 128): both timed.
+            for kernel in (("registers", "lanes") if dims == 2 and n == 64 else (None,)):
+                _C._fbfft_set_lanes_2d_min(64 if kernel == "lanes" else 128)
+                try:
+                    r = measure(kind, dims, n, h, B, copy_cache)
+                except torch.OutOfMemoryError:
+                    print("| %d | %d (%d) | %d | %s | out of memory |" % (dims, n, h, B, kind))
+                    torch.cuda.empty_cache()
+                    continue
+                finally:
+                    _C._fbfft_set_lanes_2d_min(128)
+                if kernel:
+                    r["kernel"] = kernel
+                rows.append(r)
+                print("| %d | %d (%d)%s | %d | %s | %.4f | %.4f | %.2f | %.0f | %.0f | %.4f | "
+                      "%.4f | %.1e |" % (dims, n, h, " " + kernel if kernel else "", B, kind,
+                                         r["cufft_graph_ms"], r["fbfft_graph_ms"], r["ratio"],
+                                         r["fbfft_GBps"], r["fbfft_pct_copy"],
+                                         r["cufft_eager_ms"], r["fbfft_eager_ms"],
+                                         r["max_rel_err"]))
                 torch.cuda.empty_cache()
-                continue
-            rows.append(r)
-            print("| %d | %d (%d) | %d | %s | %.4f | %.4f | %.2f | %.0f | %.0f | %.4f | %.4f | "
-                  "%.1e |" % (dims, n, h, B, kind, r["cufft_graph_ms"], r["fbfft_graph_ms"],
-                              r["ratio"], r["fbfft_GBps"], r["fbfft_pct_copy"],
-                              r["cufft_eager_ms"], r["fbfft_eager_ms"], r["max_rel_err"]))
-            torch.cuda.empty_cache()
     if args.out:
         path = Path(args.out) / "fbfft-bench.json"
         path.write_text(json.dumps({"device": dev, "torch": torch.__version__, "rows": rows},

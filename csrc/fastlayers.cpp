@@ -12,6 +12,7 @@
 
 #ifdef FASTLAYERS_WITH_CUDA
 #include "../cuda/common/cufft_plans.h"
+#include "../cuda/fbfft/fbfft.h"
 #endif
 
 TORCH_LIBRARY(fastlayers, m) {
@@ -178,6 +179,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);
   m.def("clear_cufft_plan_cache", &fastlayers::cufft_plans::clear_cache);
   m.def("cufft_version", &fastlayers::cufft_plans::library_version);
+  // Benchmark hook: the smallest square 2-D size the fbfft lane kernels take (64 or 128; the
+  // default, 128, leaves 64 x 64 on the register kernels). Both kernels compute the same
+  // transform; this only chooses which one runs.
+  m.def("_fbfft_lanes_2d_min", &fastlayers::fbfft::lanes_2d_min);
+  m.def("_fbfft_set_lanes_2d_min", [](int n) {
+    TORCH_CHECK(n == 64 || n == 128, "_fbfft_set_lanes_2d_min: `n` must be 64 or 128, got ", n);
+    fastlayers::fbfft::set_lanes_2d_min(n);
+  });
 #else
   m.attr("with_cuda") = false;
 #endif

@@ -28,11 +28,18 @@ CASES = [
 
 
 def fbfft_cases(dev):
-    """Each fbfft transform once per size class, with padding, windows and both layouts."""
-    from fastlayers import fbfft
+    """Each fbfft transform once per size class, with padding, windows and both layouts; 64 x 64
+    on both of its kernels; the convolution on fbfft at bases 64 and 128 (the frequency-major
+    layout, the clipped inverse with bias)."""
+    from fastlayers import _C, fbfft
     worst = 0.0
     g = torch.Generator().manual_seed(1)
-    for n in (2, 4, 8, 16, 32, 64, 128):
+    sizes = [(n, False) for n in (2, 4, 8, 16, 32, 64, 128)]
+    if dev == "cuda":
+        sizes.append((64, True))
+    for n, lanes64 in sizes:
+        if dev == "cuda":
+            _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)
         x = torch.randn(3, max(1, n - 3), n + 1, generator=g, dtype=torch.float64)
         for transposed in (False, True):
             X = fbfft.rfft2(x, (n, n), (-1, 1), transposed)
@@ -48,7 +55,29 @@ def fbfft_cases(dev):
                 out = out.cpu().to(ref.dtype)
                 err = ((out - ref).abs().max() / ref.abs().max()).item()
                 worst = max(worst, err)
-        print("fbfft n=%d: worst relative error so far %.2e" % (n, worst), flush=True)
+        print("fbfft n=%d%s: worst relative error so far %.2e"
+              % (n, " (lane kernel)" if lanes64 else "", worst), flush=True)
+    for basis, lanes64 in ((128, False), (64, False), (64, True)):
+        if dev == "cuda":
+            _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)
+        x = torch.randn(2, 3, 30, 27, generator=g, dtype=torch.float64)
+        w = torch.randn(4, 3, 3, 5, generator=g, dtype=torch.float64)
+        b = torch.randn(4, generator=g, dtype=torch.float64)
+        gy = torch.randn(2, 4, 30, 27, generator=g, dtype=torch.float64)
+        ref = (F.conv2d(x, w, b, 1, (1, 2)),) + tuple(torch.ops.aten.convolution_backward(
+            gy, x, w, None, [1, 1], [1, 2], [1, 1], False, [0, 0], 1, [True, True, False])[:2])
+        xd, wd, bd, gyd = (t.float().to(dev) for t in (x, w, b, gy))
+        fl, nb = torch.ops.fastlayers, [basis, basis]
+        got = (fl.fft_conv2d(xd, wd, bd, [1, 2], nb, False, "fbfft"),
+               fl.fft_conv2d_input_grad(gyd, wd, [1, 2], nb, False, "fbfft"),
+               fl.fft_conv2d_weight_grad(gyd, xd, [1, 2], nb, False, "fbfft"))
+        for out, r in zip(got, ref):
+            out = out.double().cpu()
+            worst = max(worst, ((out - r).norm() / r.norm()).item())
+        print("fbfft convolution at %dx%d%s: worst relative error so far %.2e"
+              % (basis, basis, " (lane kernel)" if lanes64 else "", worst), flush=True)
+    if dev == "cuda":
+        _C._fbfft_set_lanes_2d_min(128)
     return worst
 
 

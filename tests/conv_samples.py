@@ -190,11 +190,11 @@ def pow2_basis(case: Case) -> Tuple[int, int]:
 
 
 def fbfft_cases(size: str = "full") -> Iterator[Case]:
-    """The sample problems whose power-of-two basis fbfft takes (sides up to 64), at that basis."""
+    """The sample problems whose power-of-two basis fbfft takes (sides up to 128), at that basis."""
     seen = set()
     for case in sample_cases(size):
         c = case._replace(basis=pow2_basis(case))
-        if max(c.basis) <= 64 and c not in seen:
+        if max(c.basis) <= 128 and c not in seen:
             seen.add(c)
             yield c
 

@@ -192,13 +192,7 @@ def test_cuda_rfft2_irfft2(size, transposed, offset):
         assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64])
-@pytest.mark.parametrize("batch", [1, 3, 129, 1000])
-@pytest.mark.parametrize("dims", [1, 2])
-def test_cuda_register_kernels_every_batch_tail(n, batch, dims):
-    """The register kernels hold several images per block (and pair 1-D rows across images):
-    batches that leave partial blocks and odd pairs, every layout, both directions."""
+def check_fast_kernel(n, batch, dims):
     size, offset = ((n, n), (-1, 1)) if dims == 2 else ((n,), (-1,))
     shape = (batch, n + 1, n - 1) if dims == 2 else (batch, n + 1)
     x = torch.randn(*shape, dtype=torch.float64)
@@ -222,6 +216,41 @@ def test_cuda_register_kernels_every_batch_tail(n, batch, dims):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n,dims", [(n, 1) for n in (2, 4, 8, 16, 32, 64, 128, 256)]
+                         + [(n, 2) for n in (2, 4, 8, 16, 32, 64, 128)], ids=str)
+@pytest.mark.parametrize("batch", [1, 3, 129, 1000])
+def test_cuda_fast_kernels_every_batch_tail(n, dims, batch):
+    """The register kernels hold several images per block and pair rows across images; the lane
+    kernels spread lines over lanes (1-D: several line pairs per block): batches that leave
+    partial blocks and odd pairs, every layout, both directions, windows that cross the input."""
+    check_fast_kernel(n, batch, dims)
+
+
+@pytest.fixture
+def lanes_64x64():
+    """64 x 64 on the lane kernels (as 128 x 128) instead of the register kernels."""
+    from fastlayers import _C
+    before = _C._fbfft_lanes_2d_min()
+    _C._fbfft_set_lanes_2d_min(64)
+    yield
+    _C._fbfft_set_lanes_2d_min(before)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_cuda_lane_kernel_64x64(batch, lanes_64x64):
+    check_fast_kernel(64, batch, 2)
+
+
+@pytest.mark.gpu
+def test_lanes_switch_takes_64_or_128():
+    from fastlayers import _C
+    with pytest.raises(RuntimeError, match="`n` must be 64 or 128"):
+        _C._fbfft_set_lanes_2d_min(32)
+    assert _C._fbfft_lanes_2d_min() == 128
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n,h", [(16, 13), (32, 27), (64, 57)])
 def test_cuda_implicit_padding_large_batch(n, h):
     x = torch.randn(16384, h, h, device="cuda")
@@ -232,10 +261,21 @@ def test_cuda_implicit_padding_large_batch(n, h):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cuda_half_storage(dtype):
-    x = torch.randn(64, 27, 27, device="cuda").to(dtype)
-    got = fbfft.rfft2(x, (32, 32), (-2, -2), True)
-    ref = fbfft.rfft2(x.cpu().double(), (32, 32), (-2, -2), True)
+@pytest.mark.parametrize("n", [32, 128])
+def test_cuda_half_storage(dtype, n):
+    x = torch.randn(64, n - 5, n - 5, device="cuda").to(dtype)
+    got = fbfft.rfft2(x, (n, n), (-2, -2), True)
+    ref = fbfft.rfft2(x.cpu().double(), (n, n), (-2, -2), True)
+    assert got.dtype == torch.complex64 and rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [64, 256])
+def test_cuda_half_storage_1d(dtype, n):
+    x = torch.randn(300, n - 3, device="cuda").to(dtype)
+    got = fbfft.rfft(x, n, -1)
+    ref = fbfft.rfft(x.cpu().double(), n, -1)
     assert got.dtype == torch.complex64 and rel(got.cpu().to(torch.complex128), ref) <= 1e-5
 
 

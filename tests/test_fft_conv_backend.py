@@ -163,9 +163,9 @@ BAD = {
                                                    [12, 16], False, "fbfft"),
                              r"`basis` \[12, 16\] is not supported by `backend` \"fbfft\""),
     "fbfft-basis-too-large": (lambda: fl.fft_conv2d_input_grad(_t(1, 2, 70, 3), _t(2, 3, 3, 3),
-                                                               [0, 0], [128, 8], False, "fbfft"),
-                              r"`basis` \[128, 8\] is not supported by `backend` \"fbfft\".*"
-                              r"from 2 to 64"),
+                                                               [0, 0], [256, 8], False, "fbfft"),
+                              r"`basis` \[256, 8\] is not supported by `backend` \"fbfft\".*"
+                              r"from 2 to 128"),
     "fbfft-basis-weight_grad": (lambda: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3),
                                                                   _t(2, 3, 5, 5), [0, 0], [5, 8],
                                                                   False, "fbfft"),

@@ -75,7 +75,8 @@ def test_tiled_equals_untiled_and_pytorch(spec):
     untiled = run_pass(pass_, x, w, b, gy, case, ops.default_basis((case.H, case.W), case.padding),
                        (0, 0))
     for basis in (min_basis(case, tile), pow2_basis(case, tile)):
-        for backend in ("cufft", "fbfft") if max(basis) <= 64 and basis == pow2_basis(case, tile) \
+        for backend in ("cufft", "fbfft") if max(basis) <= ops.FBFFT_MAX_BASIS \
+                and basis == pow2_basis(case, tile) \
                 else ("cufft",):
             if backend == "fbfft" and min(basis) < 2:
                 continue

@@ -61,6 +61,37 @@ def test_fbfft_half_precision_within_pytorch_error(case, dtype):
         assert_within_bound(out, r, n, what=name)
 
 
+@pytest.fixture(params=[False, True], ids=["registers64", "lanes64"])
+def lanes64(request):
+    """Whether 64 x 64 runs on the lane kernels (as 128 x 128 always does)."""
+    from fastlayers import _C
+    before = _C._fbfft_lanes_2d_min()
+    _C._fbfft_set_lanes_2d_min(64 if request.param else 128)
+    yield request.param
+    _C._fbfft_set_lanes_2d_min(before)
+
+
+# Bases 64 and 128 on the fbfft lane kernels: the frequency-major layout of the GEMMs, windows
+# past the input, partial last tiles of the clipped inverse, bias in every storage type.
+LANE_CASES = [Case(2, 3, 4, 70, 61, 3, 5, 1, 2, (128, 128)),
+              Case(3, 2, 5, 50, 64, 3, 3, 1, 0, (64, 64)),
+              Case(1, 4, 3, 97, 100, 7, 5, 3, 2, (128, 128))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("case", LANE_CASES, ids=str)
+def test_fbfft_lane_kernels_within_pytorch_error(case, dtype, lanes64):
+    x, w, b, gy = cuda_tensors(case, dtype)
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), case.padding)
+    with cudnn_tf32(False):
+        native = torch_passes(x, w, b, gy, case.padding)
+        ours = fft_passes(x, w, b, gy, case.padding, case.basis, backend="fbfft")
+    for name, out, r, n in zip(PASSES, ours, ref, native):
+        assert out.dtype == dtype, name
+        assert_within_bound(out, r, n, what=name)
+
+
 def test_fbfft_cuda_matches_cpu():
     case = Case(3, 5, 6, 14, 11, 5, 3, 1, 2, (16, 16))
     tensors = make_tensors(case, torch.float32)

@@ -5,6 +5,7 @@
 #include <cuda_pipeline.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 #include <utility>
 #include <stdexcept>
@@ -186,11 +187,14 @@ __device__ __forceinline__ void store_vec(float* p, const float (&v)[VW]) {
 // threads take consecutive images when images are adjacent in memory (the frequency-major
 // layout of a convolution), else consecutive frequencies of one image. Store: shared -> global;
 // load: global -> shared with asynchronous copies, zeros past the batch.
-template <int NH, int NW, int THREADS, int G, bool Store>
+// Column k of image g starts at (g * BINS + k) * CS; row i of a column is at i + i / PAD when PAD
+// is given (the lane kernels' padded columns), else at i.
+template <int NH, int NW, int THREADS, int G, bool Store, int CS = (NH > 1 ? NH + 1 : 1),
+          int PAD = 0>
 __device__ __forceinline__ void spectrum_io(
     float2* cols, std::conditional_t<Store, float2*, const float2*> spectrum, const Strides st,
     int64_t b0, int64_t batch) {
-  constexpr int BINS = NW / 2 + 1, CS = NH > 1 ? NH + 1 : 1, F = NH * BINS;
+  constexpr int BINS = NW / 2 + 1, F = NH * BINS;
   const bool images_inner = st.image == 1;
   // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
   const bool f_linear = st.row == BINS * st.bin;
@@ -204,7 +208,7 @@ __device__ __forceinline__ void spectrum_io(
       f = e % F;
     }
     const int i = f / BINS, k = f - i * BINS;
-    float2* sh = cols + (g * BINS + k) * CS + i;
+    float2* sh = cols + (g * BINS + k) * CS + (PAD ? i + i / (PAD ? PAD : 1) : i);
     const bool live = b0 + g < batch;
     const int64_t at = (b0 + g) * st.image + (f_linear ? f * st.bin : i * st.row + k * st.bin);
     if constexpr (Store) {
@@ -219,24 +223,43 @@ __device__ __forceinline__ void spectrum_io(
   }
 }
 
-template <int NH, int NW>
-__global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
-    rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
-                    int64_t batch, int h, int w, int oy, int ox, bool vec4) {
-  using Cfg = Config<NH, NW>;
-  constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS;
-  constexpr int LOG_NW = ilog2(NW), LOG_PLANE = ilog2(NH) + ilog2(NW);
-  extern __shared__ float4 smem_raw[];
-  float* rows = reinterpret_cast<float*>(smem_raw);
-  float2* cols = reinterpret_cast<float2*>(smem_raw);
+// load_window when rows and window are aligned to 4 floats (w % 4 == 0, ox % 4 == 0): a group of
+// 4 is wholly inside or wholly outside the input, one 16-byte asynchronous copy each.
+template <int NH, int NW, int THREADS, int G>
+__device__ __forceinline__ void load_window_vec4(float* rows, const float* __restrict__ src_f,
+                                                 int64_t b0, int64_t batch, int h, int w, int oy,
+                                                 int ox) {
+  constexpr int LOG_NW = ilog2(NW);
   const int tid = threadIdx.x;
-  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
   const int64_t in_plane = static_cast<int64_t>(h) * w;
+  constexpr int VEC_ITEMS = G * NH * NW / THREADS / 4;
+  static_assert(VEC_ITEMS * 4 * THREADS == G * NH * NW, "whole vectors per thread");
+#pragma unroll 8
+  for (int u = 0; u < VEC_ITEMS; ++u) {
+    const int e = tid + u * THREADS;
+    const int r = e >> (LOG_NW - 2), j = (e & (NW / 4 - 1)) * 4;
+    const int g = r >> ilog2(NH), si = (r & (NH - 1)) + oy, sj = j + ox;
+    const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
+    const int64_t src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : 0;
+    __pipeline_memcpy_async(rows + real_row_offset<NW>(r) + j, src_f + src, 16,
+                            inside ? 0 : 16);
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+}
 
-  // 1. The window of G images, zero-filled, into the pair-interleaved real rows (coalesced).
-  // float32: asynchronous copies (zero-filled outside the input), all in flight at once; 16-bit
-  // storage: through registers, a chunk of loads in flight per round trip.
-  constexpr int ITEMS = G * NH * NW / Cfg::THREADS;
+// The window of G images of NH x NW at (oy, ox), zero-filled outside the input and past the
+// batch, into the pair-interleaved real rows (coalesced). float32: asynchronous copies, all in
+// flight at once; 16-bit storage: through registers, a chunk of loads in flight per round trip.
+template <int NH, int NW, int THREADS, int G>
+__device__ __forceinline__ void load_window(float* rows, const void* __restrict__ in, Real type,
+                                            int64_t b0, int64_t batch, int h, int w, int oy,
+                                            int ox, bool vec4) {
+  constexpr int LOG_NW = ilog2(NW), LOG_PLANE = ilog2(NH) + ilog2(NW);
+  const int tid = threadIdx.x;
+  const int64_t in_plane = static_cast<int64_t>(h) * w;
+  constexpr int ITEMS = G * NH * NW / THREADS;
+  static_assert(ITEMS * THREADS == G * NH * NW, "whole items per thread");
   auto locate = [&](int e, int64_t* src, int* dst) {
     const int g = e >> LOG_PLANE, r = e >> LOG_NW, j = e & (NW - 1);
     const int si = (r & (NH - 1)) + oy, sj = j + ox;
@@ -244,30 +267,20 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
     *src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : -1;
   };
-  if (type == Real::F32 && vec4) {
-    // Rows and window aligned to 4 floats (w % 4 == 0, ox % 4 == 0): a group of 4 is wholly
-    // inside or wholly outside the input, one 16-byte copy each.
-    const float* src_f = static_cast<const float*>(in);
-    constexpr int VEC_ITEMS = ITEMS / 4;
-#pragma unroll 8
-    for (int u = 0; u < VEC_ITEMS; ++u) {
-      const int e = tid + u * Cfg::THREADS;
-      const int r = e >> (LOG_NW - 2), j = (e & (NW / 4 - 1)) * 4;
-      const int g = r >> ilog2(NH), si = (r & (NH - 1)) + oy, sj = j + ox;
-      const bool inside = b0 + g < batch && si >= 0 && si < h && sj >= 0 && sj < w;
-      const int64_t src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : 0;
-      __pipeline_memcpy_async(rows + real_row_offset<NW>(r) + j, src_f + src, 16,
-                              inside ? 0 : 16);
+  if constexpr (NW >= 4) {
+    if (type == Real::F32 && vec4) {
+      load_window_vec4<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch, h, w,
+                                           oy, ox);
+      return;
     }
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-  } else if (type == Real::F32) {
+  }
+  if (type == Real::F32) {
     const float* src_f = static_cast<const float*>(in);
 #pragma unroll 8
     for (int u = 0; u < ITEMS; ++u) {
       int64_t src;
       int dst;
-      locate(tid + u * Cfg::THREADS, &src, &dst);
+      locate(tid + u * THREADS, &src, &dst);
       __pipeline_memcpy_async(rows + dst, src_f + (src >= 0 ? src : 0), 4, src >= 0 ? 0 : 4);
     }
     __pipeline_commit();
@@ -280,13 +293,30 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
 #pragma unroll
       for (int u = 0; u < CHUNK; ++u) {
         int64_t src;
-        locate(tid + (u0 + u) * Cfg::THREADS, &src, &dst[u]);
+        locate(tid + (u0 + u) * THREADS, &src, &dst[u]);
         v[u] = src >= 0 ? load_real(in, src, type) : 0.f;
       }
 #pragma unroll
       for (int u = 0; u < CHUNK; ++u) rows[dst[u]] = v[u];
     }
   }
+}
+
+template <int NH, int NW>
+__global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
+    rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
+                    int64_t batch, int h, int w, int oy, int ox, bool vec4) {
+  using Cfg = Config<NH, NW>;
+  constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS;
+  constexpr int LOG_NW = ilog2(NW);
+  extern __shared__ float4 smem_raw[];
+  float* rows = reinterpret_cast<float*>(smem_raw);
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+
+  // 1. The window of G images into the pair-interleaved real rows.
+  load_window<NH, NW, Cfg::THREADS, G>(rows, in, type, b0, batch, h, w, oy, ox, vec4);
   __syncthreads();
 
   // 2. Rows: one complex FFT per row pair (row 2p real part, row 2p+1 imaginary part).
@@ -537,6 +567,544 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
 }
 
 // ---------------------------------------------------------------------------------------------
+// Lane kernels (1-D, n = 8..256): a line FFT spread over L lanes of a warp, M = n / L points per
+// lane, so a batch of 16384 lines still fills the GPU (a line per thread would leave a few warps
+// per SM). n = L * M factors the transform in two: M-point FFTs in each lane's registers,
+// L-point FFTs across the lanes (radix-2 butterflies between lanes `s` apart, values exchanged
+// with shuffles), and a twiddle between them. Two distributions of a line over the lanes:
+//   blocked (lane l holds x[l M + j]): lanes first, then registers; out X[k2 + L k1];
+//   cyclic (lane l holds x[j L + l]): registers first, then lanes; out X[k1 + M k2];
+// with k1 in register bit_reverse_M(k1) and k2 in lane bit_reverse_L(k2) in both. The forward
+// uses the blocked one (its output is lane-contiguous for the spectrum stores), the inverse the
+// cyclic one (its input is lane-contiguous for the spectrum loads, and each lane writes M
+// consecutive reals).
+
+struct CircleTable {
+  float2 w[256];
+};
+
+constexpr CircleTable make_circle() {
+  CircleTable t{};
+  for (int m = 0; m < 256; ++m) {
+    const double a = 2.0 * kPi * m / 256.0;
+    t.w[m].x = static_cast<float>(series_cos(a));
+    t.w[m].y = static_cast<float>(-series_sin(a));
+  }
+  return t;
+}
+
+// exp(-2 pi i m / 256), m < 256, in global memory: the lanes read different entries, which the
+// constant bank would serialise.
+__device__ const CircleTable kCircle = make_circle();
+
+template <bool Inverse>
+__device__ __forceinline__ float2 circle(int m) {
+  const float2 w = __ldg(&kCircle.w[m]);
+  return Inverse ? make_float2(w.x, -w.y) : w;
+}
+
+__device__ __forceinline__ float2 cmul2(float2 a, float2 w) {
+  return make_float2(a.x * w.x - a.y * w.y, a.x * w.y + a.y * w.x);
+}
+
+template <int L>
+__device__ __forceinline__ int lane_reverse(int l) {
+  return L == 1 ? 0 : static_cast<int>(__brev(static_cast<unsigned>(l)) >> (32 - ilog2(L)));
+}
+
+// L-point DIF across the lanes of each group of L, for each of the M registers: natural order in
+// (lane l), bit-reversed out (lane l holds index bit_reverse_L(l)).
+template <int M, int L, bool Inverse>
+__device__ __forceinline__ void dif_lanes(float2 (&z)[M], int lane) {
+  static_for<ilog2(L)>([&](auto S) {
+    constexpr int s = L >> (1 + decltype(S)::value);  // L/2, L/4, ..., 1
+    const bool hi = (lane & s) != 0;
+    const float sg = hi ? -1.f : 1.f;
+    // lower lane: a + b; upper lane: (a - b) W_{2s}^(lane mod s)
+    float2 w = make_float2(1.f, 0.f);
+    if constexpr (s > 1) {
+      if (hi) w = circle<Inverse>((lane & (s - 1)) * (128 / s));
+    }
+    static_for<M>([&](auto R) {
+      constexpr int r = decltype(R)::value;
+      const float px = __shfl_xor_sync(0xffffffffu, z[r].x, s);
+      const float py = __shfl_xor_sync(0xffffffffu, z[r].y, s);
+      const float2 t = make_float2(fmaf(sg, z[r].x, px), fmaf(sg, z[r].y, py));
+      z[r] = s > 1 ? cmul2(t, w) : t;
+    });
+  });
+}
+
+// Blocked: z[j] = x[lane M + j] in; z[r] = X[bit_reverse_L(lane) + L bit_reverse_M(r)] out.
+template <int N, int L, bool Inverse>
+__device__ __forceinline__ void fft_blocked(float2 (&z)[N / L], int lane) {
+  constexpr int M = N / L;
+  dif_lanes<M, L, Inverse>(z, lane);
+  const int k2 = lane_reverse<L>(lane);
+  static_for<M - 1>([&](auto J) {
+    constexpr int j = decltype(J)::value + 1;
+    z[j] = cmul2(z[j], circle<Inverse>(j * k2 * (256 / N)));
+  });
+  fft_registers<M, Inverse>(z);
+}
+
+// Cyclic: z[j] = x[j L + lane] in; z[r] = X[bit_reverse_M(r) + M bit_reverse_L(lane)] out.
+template <int N, int L, bool Inverse>
+__device__ __forceinline__ void fft_cyclic(float2 (&z)[N / L], int lane) {
+  constexpr int M = N / L;
+  fft_registers<M, Inverse>(z);
+  static_for<M>([&](auto R) {
+    constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
+    if constexpr (k1 != 0) z[r] = cmul2(z[r], circle<Inverse>(lane * k1 * (256 / N)));
+  });
+  dif_lanes<M, L, Inverse>(z, lane);
+}
+
+template <int N>
+struct LaneConfig {
+  static constexpr int M = N >= 64 ? 8 : (N >= 16 ? 4 : 2);  // points per lane
+  static constexpr int L = N / M;                            // lanes per line pair
+  static constexpr int THREADS = 128;
+  static constexpr int PAIRS = THREADS / L;  // row pairs (two real lines each) per block
+  static constexpr int G = 2 * PAIRS;        // lines per block
+  static constexpr int BINS = N / 2 + 1;
+  static constexpr int PS = 4 * ((N / 2) | 1);
+  static constexpr int VW = M < 4 ? M : 4;
+  static constexpr size_t SMEM =
+      PAIRS * PS * 4 > G * BINS * 8 ? PAIRS * PS * 4 : G * BINS * 8;
+  static_assert(L >= 2 && L <= 32 && M >= 2, "lane split");
+};
+
+template <int N>
+__global__ void __launch_bounds__(LaneConfig<N>::THREADS)
+    rfft_lanes(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
+               int64_t batch, int h, int w, int oy, int ox, bool vec4) {
+  using Cfg = LaneConfig<N>;
+  constexpr int M = Cfg::M, L = Cfg::L, G = Cfg::G, BINS = Cfg::BINS, VW = Cfg::VW;
+  extern __shared__ float4 smem_raw[];
+  float* rows = reinterpret_cast<float*>(smem_raw);
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x, pair = tid / L, lane = tid % L;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+
+  load_window<1, N, Cfg::THREADS, G>(rows, in, type, b0, batch, h, w, oy, ox, vec4);
+  __syncthreads();
+
+  // Lines 2p (real part) and 2p+1 (imaginary part) as one complex line, M points per lane.
+  float2 z[M];
+  const float* ra = rows + pair * Cfg::PS + lane * M;
+  static_for<M / VW>([&](auto V) {
+    constexpr int v = decltype(V)::value;
+    float a[VW], b[VW];
+    load_vec<VW>(ra + v * VW, a);
+    load_vec<VW>(ra + N + v * VW, b);
+    static_for<VW>([&](auto U) {
+      constexpr int u = decltype(U)::value;
+      z[v * VW + u] = make_float2(a[u], b[u]);
+    });
+  });
+  fft_blocked<N, L, false>(z, lane);
+
+  // Hermitian split: Z[-k] for k = k2 + L k1 is at lane bit_reverse_L(-k2 mod L), register
+  // r ^ (M - 1) when k2 != 0; in this lane, register bit_reverse_M(-k1 mod M) when k2 == 0.
+  const int k2 = lane_reverse<L>(lane);
+  const int src = lane_reverse<L>((L - k2) & (L - 1));
+  float2 zm[M];
+  static_for<M>([&](auto R) {
+    constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
+    constexpr int own = bit_reverse((M - k1) & (M - 1), ilog2(M));
+    const float2 o = z[r ^ (M - 1)];
+    const float mx = __shfl_sync(0xffffffffu, o.x, src, L);
+    const float my = __shfl_sync(0xffffffffu, o.y, src, L);
+    zm[r] = k2 == 0 ? z[own] : make_float2(mx, my);
+  });
+  __syncthreads();  // the spectra overwrite the real rows
+  float2* ca = cols + (2 * pair) * BINS;
+  float2* cb = ca + BINS;
+  static_for<M>([&](auto R) {
+    constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
+    const int k = k2 + L * k1;
+    if (k <= N / 2) {
+      const float2 a = z[r], m = zm[r];
+      ca[k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+      cb[k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+    }
+  });
+  __syncthreads();
+  spectrum_io<1, N, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+}
+
+template <int N>
+__global__ void __launch_bounds__(LaneConfig<N>::THREADS)
+    irfft_lanes(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
+                int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
+                const void* __restrict__ bias,
+                int64_t channels) {
+  using Cfg = LaneConfig<N>;
+  constexpr int M = Cfg::M, L = Cfg::L, G = Cfg::G, BINS = Cfg::BINS, VW = Cfg::VW;
+  extern __shared__ float4 smem_raw[];
+  float* rows = reinterpret_cast<float*>(smem_raw);
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x, pair = tid / L, lane = tid % L;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+
+  spectrum_io<1, N, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
+  __syncthreads();
+
+  // Half spectra A, B of lines 2p, 2p+1 -> Z = A + iB extended by Hermitian symmetry (the DC and
+  // Nyquist bins taken real), cyclic over the lanes.
+  float2 z[M];
+  const float2* ca = cols + (2 * pair) * BINS;
+  const float2* cb = ca + BINS;
+  static_for<M>([&](auto J) {
+    constexpr int j = decltype(J)::value;
+    const int m = j * L + lane;
+    const bool mirror = m > N / 2;
+    const int at = mirror ? N - m : m;
+    float2 a = ca[at], b = cb[at];
+    if (at == 0 || at == N / 2) {
+      a.y = 0.f;
+      b.y = 0.f;
+    }
+    z[j] = mirror ? make_float2(a.x + b.y, b.x - a.y) : make_float2(a.x - b.y, a.y + b.x);
+  });
+  fft_cyclic<N, L, true>(z, lane);
+  __syncthreads();  // the real rows overwrite the spectra
+  // Lane l holds reals M k2 .. M k2 + M - 1, k2 = bit_reverse_L(l).
+  float* ra = rows + pair * Cfg::PS + M * lane_reverse<L>(lane);
+  static_for<M / VW>([&](auto V) {
+    constexpr int v = decltype(V)::value;
+    float a[VW], b[VW];
+    static_for<VW>([&](auto U) {
+      constexpr int u = decltype(U)::value;
+      const float2 t = z[bit_reverse(v * VW + u, ilog2(M))];
+      a[u] = t.x;
+      b[u] = t.y;
+    });
+    store_vec<VW>(ra + v * VW, a);
+    store_vec<VW>(ra + N + v * VW, b);
+  });
+  __syncthreads();
+
+  const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+  switch (type) {
+    case Real::F16:
+      store_window<1, N, Cfg::THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy,
+                                       ox, scale, static_cast<const __half*>(bias), channels);
+      break;
+    case Real::BF16:
+      store_window<1, N, Cfg::THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h,
+                                       out_w, oy, ox, scale,
+                                       static_cast<const __nv_bfloat16*>(bias), channels);
+      break;
+    default:
+      store_window<1, N, Cfg::THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy,
+                                       ox, scale, static_cast<const float*>(bias), channels);
+      break;
+  }
+}
+
+// 2-D lane kernels (n x n, n = 64, 128): one image per block of 256 threads, each line over
+// L = n / 8 lanes, 8 points per lane. The real rows are read from and written to global memory
+// directly (no staging), so shared memory holds only the half spectrum, column-major: column k
+// at k * CS, row i at i + i / 16. The padding makes both the row pass's writes (one row, L
+// consecutive columns) and the column pass's strided accesses free of bank conflicts; CS is
+// odd. 128 x 128 takes 71 KB: three blocks per SM.
+template <int N>
+struct Lane2Config {
+  static constexpr int M = 8, L = N / M;
+  static constexpr int THREADS = 256;
+  static constexpr int MIN_BLOCKS = N == 128 ? 3 : 4;  // what shared memory allows at 128
+  static constexpr int GROUPS = THREADS / L;          // lines in flight per block
+  static constexpr int ROUNDS = (N / 2) / GROUPS;     // row pairs (and columns) per group
+  static constexpr int PAD = 16;
+  static constexpr int CS = (N + N / PAD) | 1;
+  static constexpr int BINS = N / 2 + 1;
+  static constexpr size_t SMEM = size_t{BINS} * CS * sizeof(float2);
+  static_assert(ROUNDS * GROUPS == N / 2, "whole rounds");
+};
+
+__device__ __forceinline__ int padded(int i) { return i + i / 16; }
+
+template <int L>
+__device__ __forceinline__ unsigned group_mask() {
+  const unsigned lanes = L == 32 ? 0xffffffffu : ((1u << L) - 1u);
+  return lanes << ((threadIdx.x & 31) & ~(L - 1));
+}
+
+// The 8 reals of `row` at columns c0 .. c0 + 7 of the window, zero outside the input.
+template <bool Vec4>
+__device__ __forceinline__ void load_row8(const void* __restrict__ in, Real type, int64_t plane0,
+                                          int h, int w, int si, int sj0, float (&v)[8]) {
+  const bool row_in = si >= 0 && si < h;
+  const int64_t base = plane0 + static_cast<int64_t>(si) * w;
+  if constexpr (Vec4) {
+    const float* f = static_cast<const float*>(in);
+    static_for<2>([&](auto C) {
+      constexpr int c = decltype(C)::value;
+      const int sj = sj0 + 4 * c;
+      float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row_in && sj >= 0 && sj < w) t = __ldg(reinterpret_cast<const float4*>(f + base + sj));
+      v[4 * c] = t.x; v[4 * c + 1] = t.y; v[4 * c + 2] = t.z; v[4 * c + 3] = t.w;
+    });
+  } else {
+    static_for<8>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      const int sj = sj0 + j;
+      v[j] = row_in && sj >= 0 && sj < w ? load_real(in, base + sj, type) : 0.f;
+    });
+  }
+}
+
+template <int N, bool Vec4>
+__device__ __forceinline__ void rfft2_lanes_body(const void* __restrict__ in, Real type,
+                                                 float2* __restrict__ out, Strides os,
+                                                 int64_t batch, int h, int w, int oy, int ox) {
+  using Cfg = Lane2Config<N>;
+  constexpr int M = Cfg::M, L = Cfg::L, CS = Cfg::CS, HALF = N / 2;
+  extern __shared__ float4 smem_raw[];
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x, group = tid / L, lane = tid % L;
+  const int64_t b = blockIdx.x;
+  const int64_t plane0 = b * h * static_cast<int64_t>(w);
+  const int k2 = lane_reverse<L>(lane);
+  const int src = lane_reverse<L>((L - k2) & (L - 1));
+
+  // Rows: pairs (2p, 2p + 1) as one complex line, blocked over the lanes; Hermitian split with
+  // shuffles (as in rfft_lanes); the half spectra into the columns.
+#pragma unroll 1
+  for (int round = 0; round < Cfg::ROUNDS; ++round) {
+    const int i0 = 2 * (round * Cfg::GROUPS + group);
+    float a[8], bb[8];
+    load_row8<Vec4>(in, type, plane0, h, w, i0 + oy, lane * M + ox, a);
+    load_row8<Vec4>(in, type, plane0, h, w, i0 + 1 + oy, lane * M + ox, bb);
+    float2 z[M];
+    static_for<M>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      z[j] = make_float2(a[j], bb[j]);
+    });
+    fft_blocked<N, L, false>(z, lane);
+    static_for<M>([&](auto R) {
+      constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
+      constexpr int own = bit_reverse((M - k1) & (M - 1), ilog2(M));
+      const float2 o = z[r ^ (M - 1)];
+      const float mx = __shfl_sync(0xffffffffu, o.x, src, L);
+      const float my = __shfl_sync(0xffffffffu, o.y, src, L);
+      const float2 m = k2 == 0 ? z[own] : make_float2(mx, my);
+      const int k = k2 + L * k1;
+      if (k <= HALF) {
+        const float2 v = z[r];
+        cols[k * CS + padded(i0)] = make_float2(0.5f * (v.x + m.x), 0.5f * (v.y - m.y));
+        cols[k * CS + padded(i0 + 1)] = make_float2(0.5f * (v.y + m.y), 0.5f * (m.x - v.x));
+      }
+    });
+  }
+  __syncthreads();
+
+  // Columns, cyclic over the lanes, in place; column 0 carries DC + i Nyquist and is split after.
+#pragma unroll 1
+  for (int round = 0; round < Cfg::ROUNDS; ++round) {
+    const int q = round * Cfg::GROUPS + group;
+    float2* col = cols + q * CS;
+    const float2* nyq = cols + HALF * CS;
+    float2 z[M];
+    static_for<M>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      const int at = padded(j * L + lane);
+      z[j] = q != 0 ? col[at] : make_float2(col[at].x, nyq[at].x);
+    });
+    fft_cyclic<N, L, false>(z, lane);
+    const unsigned gm = group_mask<L>();
+    __syncwarp(gm);
+    static_for<M>([&](auto K) {
+      constexpr int k1 = decltype(K)::value;
+      col[padded(M * k2 + k1)] = z[bit_reverse(k1, ilog2(M))];
+    });
+    if (q == 0) {
+      __syncwarp(gm);
+      float2 zk[M], zm[M];
+      static_for<M>([&](auto K) {
+        constexpr int k1 = decltype(K)::value;
+        const int k = M * k2 + k1;
+        zk[k1] = col[padded(k)];
+        zm[k1] = col[padded((N - k) & (N - 1))];
+      });
+      __syncwarp(gm);
+      float2* ny = cols + HALF * CS;
+      static_for<M>([&](auto K) {
+        constexpr int k1 = decltype(K)::value;
+        const int at = padded(M * k2 + k1);
+        const float2 v = zk[k1], m = zm[k1];
+        col[at] = make_float2(0.5f * (v.x + m.x), 0.5f * (v.y - m.y));
+        ny[at] = make_float2(0.5f * (v.y + m.y), 0.5f * (m.x - v.x));
+      });
+    }
+  }
+  __syncthreads();
+  spectrum_io<N, N, Cfg::THREADS, 1, true, CS, Cfg::PAD>(cols, out, os, b, batch);
+}
+
+template <int N>
+__global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_BLOCKS)
+    rfft2_lanes(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
+                int64_t batch, int h, int w, int oy, int ox, bool vec4) {
+  if (vec4) {
+    rfft2_lanes_body<N, true>(in, type, out, os, batch, h, w, oy, ox);
+  } else {
+    rfft2_lanes_body<N, false>(in, type, out, os, batch, h, w, oy, ox);
+  }
+}
+
+// Row pass of the inverse: reals of rows 2p, 2p + 1 straight to the output window.
+template <int N, typename T>
+__device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restrict__ out,
+                                                  int64_t b, int out_h, int out_w, int oy, int ox,
+                                                  float scale, float add, bool vec4) {
+  using Cfg = Lane2Config<N>;
+  constexpr int M = Cfg::M, L = Cfg::L, CS = Cfg::CS, HALF = N / 2;
+  const int tid = threadIdx.x, group = tid / L, lane = tid % L;
+  const int k2 = lane_reverse<L>(lane);
+  const int64_t plane0 = b * out_h * static_cast<int64_t>(out_w);
+#pragma unroll 1
+  for (int round = 0; round < Cfg::ROUNDS; ++round) {
+    const int i0 = 2 * (round * Cfg::GROUPS + group);
+    float2 z[M];
+    static_for<M>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      const int m = j * L + lane;
+      const bool mirror = m > HALF;
+      const int at = mirror ? N - m : m;
+      float2 a = cols[at * CS + padded(i0)], bb = cols[at * CS + padded(i0 + 1)];
+      if (at == 0 || at == HALF) {
+        a.y = 0.f;
+        bb.y = 0.f;
+      }
+      z[j] = mirror ? make_float2(a.x + bb.y, bb.x - a.y) : make_float2(a.x - bb.y, a.y + bb.x);
+    });
+    fft_cyclic<N, L, true>(z, lane);
+    // This lane holds columns M k2 .. M k2 + 7 of rows i0 (real parts) and i0 + 1 (imaginary).
+    static_for<2>([&](auto P) {
+      constexpr int p = decltype(P)::value;
+      const int oi = i0 + p - oy;
+      if (oi >= 0 && oi < out_h) {
+        T* dst = out + plane0 + static_cast<int64_t>(oi) * out_w;
+        const int oj0 = M * k2 - ox;
+        static_for<2>([&](auto C) {
+          constexpr int c = decltype(C)::value;
+          float v[4];
+          static_for<4>([&](auto U) {
+            constexpr int u = decltype(U)::value;
+            const float2 t = z[bit_reverse(4 * c + u, ilog2(M))];
+            v[u] = (p == 0 ? t.x : t.y) * scale + add;
+          });
+          const int oj = oj0 + 4 * c;
+          bool done = false;
+          if constexpr (std::is_same<T, float>::value) {
+            if (vec4) {  // 4-aligned chunks, wholly inside or outside the output row
+              if (oj >= 0 && oj < out_w)
+                *reinterpret_cast<float4*>(dst + oj) = make_float4(v[0], v[1], v[2], v[3]);
+              done = true;
+            }
+          }
+          if (!done) {
+            static_for<4>([&](auto U) {
+              constexpr int u = decltype(U)::value;
+              if (oj + u >= 0 && oj + u < out_w) dst[oj + u] = from_float<T>(v[u]);
+            });
+          }
+        });
+      }
+    });
+  }
+  // Output pixels whose source lies outside the n x n basis: the bias alone.
+  if (oy < 0 || ox < 0 || oy + out_h > N || ox + out_w > N) {
+    for (int e = tid; e < out_h * out_w; e += Cfg::THREADS) {
+      const int i = e / out_w, j = e - i * out_w;
+      const int si = i + oy, sj = j + ox;
+      if (si < 0 || si >= N || sj < 0 || sj >= N) out[plane0 + e] = from_float<T>(add);
+    }
+  }
+}
+
+template <int N>
+__global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_BLOCKS)
+    irfft2_lanes(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
+                 int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
+                 const void* __restrict__ bias, int64_t channels, bool vec4) {
+  using Cfg = Lane2Config<N>;
+  constexpr int M = Cfg::M, L = Cfg::L, CS = Cfg::CS, HALF = N / 2;
+  extern __shared__ float4 smem_raw[];
+  float2* cols = reinterpret_cast<float2*>(smem_raw);
+  const int tid = threadIdx.x, group = tid / L, lane = tid % L;
+  const int64_t b = blockIdx.x;
+  const int k2 = lane_reverse<L>(lane);
+
+  spectrum_io<N, N, Cfg::THREADS, 1, false, CS, Cfg::PAD>(cols, in, is, b, batch);
+  __syncthreads();
+
+  // Columns, inverse, in place; column 0 takes the Hermitian parts of the DC and Nyquist
+  // columns as one complex column (DC + i Nyquist), whose inverse splits into two real ones.
+#pragma unroll 1
+  for (int round = 0; round < Cfg::ROUNDS; ++round) {
+    const int q = round * Cfg::GROUPS + group;
+    float2* col = cols + q * CS;
+    float2* nyq = cols + HALF * CS;
+    float2 z[M];
+    static_for<M>([&](auto J) {
+      constexpr int j = decltype(J)::value;
+      const int m = j * L + lane;
+      if (q != 0) {
+        z[j] = col[padded(m)];
+      } else {
+        const int mm = (N - m) & (N - 1);
+        const float2 di = col[padded(m)], dm = col[padded(mm)];
+        const float2 ni = nyq[padded(m)], nm = nyq[padded(mm)];
+        const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
+        const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
+        z[j] = make_float2(hd.x - hn.y, hd.y + hn.x);
+      }
+    });
+    fft_cyclic<N, L, true>(z, lane);
+    __syncwarp(group_mask<L>());
+    static_for<M>([&](auto K) {
+      constexpr int k1 = decltype(K)::value;
+      const int at = padded(M * k2 + k1);
+      const float2 v = z[bit_reverse(k1, ilog2(M))];
+      if (q != 0) {
+        col[at] = v;
+      } else {
+        col[at] = make_float2(v.x, 0.f);
+        nyq[at] = make_float2(v.y, 0.f);
+      }
+    });
+  }
+  __syncthreads();
+
+  switch (type) {
+    case Real::F16: {
+      const float add = bias != nullptr ? __half2float(static_cast<const __half*>(bias)[b % channels]) : 0.f;
+      irfft2_lanes_rows<N>(cols, static_cast<__half*>(out), b, out_h, out_w, oy, ox, scale, add,
+                           false);
+      break;
+    }
+    case Real::BF16: {
+      const float add =
+          bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[b % channels])
+                          : 0.f;
+      irfft2_lanes_rows<N>(cols, static_cast<__nv_bfloat16*>(out), b, out_h, out_w, oy, ox, scale,
+                           add, false);
+      break;
+    }
+    default: {
+      const float add = bias != nullptr ? static_cast<const float*>(bias)[b % channels] : 0.f;
+      irfft2_lanes_rows<N>(cols, static_cast<float*>(out), b, out_h, out_w, oy, ox, scale, add,
+                           vec4);
+      break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Shared-memory kernels (every size): one image per block, radix-2 passes in shared memory.
 
 __device__ __forceinline__ int bitrev(int v, int bits) {
@@ -689,14 +1257,18 @@ void allow_smem(Kernel kernel, size_t smem) {
                                        static_cast<int>(smem)));
 }
 
+bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
+  return type == Real::F32 && nw >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(in) % 16 == 0;
+}
+
 template <int NH, int NW>
 void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
                 int oy, int ox, cudaStream_t stream) {
   using Cfg = Config<NH, NW>;
   auto kernel = rfft2_registers<NH, NW>;
   allow_smem(kernel, Cfg::SMEM);
-  const bool vec4 = type == Real::F32 && NW >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(in) % 16 == 0;
+  const bool vec4 = vec4_window(in, type, NW, w, ox);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
                                                                        w, oy, ox, vec4);
   FL_LAUNCH_CHECK();
@@ -714,23 +1286,96 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
   FL_LAUNCH_CHECK();
 }
 
+template <int N>
+void rfft_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
+                      int w, int oy, int ox, cudaStream_t stream) {
+  using Cfg = LaneConfig<N>;
+  auto kernel = rfft_lanes<N>;
+  allow_smem(kernel, Cfg::SMEM);
+  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
+      in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
+  FL_LAUNCH_CHECK();
+}
+
+template <int N>
+void irfft_lane_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
+                       int out_h, int out_w, int oy, int ox, float scale, const void* bias,
+                       int64_t channels, cudaStream_t stream) {
+  using Cfg = LaneConfig<N>;
+  auto kernel = irfft_lanes<N>;
+  allow_smem(kernel, Cfg::SMEM);
+  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
+      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels);
+  FL_LAUNCH_CHECK();
+}
+
+std::atomic<int> g_lanes_2d_min{128};
+
+template <int N>
+void rfft2_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
+                       int w, int oy, int ox, cudaStream_t stream) {
+  using Cfg = Lane2Config<N>;
+  auto kernel = rfft2_lanes<N>;
+  allow_smem(kernel, Cfg::SMEM);
+  kernel<<<grid_for(batch, 1), Cfg::THREADS, Cfg::SMEM, stream>>>(
+      in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
+  FL_LAUNCH_CHECK();
+}
+
+template <int N>
+void irfft2_lane_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
+                        int out_h, int out_w, int oy, int ox, float scale, const void* bias,
+                        int64_t channels, cudaStream_t stream) {
+  using Cfg = Lane2Config<N>;
+  auto kernel = irfft2_lanes<N>;
+  allow_smem(kernel, Cfg::SMEM);
+  const bool vec4 = type == Real::F32 && out_w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  kernel<<<grid_for(batch, 1), Cfg::THREADS, Cfg::SMEM, stream>>>(
+      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels, vec4);
+  FL_LAUNCH_CHECK();
+}
+
+bool lanes_2d(int nh, int nw) {
+  return nh == nw && (nw == 128 || (nw == 64 && g_lanes_2d_min.load() <= 64));
+}
+
 // The sizes the register kernels serve.
 #define FL_FBFFT_FAST_SIZES(X)                                                   \
-  X(1, 2) X(1, 4) X(1, 8) X(1, 16) X(1, 32) X(1, 64)                             \
-  X(2, 2) X(4, 4) X(8, 8) X(16, 16) X(32, 32) X(64, 64)
+  X(1, 2) X(1, 4) X(2, 2) X(4, 4) X(8, 8) X(16, 16) X(32, 32) X(64, 64)
+// The 1-D sizes the lane kernels serve.
+#define FL_FBFFT_LANE_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256)
 
 }  // namespace
+
+int lanes_2d_min() { return g_lanes_2d_min.load(); }
+void set_lanes_2d_min(int n) { g_lanes_2d_min.store(n); }
 
 void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
            int nw, int oy, int ox, cudaStream_t stream) {
   check_sizes(nh, nw);
   if (batch == 0) return;
+  if (lanes_2d(nh, nw)) {
+    if (nw == 64) {
+      rfft2_lane_launch<64>(in, type, out, os, batch, h, w, oy, ox, stream);
+    } else {
+      rfft2_lane_launch<128>(in, type, out, os, batch, h, w, oy, ox, stream);
+    }
+    return;
+  }
 #define FL_CASE(H, W)                                                       \
   if (nh == H && nw == W) {                                                 \
     rfft2_fast<H, W>(in, type, out, os, batch, h, w, oy, ox, stream);       \
     return;                                                                 \
   }
   FL_FBFFT_FAST_SIZES(FL_CASE)
+#undef FL_CASE
+#define FL_CASE(N)                                                                 \
+  if (nh == 1 && nw == N) {                                                        \
+    rfft_lane_launch<N>(in, type, out, os, batch, h, w, oy, ox, stream);           \
+    return;                                                                        \
+  }
+  FL_FBFFT_LANE_SIZES(FL_CASE)
 #undef FL_CASE
   const size_t smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
   allow_smem(rfft2_shared, smem);
@@ -746,6 +1391,16 @@ void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, i
   check_sizes(nh, nw);
   if (batch == 0 || out_h * out_w == 0) return;
   if (bias != nullptr && channels < 1) throw std::runtime_error("fastlayers: fbfft bias needs channels >= 1");
+  if (lanes_2d(nh, nw)) {
+    if (nw == 64) {
+      irfft2_lane_launch<64>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
+                             stream);
+    } else {
+      irfft2_lane_launch<128>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
+                              channels, stream);
+    }
+    return;
+  }
 #define FL_CASE(H, W)                                                                   \
   if (nh == H && nw == W) {                                                             \
     irfft2_fast<H, W>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels, \
@@ -753,6 +1408,14 @@ void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, i
     return;                                                                             \
   }
   FL_FBFFT_FAST_SIZES(FL_CASE)
+#undef FL_CASE
+#define FL_CASE(N)                                                                          \
+  if (nh == 1 && nw == N) {                                                                 \
+    irfft_lane_launch<N>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,        \
+                         channels, stream);                                                 \
+    return;                                                                                 \
+  }
+  FL_FBFFT_LANE_SIZES(FL_CASE)
 #undef FL_CASE
   const size_t smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
   allow_smem(irfft2_shared, smem);

@@ -48,5 +48,10 @@ void irfft2(const float2* in, Strides in_strides, void* out, Real type, int64_t 
             int nw, int out_h, int out_w, int oy, int ox, float scale, const void* bias,
             int64_t channels, cudaStream_t stream);
 
+// The smallest square 2-D size served by the lane kernels instead of the register kernels
+// (64 or 128, default 128). A benchmarking switch: both compute the same transform.
+int lanes_2d_min();
+void set_lanes_2d_min(int n);
+
 }  // namespace fbfft
 }  // namespace fastlayers

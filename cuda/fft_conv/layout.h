@@ -28,7 +28,7 @@ enum class Pass : int { Forward = 0, InputGrad = 1, WeightGrad = 2 };
 // frequency-major layout the GEMM reads, and the inverse clips, scales and adds the bias; float
 // arithmetic only, power-of-two basis sides from 2 to kFbfftConvMax.
 enum class Backend : int { CuFFT = 0, FbFFT = 1 };
-constexpr int64_t kFbfftConvMax = 64;
+constexpr int64_t kFbfftConvMax = 128;
 
 inline bool fbfft_basis_ok(int64_t nh, int64_t nw) {
   auto ok = [](int64_t n) { return n >= 2 && n <= kFbfftConvMax && (n & (n - 1)) == 0; };

@@ -25,7 +25,7 @@ __all__ = [
 # The transform backends of FFT convolution: cuFFT (any basis) and fbfft (power-of-two basis sides
 # 2..FBFFT_MAX_BASIS; float32 arithmetic, so not float64 on CUDA). On CPU both run one pipeline.
 BACKENDS = ("cufft", "fbfft")
-FBFFT_MAX_BASIS = 64
+FBFFT_MAX_BASIS = 128
 
 IntPair = Union[int, Sequence[int]]
 

@@ -410,7 +410,7 @@ def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
     torch.use_deterministic_algorithms(True) only deterministic ones.
 
     cuFFT ('fft:NHxNW') at the smallest fast basis and the next power of two holding the padded
-    input; fbfft ('fbfft:NHxNW') at that power of two when both sides are at most 64 (not float64
+    input; fbfft ('fbfft:NHxNW') at that power of two when both sides are at most 128 (not float64
     on CUDA); tiled, either backend (',tile=THxTW'), where tile + kernel - 1 is 8, 16, 32 or 64
     and the tile is smaller than the pass's large result (y; grad_input for the input grad)."""
     out = ["native"]
