@@ -1,6 +1,6 @@
 """fbfft against cuFFT, batched real 1-D and 2-D transforms, one process, one device.
 
-    python3 benchmarks/bench_fbfft.py [--out DIR] [--quick]
+    python3 benchmarks/bench_fbfft.py [--out DIR] [--quick] [--ab]
 
 Method:
 - cuFFT runs through torch.fft (rfft2/irfft2, rfft/irfft); with implicit padding (an h x h input
@@ -118,6 +118,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="B = 16384 only")
+    ap.add_argument("--ab", action="store_true",
+                    help="also time each kernel with its spectrum staged through shared memory")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: the fbfft benchmark compares CUDA kernels and has nothing to run")
@@ -147,8 +149,13 @@ def main():
             if kind == "c2r" and h != n:
                 continue  # the padded cases are forward reads
             # 64 x 64 has two kernels (registers: the default; lanes: as 128 x 128): both timed.
-            for kernel in (("registers", "lanes") if dims == 2 and n == 64 else (None,)):
+            # --ab: also the spectrum staged through shared memory instead of moved directly.
+            kernels = ["registers", "lanes"] if dims == 2 and n == 64 else [None]
+            if args.ab and (dims == 1 and n >= 8 or dims == 2 and n <= 64):
+                kernels += [(k or "") + "+staged" for k in kernels if k != "lanes"]
+            for kernel in kernels:
                 _C._fbfft_set_lanes_2d_min(64 if kernel == "lanes" else 128)
+                _C._fbfft_set_direct_io(not (kernel or "").endswith("staged"))
                 try:
                     r = measure(kind, dims, n, h, B, copy_cache)
                 except torch.OutOfMemoryError:
@@ -157,6 +164,7 @@ def main():
                     continue
                 finally:
                     _C._fbfft_set_lanes_2d_min(128)
+                    _C._fbfft_set_direct_io(True)
                 if kernel:
                     r["kernel"] = kernel
                 rows.append(r)

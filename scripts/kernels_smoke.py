@@ -57,6 +57,19 @@ def fbfft_cases(dev):
                 worst = max(worst, err)
         print("fbfft n=%d%s: worst relative error so far %.2e"
               % (n, " (lane kernel)" if lanes64 else "", worst), flush=True)
+    if dev == "cuda":  # the 1-D spectra staged through shared memory (as other layouts are)
+        _C._fbfft_set_direct_io(False)
+        for n in (8, 64, 256):
+            x = torch.randn(5, n - 1, generator=g, dtype=torch.float64)
+            X1 = fbfft.rfft(x, n, -1)
+            y1 = fbfft.irfft(X1, n, n - 2, 1)
+            got = (fbfft.rfft(x.float().to(dev), n, -1),
+                   fbfft.irfft(X1.to(torch.complex64).to(dev), n, n - 2, 1))
+            for out, ref in zip(got, (X1, y1)):
+                out = out.cpu().to(ref.dtype)
+                worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
+        _C._fbfft_set_direct_io(True)
+        print("fbfft 1-D, staged spectra: worst relative error so far %.2e" % worst, flush=True)
     for basis, lanes64 in ((128, False), (64, False), (64, True)):
         if dev == "cuda":
             _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)

@@ -215,11 +215,21 @@ def check_fast_kernel(n, batch, dims):
         assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
 
 
+@pytest.fixture(params=[True, False], ids=["direct", "staged"])
+def direct_io(request):
+    """Row-major spectra moved between registers and global memory directly (the default), or
+    staged through shared memory as the other layouts are."""
+    from fastlayers import _C
+    _C._fbfft_set_direct_io(request.param)
+    yield request.param
+    _C._fbfft_set_direct_io(True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,dims", [(n, 1) for n in (2, 4, 8, 16, 32, 64, 128, 256)]
                          + [(n, 2) for n in (2, 4, 8, 16, 32, 64, 128)], ids=str)
 @pytest.mark.parametrize("batch", [1, 3, 129, 1000])
-def test_cuda_fast_kernels_every_batch_tail(n, dims, batch):
+def test_cuda_fast_kernels_every_batch_tail(n, dims, batch, direct_io):
     """The register kernels hold several images per block and pair rows across images; the lane
     kernels spread lines over lanes (1-D: several line pairs per block): batches that leave
     partial blocks and odd pairs, every layout, both directions, windows that cross the input."""

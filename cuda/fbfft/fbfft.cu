@@ -302,7 +302,9 @@ __device__ __forceinline__ void load_window(float* rows, const void* __restrict_
   }
 }
 
-template <int NH, int NW>
+// Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
+// writes it straight to global memory instead of through shared memory.
+template <int NH, int NW, bool Direct>
 __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
                     int64_t batch, int h, int w, int oy, int ox, bool vec4) {
@@ -360,6 +362,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     // together (both real: DC in the real part, Nyquist in the imaginary part).
     constexpr int HALF = NW / 2;
     constexpr int LOG_NH = ilog2(NH);
+    constexpr bool direct = Direct;
     if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
       float2 c[NH];
@@ -377,14 +380,36 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
         });
       }
       fft_registers<NH, false>(c);
-      // Back into the thread's own column(s), natural order; DC and Nyquist split apart.
-      if (q != 0) {
+      // Natural order; DC and Nyquist split apart. Bins adjacent in memory (row-major: bin
+      // stride 1): straight to global memory, consecutive threads on consecutive bins; else back
+      // into the thread's own column(s) for one coalesced pass over the block.
+      float2* nyq = cols + (g * BINS + HALF) * CS;
+      if constexpr (direct) {
+        if (b0 + g < batch) {
+          float2* dst = out + (b0 + g) * os.image + q;
+          if (q != 0) {
+            static_for<NH>([&](auto I) {
+              constexpr int i = decltype(I)::value;
+              *dst = c[bit_reverse(i, LOG_NH)];
+              dst += os.row;
+            });
+          } else {
+            static_for<NH>([&](auto I) {
+              constexpr int i = decltype(I)::value;
+              const float2 a = c[bit_reverse(i, LOG_NH)];
+              const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
+              dst[0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+              dst[HALF] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+              dst += os.row;
+            });
+          }
+        }
+      } else if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
           col[i] = c[bit_reverse(i, LOG_NH)];
         });
       } else {
-        float2* nyq = cols + (g * BINS + HALF) * CS;
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
           const float2 a = c[bit_reverse(i, LOG_NH)];
@@ -394,8 +419,10 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
         });
       }
     }
-    __syncthreads();
-    spectrum_io<NH, NW, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+    if constexpr (!direct) {
+      __syncthreads();
+      spectrum_io<NH, NW, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+    }
   }
 }
 
@@ -445,7 +472,9 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
   }
 }
 
-template <int NH, int NW>
+// Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
+// reads it straight from global memory instead of through shared memory.
+template <int NH, int NW, bool Direct>
 __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                      int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
@@ -459,8 +488,11 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   const int tid = threadIdx.x;
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
 
-  // 1. The half spectra into shared memory (coalesced, asynchronous).
-  spectrum_io<NH, NW, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
+  // 1. The half spectra: bins adjacent in memory (row-major: bin stride 1): the column pass
+  // reads them straight from global memory, consecutive threads on consecutive bins; else into
+  // shared memory first, in one coalesced asynchronous pass over the block.
+  constexpr bool direct = Direct && NH > 1;
+  if constexpr (!direct) spectrum_io<NH, NW, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
   __syncthreads();
   if constexpr (NH > 1) {
     // Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
@@ -469,14 +501,40 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
       float2* col = cols + (g * BINS + q) * CS;
+      const bool live = b0 + g < batch;
+      const float2* src = in + (live ? b0 + g : 0) * is.image;
+      const float2* nyq = cols + (g * BINS + HALF) * CS;
       float2 c[NH];
-      if (q != 0) {
+      if constexpr (direct) {
+        // rows of the image at src + i * row; zeros past the batch
+        const float2 zero = make_float2(0.f, 0.f);
+        if (q != 0) {
+          const float2* p = src + q;
+          static_for<NH>([&](auto I) {
+            constexpr int i = decltype(I)::value;
+            c[i] = live ? __ldg(p) : zero;
+            p += is.row;
+          });
+        } else {
+          static_for<NH / 2 + 1>([&](auto I) {
+            constexpr int i = decltype(I)::value;
+            constexpr int m = (NH - i) & (NH - 1);
+            const float2* pi = src + i * is.row;
+            const float2* pm = src + m * is.row;
+            const float2 di = live ? __ldg(pi) : zero, dm = live ? __ldg(pm) : zero;
+            const float2 ni = live ? __ldg(pi + HALF) : zero, nm = live ? __ldg(pm + HALF) : zero;
+            const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
+            const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
+            c[i] = make_float2(hd.x - hn.y, hd.y + hn.x);
+            c[m] = make_float2(hd.x + hn.y, hn.x - hd.y);
+          });
+        }
+      } else if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
           c[i] = col[i];
         });
       } else {
-        const float2* nyq = cols + (g * BINS + HALF) * CS;
         static_for<NH / 2 + 1>([&](auto I) {
           constexpr int i = decltype(I)::value;
           constexpr int m = (NH - i) & (NH - 1);
@@ -496,12 +554,12 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
           col[i] = c[bit_reverse(i, LOG_NH)];
         });
       } else {
-        float2* nyq = cols + (g * BINS + HALF) * CS;
+        float2* nyq_w = cols + (g * BINS + HALF) * CS;
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
           const float2 v = c[bit_reverse(i, LOG_NH)];
           col[i] = make_float2(v.x, 0.f);
-          nyq[i] = make_float2(v.y, 0.f);
+          nyq_w[i] = make_float2(v.y, 0.f);
         });
       }
     }
@@ -612,52 +670,89 @@ __device__ __forceinline__ int lane_reverse(int l) {
   return L == 1 ? 0 : static_cast<int>(__brev(static_cast<unsigned>(l)) >> (32 - ilog2(L)));
 }
 
+// Per-lane twiddles, loaded once (before the data arrive, where a kernel allows):
+//   stage[S]: the L-point cross-lane stage of half-span s = L >> (S + 1): W_{2s}^(lane mod s) in
+//     the upper lane of each pair, 1 in the lower;
+//   inner[j]: between the two factors: W_N^(j k2), k2 = bit_reverse_L(lane) (blocked), or in
+//     register r W_N^(lane k1), k1 = bit_reverse_M(r) (cyclic).
+template <int N, int L, bool Inverse>
+struct LaneTwiddles {
+  static constexpr int M = N / L;
+  float2 stage[ilog2(L)];
+  float2 inner[M];
+};
+
+template <int N, int L, bool Inverse, bool Blocked>
+__device__ __forceinline__ LaneTwiddles<N, L, Inverse> lane_twiddles(int lane) {
+  constexpr int M = N / L;
+  LaneTwiddles<N, L, Inverse> t;
+  static_for<ilog2(L)>([&](auto S) {
+    constexpr int st = decltype(S)::value, s = L >> (1 + st);
+    t.stage[st] = s > 1 && (lane & s) ? circle<Inverse>((lane & (s - 1)) * (128 / (s > 1 ? s : 1)))
+                                      : make_float2(1.f, 0.f);
+  });
+  const int k2 = lane_reverse<L>(lane);
+  static_for<M>([&](auto R) {
+    constexpr int r = decltype(R)::value;
+    constexpr int k1 = bit_reverse(r, ilog2(M));
+    const int e = Blocked ? r * k2 : lane * k1;
+    t.inner[r] = (Blocked ? r : k1) == 0 ? make_float2(1.f, 0.f) : circle<Inverse>(e * (256 / N));
+  });
+  return t;
+}
+
 // L-point DIF across the lanes of each group of L, for each of the M registers: natural order in
 // (lane l), bit-reversed out (lane l holds index bit_reverse_L(l)).
-template <int M, int L, bool Inverse>
-__device__ __forceinline__ void dif_lanes(float2 (&z)[M], int lane) {
+template <int N, int L, bool Inverse>
+__device__ __forceinline__ void dif_lanes(float2 (&z)[N / L], int lane,
+                                          const LaneTwiddles<N, L, Inverse>& t) {
+  constexpr int M = N / L;
   static_for<ilog2(L)>([&](auto S) {
-    constexpr int s = L >> (1 + decltype(S)::value);  // L/2, L/4, ..., 1
-    const bool hi = (lane & s) != 0;
-    const float sg = hi ? -1.f : 1.f;
+    constexpr int st = decltype(S)::value, s = L >> (1 + st);  // L/2, L/4, ..., 1
     // lower lane: a + b; upper lane: (a - b) W_{2s}^(lane mod s)
-    float2 w = make_float2(1.f, 0.f);
-    if constexpr (s > 1) {
-      if (hi) w = circle<Inverse>((lane & (s - 1)) * (128 / s));
-    }
+    const float sg = (lane & s) ? -1.f : 1.f;
     static_for<M>([&](auto R) {
       constexpr int r = decltype(R)::value;
       const float px = __shfl_xor_sync(0xffffffffu, z[r].x, s);
       const float py = __shfl_xor_sync(0xffffffffu, z[r].y, s);
-      const float2 t = make_float2(fmaf(sg, z[r].x, px), fmaf(sg, z[r].y, py));
-      z[r] = s > 1 ? cmul2(t, w) : t;
+      const float2 v = make_float2(fmaf(sg, z[r].x, px), fmaf(sg, z[r].y, py));
+      z[r] = s > 1 ? cmul2(v, t.stage[st]) : v;
     });
   });
 }
 
 // Blocked: z[j] = x[lane M + j] in; z[r] = X[bit_reverse_L(lane) + L bit_reverse_M(r)] out.
 template <int N, int L, bool Inverse>
-__device__ __forceinline__ void fft_blocked(float2 (&z)[N / L], int lane) {
+__device__ __forceinline__ void fft_blocked(float2 (&z)[N / L], int lane,
+                                            const LaneTwiddles<N, L, Inverse>& t) {
   constexpr int M = N / L;
-  dif_lanes<M, L, Inverse>(z, lane);
-  const int k2 = lane_reverse<L>(lane);
+  dif_lanes<N, L, Inverse>(z, lane, t);
   static_for<M - 1>([&](auto J) {
     constexpr int j = decltype(J)::value + 1;
-    z[j] = cmul2(z[j], circle<Inverse>(j * k2 * (256 / N)));
+    z[j] = cmul2(z[j], t.inner[j]);
   });
   fft_registers<M, Inverse>(z);
+}
+template <int N, int L, bool Inverse>
+__device__ __forceinline__ void fft_blocked(float2 (&z)[N / L], int lane) {
+  fft_blocked<N, L, Inverse>(z, lane, lane_twiddles<N, L, Inverse, true>(lane));
 }
 
 // Cyclic: z[j] = x[j L + lane] in; z[r] = X[bit_reverse_M(r) + M bit_reverse_L(lane)] out.
 template <int N, int L, bool Inverse>
-__device__ __forceinline__ void fft_cyclic(float2 (&z)[N / L], int lane) {
+__device__ __forceinline__ void fft_cyclic(float2 (&z)[N / L], int lane,
+                                           const LaneTwiddles<N, L, Inverse>& t) {
   constexpr int M = N / L;
   fft_registers<M, Inverse>(z);
   static_for<M>([&](auto R) {
     constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
-    if constexpr (k1 != 0) z[r] = cmul2(z[r], circle<Inverse>(lane * k1 * (256 / N)));
+    if constexpr (k1 != 0) z[r] = cmul2(z[r], t.inner[r]);
   });
-  dif_lanes<M, L, Inverse>(z, lane);
+  dif_lanes<N, L, Inverse>(z, lane, t);
+}
+template <int N, int L, bool Inverse>
+__device__ __forceinline__ void fft_cyclic(float2 (&z)[N / L], int lane) {
+  fft_cyclic<N, L, Inverse>(z, lane, lane_twiddles<N, L, Inverse, false>(lane));
 }
 
 template <int N>
@@ -675,7 +770,10 @@ struct LaneConfig {
   static_assert(L >= 2 && L <= 32 && M >= 2, "lane split");
 };
 
-template <int N>
+// Direct: the spectrum's bins are adjacent in memory (bin stride 1, checked by the launcher); the
+// split spectra go straight to global memory (a group's lanes write consecutive bins) instead of
+// through shared memory. The inverse reads them the same way.
+template <int N, bool Direct>
 __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
     rfft_lanes(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
                int64_t batch, int h, int w, int oy, int ox, bool vec4) {
@@ -686,6 +784,7 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
   float2* cols = reinterpret_cast<float2*>(smem_raw);
   const int tid = threadIdx.x, pair = tid / L, lane = tid % L;
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+  const auto tw = lane_twiddles<N, L, false, true>(lane);  // in flight with the window
 
   load_window<1, N, Cfg::THREADS, G>(rows, in, type, b0, batch, h, w, oy, ox, vec4);
   __syncthreads();
@@ -703,7 +802,7 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
       z[v * VW + u] = make_float2(a[u], b[u]);
     });
   });
-  fft_blocked<N, L, false>(z, lane);
+  fft_blocked<N, L, false>(z, lane, tw);
 
   // Hermitian split: Z[-k] for k = k2 + L k1 is at lane bit_reverse_L(-k2 mod L), register
   // r ^ (M - 1) when k2 != 0; in this lane, register bit_reverse_M(-k1 mod M) when k2 == 0.
@@ -718,23 +817,39 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
     const float my = __shfl_sync(0xffffffffu, o.y, src, L);
     zm[r] = k2 == 0 ? z[own] : make_float2(mx, my);
   });
-  __syncthreads();  // the spectra overwrite the real rows
-  float2* ca = cols + (2 * pair) * BINS;
-  float2* cb = ca + BINS;
-  static_for<M>([&](auto R) {
-    constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
-    const int k = k2 + L * k1;
-    if (k <= N / 2) {
-      const float2 a = z[r], m = zm[r];
-      ca[k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-      cb[k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
-    }
-  });
-  __syncthreads();
-  spectrum_io<1, N, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+  if constexpr (Direct) {
+    const int64_t ia = b0 + 2 * pair;
+    float2* ga = out + ia * os.image;
+    float2* gb = ga + os.image;
+    const bool live_a = ia < batch, live_b = ia + 1 < batch;
+    static_for<M>([&](auto R) {
+      constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
+      const int k = k2 + L * k1;
+      if (k <= N / 2) {
+        const float2 a = z[r], m = zm[r];
+        if (live_a) ga[k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+        if (live_b) gb[k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+      }
+    });
+  } else {
+    __syncthreads();  // the spectra overwrite the real rows
+    float2* ca = cols + (2 * pair) * BINS;
+    float2* cb = ca + BINS;
+    static_for<M>([&](auto R) {
+      constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
+      const int k = k2 + L * k1;
+      if (k <= N / 2) {
+        const float2 a = z[r], m = zm[r];
+        ca[k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+        cb[k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+      }
+    });
+    __syncthreads();
+    spectrum_io<1, N, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+  }
 }
 
-template <int N>
+template <int N, bool Direct>
 __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
     irfft_lanes(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                 int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
@@ -747,28 +862,34 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
   float2* cols = reinterpret_cast<float2*>(smem_raw);
   const int tid = threadIdx.x, pair = tid / L, lane = tid % L;
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+  const auto tw = lane_twiddles<N, L, true, false>(lane);  // in flight with the spectra
 
-  spectrum_io<1, N, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
-  __syncthreads();
+  if constexpr (!Direct) {
+    spectrum_io<1, N, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
+    __syncthreads();
+  }
 
   // Half spectra A, B of lines 2p, 2p+1 -> Z = A + iB extended by Hermitian symmetry (the DC and
   // Nyquist bins taken real), cyclic over the lanes.
   float2 z[M];
-  const float2* ca = cols + (2 * pair) * BINS;
-  const float2* cb = ca + BINS;
+  const int64_t ia = b0 + 2 * pair;
+  const bool live_a = !Direct || ia < batch, live_b = !Direct || ia + 1 < batch;
+  const float2* ca = Direct ? in + (live_a ? ia : 0) * is.image : cols + (2 * pair) * BINS;
+  const float2* cb = Direct ? in + (live_b ? ia + 1 : 0) * is.image : ca + BINS;
   static_for<M>([&](auto J) {
     constexpr int j = decltype(J)::value;
     const int m = j * L + lane;
     const bool mirror = m > N / 2;
     const int at = mirror ? N - m : m;
-    float2 a = ca[at], b = cb[at];
+    float2 a = live_a ? ca[at] : make_float2(0.f, 0.f);
+    float2 b = live_b ? cb[at] : make_float2(0.f, 0.f);
     if (at == 0 || at == N / 2) {
       a.y = 0.f;
       b.y = 0.f;
     }
     z[j] = mirror ? make_float2(a.x + b.y, b.x - a.y) : make_float2(a.x - b.y, a.y + b.x);
   });
-  fft_cyclic<N, L, true>(z, lane);
+  fft_cyclic<N, L, true>(z, lane, tw);
   __syncthreads();  // the real rows overwrite the spectra
   // Lane l holds reals M k2 .. M k2 + M - 1, k2 = bit_reverse_L(l).
   float* ra = rows + pair * Cfg::PS + M * lane_reverse<L>(lane);
@@ -1257,6 +1378,8 @@ void allow_smem(Kernel kernel, size_t smem) {
                                        static_cast<int>(smem)));
 }
 
+std::atomic<bool> g_direct_io{true};
+
 bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
   return type == Real::F32 && nw >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
          reinterpret_cast<uintptr_t>(in) % 16 == 0;
@@ -1266,7 +1389,8 @@ template <int NH, int NW>
 void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
                 int oy, int ox, cudaStream_t stream) {
   using Cfg = Config<NH, NW>;
-  auto kernel = rfft2_registers<NH, NW>;
+  const bool direct = NH > 1 && os.bin == 1 && g_direct_io.load();
+  auto kernel = direct ? rfft2_registers<NH, NW, true> : rfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
   const bool vec4 = vec4_window(in, type, NW, w, ox);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
@@ -1279,7 +1403,8 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
                  cudaStream_t stream) {
   using Cfg = Config<NH, NW>;
-  auto kernel = irfft2_registers<NH, NW>;
+  const bool direct = NH > 1 && is.bin == 1 && g_direct_io.load();
+  auto kernel = direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
       in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels);
@@ -1290,7 +1415,7 @@ template <int N>
 void rfft_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
                       int w, int oy, int ox, cudaStream_t stream) {
   using Cfg = LaneConfig<N>;
-  auto kernel = rfft_lanes<N>;
+  auto kernel = os.bin == 1 && g_direct_io.load() ? rfft_lanes<N, true> : rfft_lanes<N, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
       in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
@@ -1302,7 +1427,7 @@ void irfft_lane_launch(const float2* in, Strides is, void* out, Real type, int64
                        int out_h, int out_w, int oy, int ox, float scale, const void* bias,
                        int64_t channels, cudaStream_t stream) {
   using Cfg = LaneConfig<N>;
-  auto kernel = irfft_lanes<N>;
+  auto kernel = is.bin == 1 && g_direct_io.load() ? irfft_lanes<N, true> : irfft_lanes<N, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
       in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels);
@@ -1350,6 +1475,8 @@ bool lanes_2d(int nh, int nw) {
 
 int lanes_2d_min() { return g_lanes_2d_min.load(); }
 void set_lanes_2d_min(int n) { g_lanes_2d_min.store(n); }
+bool direct_io() { return g_direct_io.load(); }
+void set_direct_io(bool on) { g_direct_io.store(on); }
 
 void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
            int nw, int oy, int ox, cudaStream_t stream) {
