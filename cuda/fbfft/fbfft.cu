@@ -385,24 +385,25 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
       // into the thread's own column(s) for one coalesced pass over the block.
       float2* nyq = cols + (g * BINS + HALF) * CS;
       if constexpr (direct) {
-        if (b0 + g < batch) {
-          float2* dst = out + (b0 + g) * os.image + q;
-          if (q != 0) {
-            static_for<NH>([&](auto I) {
-              constexpr int i = decltype(I)::value;
-              *dst = c[bit_reverse(i, LOG_NH)];
-              dst += os.row;
-            });
-          } else {
-            static_for<NH>([&](auto I) {
-              constexpr int i = decltype(I)::value;
-              const float2 a = c[bit_reverse(i, LOG_NH)];
-              const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
-              dst[0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-              dst[HALF] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
-              dst += os.row;
-            });
+        // Every thread stores its own column (thread 0 the DC column) in the same instructions;
+        // the Nyquist column goes through shared memory and out over all the image's threads.
+        const bool live = b0 + g < batch;
+        float2* dst = out + (live ? b0 + g : 0) * os.image;
+        float2* p = dst + q;
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          float2 v = c[bit_reverse(i, LOG_NH)];
+          if (q == 0) {
+            const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
+            nyq[i] = make_float2(0.5f * (v.y + m.y), 0.5f * (m.x - v.x));
+            v = make_float2(0.5f * (v.x + m.x), 0.5f * (v.y - m.y));
           }
+          if (live) *p = v;
+          p += os.row;
+        });
+        __syncwarp();  // an image's HALF threads are in one warp
+        if (live) {
+          for (int i = q; i < NH; i += HALF) dst[i * os.row + HALF] = nyq[i];
         }
       } else if (q != 0) {
         static_for<NH>([&](auto I) {
@@ -435,6 +436,47 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(v);
 }
 
+// store_window in float32 when the output rows and the window are aligned to 4 floats
+// (out_w % 4 == 0, ox % 4 == 0, 16-byte aligned output): one 16-byte access per 4 outputs, and a
+// group of 4 is wholly inside or wholly outside the basis.
+template <int NH, int NW, int THREADS>
+__device__ __forceinline__ void store_window_vec4(const float* rows, float* __restrict__ out,
+                                                  int64_t b0, int live, int out_h, int out_w,
+                                                  int oy, int ox, float scale,
+                                                  const float* __restrict__ bias,
+                                                  int64_t channels) {
+  const int quads = out_w / 4;
+  int lanes = 1;
+  while (lanes * 2 <= quads && lanes < 32) lanes *= 2;
+  const int groups = THREADS / lanes, group = threadIdx.x / lanes;
+  const int lane = threadIdx.x - group * lanes;
+  const int64_t plane = static_cast<int64_t>(out_h) * out_w;
+  auto row = [&](int g, int i) {
+    const int si = i + oy;
+    const float add = bias != nullptr ? bias[(b0 + g) % channels] : 0.f;
+    float4* dst =
+        reinterpret_cast<float4*>(out + (b0 + g) * plane + static_cast<int64_t>(i) * out_w);
+    const bool row_in = si >= 0 && si < NH;
+    const float* src = rows + real_row_offset<NW>(g * NH + (row_in ? si : 0));
+    for (int j = lane; j < quads; j += lanes) {
+      const int sj = 4 * j + ox;
+      float4 v = make_float4(add, add, add, add);
+      if (row_in && sj >= 0 && sj < NW) {
+        const float4 t = *reinterpret_cast<const float4*>(src + sj);
+        v = make_float4(fmaf(t.x, scale, add), fmaf(t.y, scale, add), fmaf(t.z, scale, add),
+                        fmaf(t.w, scale, add));
+      }
+      dst[j] = v;
+    }
+  };
+  if (out_h == 1) {  // one row per image: images across the groups
+    for (int g = group; g < live; g += groups) row(g, 0);
+  } else {
+    for (int g = 0; g < live; ++g)
+      for (int i = group; i < out_h; i += groups) row(g, i);
+  }
+}
+
 // The inverse's last step: `live` images of real rows (pair-interleaved in shared memory) ->
 // out[b0 + g] [out_h, out_w], the window at (oy, ox) of the nh x nw result, scaled, plus bias.
 // Threads work in groups of L lanes (L = the largest power of two <= min(32, out_w)); a group
@@ -443,7 +485,14 @@ template <int NH, int NW, int THREADS, typename T>
 __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ out, int64_t b0,
                                              int live, int out_h, int out_w, int oy, int ox,
                                              float scale, const T* __restrict__ bias,
-                                             int64_t channels) {
+                                             int64_t channels, bool vec4) {
+  if constexpr (std::is_same<T, float>::value && NW >= 4) {
+    if (vec4) {
+      store_window_vec4<NH, NW, THREADS>(rows, out, b0, live, out_h, out_w, oy, ox, scale, bias,
+                                         channels);
+      return;
+    }
+  }
   int lanes = 1;
   while (lanes * 2 <= out_w && lanes < 32) lanes *= 2;
   const int groups = THREADS / lanes, group = threadIdx.x / lanes;
@@ -478,7 +527,7 @@ template <int NH, int NW, bool Direct>
 __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
     irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                      int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
-                     const void* __restrict__ bias, int64_t channels) {
+                     const void* __restrict__ bias, int64_t channels, bool vec4) {
   using Cfg = Config<NH, NW>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS, HALF = NW / 2;
   constexpr int LOG_NW = ilog2(NW);
@@ -506,23 +555,24 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
       const float2* nyq = cols + (g * BINS + HALF) * CS;
       float2 c[NH];
       if constexpr (direct) {
-        // rows of the image at src + i * row; zeros past the batch
+        // Every thread loads its own column (thread 0 the DC column) in the same instructions,
+        // zeros past the batch; the Nyquist column comes in over all the image's threads into
+        // shared memory, for thread 0.
         const float2 zero = make_float2(0.f, 0.f);
-        if (q != 0) {
-          const float2* p = src + q;
-          static_for<NH>([&](auto I) {
-            constexpr int i = decltype(I)::value;
-            c[i] = live ? __ldg(p) : zero;
-            p += is.row;
-          });
-        } else {
+        const float2* p = src + q;
+        static_for<NH>([&](auto I) {
+          constexpr int i = decltype(I)::value;
+          c[i] = live ? __ldg(p) : zero;
+          p += is.row;
+        });
+        float2* nyq_in = cols + (g * BINS + HALF) * CS;
+        for (int i = q; i < NH; i += HALF) nyq_in[i] = live ? __ldg(src + i * is.row + HALF) : zero;
+        __syncwarp();  // an image's HALF threads are in one warp
+        if (q == 0) {
           static_for<NH / 2 + 1>([&](auto I) {
             constexpr int i = decltype(I)::value;
             constexpr int m = (NH - i) & (NH - 1);
-            const float2* pi = src + i * is.row;
-            const float2* pm = src + m * is.row;
-            const float2 di = live ? __ldg(pi) : zero, dm = live ? __ldg(pm) : zero;
-            const float2 ni = live ? __ldg(pi + HALF) : zero, nm = live ? __ldg(pm + HALF) : zero;
+            const float2 di = c[i], dm = c[m], ni = nyq_in[i], nm = nyq_in[m];
             const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
             const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
             c[i] = make_float2(hd.x - hn.y, hd.y + hn.x);
@@ -610,16 +660,19 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   switch (type) {
     case Real::F16:
       store_window<NH, NW, Cfg::THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy,
-                                         ox, scale, static_cast<const __half*>(bias), channels);
+                                         ox, scale, static_cast<const __half*>(bias), channels,
+                                         false);
       break;
     case Real::BF16:
       store_window<NH, NW, Cfg::THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h,
                                          out_w, oy, ox, scale,
-                                         static_cast<const __nv_bfloat16*>(bias), channels);
+                                         static_cast<const __nv_bfloat16*>(bias), channels,
+                                         false);
       break;
     default:
       store_window<NH, NW, Cfg::THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy,
-                                         ox, scale, static_cast<const float*>(bias), channels);
+                                         ox, scale, static_cast<const float*>(bias), channels,
+                                         vec4);
       break;
   }
 }
@@ -853,8 +906,7 @@ template <int N, bool Direct>
 __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
     irfft_lanes(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                 int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
-                const void* __restrict__ bias,
-                int64_t channels) {
+                const void* __restrict__ bias, int64_t channels, bool vec4) {
   using Cfg = LaneConfig<N>;
   constexpr int M = Cfg::M, L = Cfg::L, G = Cfg::G, BINS = Cfg::BINS, VW = Cfg::VW;
   extern __shared__ float4 smem_raw[];
@@ -911,16 +963,19 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
   switch (type) {
     case Real::F16:
       store_window<1, N, Cfg::THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy,
-                                       ox, scale, static_cast<const __half*>(bias), channels);
+                                       ox, scale, static_cast<const __half*>(bias), channels,
+                                       false);
       break;
     case Real::BF16:
       store_window<1, N, Cfg::THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h,
                                        out_w, oy, ox, scale,
-                                       static_cast<const __nv_bfloat16*>(bias), channels);
+                                       static_cast<const __nv_bfloat16*>(bias), channels,
+                                       false);
       break;
     default:
       store_window<1, N, Cfg::THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy,
-                                       ox, scale, static_cast<const float*>(bias), channels);
+                                       ox, scale, static_cast<const float*>(bias), channels,
+                                       vec4);
       break;
   }
 }
@@ -1203,7 +1258,8 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
 
   switch (type) {
     case Real::F16: {
-      const float add = bias != nullptr ? __half2float(static_cast<const __half*>(bias)[b % channels]) : 0.f;
+      const float add =
+          bias != nullptr ? __half2float(static_cast<const __half*>(bias)[b % channels]) : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__half*>(out), b, out_h, out_w, oy, ox, scale, add,
                            false);
       break;
@@ -1380,6 +1436,12 @@ void allow_smem(Kernel kernel, size_t smem) {
 
 std::atomic<bool> g_direct_io{true};
 
+// float32 output rows and window aligned to 4 floats: 16-byte stores.
+bool vec4_output(const void* out, Real type, int out_w, int ox) {
+  return type == Real::F32 && out_w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(out) % 16 == 0;
+}
+
 bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
   return type == Real::F32 && nw >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
          reinterpret_cast<uintptr_t>(in) % 16 == 0;
@@ -1407,7 +1469,8 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
   auto kernel = direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels);
+      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
+      vec4_output(out, type, out_w, ox));
   FL_LAUNCH_CHECK();
 }
 
@@ -1430,7 +1493,8 @@ void irfft_lane_launch(const float2* in, Strides is, void* out, Real type, int64
   auto kernel = is.bin == 1 && g_direct_io.load() ? irfft_lanes<N, true> : irfft_lanes<N, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels);
+      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
+      vec4_output(out, type, out_w, ox));
   FL_LAUNCH_CHECK();
 }
 
@@ -1454,10 +1518,9 @@ void irfft2_lane_launch(const float2* in, Strides is, void* out, Real type, int6
   using Cfg = Lane2Config<N>;
   auto kernel = irfft2_lanes<N>;
   allow_smem(kernel, Cfg::SMEM);
-  const bool vec4 = type == Real::F32 && out_w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   kernel<<<grid_for(batch, 1), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels, vec4);
+      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
+      vec4_output(out, type, out_w, ox));
   FL_LAUNCH_CHECK();
 }
 
