@@ -469,18 +469,17 @@ __device__ __forceinline__ void store_window_vec4(const float* rows, float* __re
       dst[j] = v;
     }
   };
-  if (out_h == 1) {  // one row per image: images across the groups
-    for (int g = group; g < live; g += groups) row(g, 0);
-  } else {
-    for (int g = 0; g < live; ++g)
-      for (int i = group; i < out_h; i += groups) row(g, i);
+  for (int e = group; e < live * out_h; e += groups) {  // (image, row) pairs across the groups
+    const int g = e / out_h;
+    row(g, e - g * out_h);
   }
 }
 
 // The inverse's last step: `live` images of real rows (pair-interleaved in shared memory) ->
 // out[b0 + g] [out_h, out_w], the window at (oy, ox) of the nh x nw result, scaled, plus bias.
 // Threads work in groups of L lanes (L = the largest power of two <= min(32, out_w)); a group
-// writes one output row at a time, so the index arithmetic is per row, not per element.
+// writes one output row at a time, so the index arithmetic is per row, not per element, and the
+// groups take the block's (image, row) pairs in turn, so small images keep every group busy.
 template <int NH, int NW, int THREADS, typename T>
 __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ out, int64_t b0,
                                              int live, int out_h, int out_w, int oy, int ox,
@@ -513,11 +512,9 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
       for (int j = lane; j < out_w; j += lanes) dst[j] = from_float<T>(add);
     }
   };
-  if (out_h == 1) {  // one row per image: images across the groups
-    for (int g = group; g < live; g += groups) row(g, 0);
-  } else {
-    for (int g = 0; g < live; ++g)
-      for (int i = group; i < out_h; i += groups) row(g, i);
+  for (int e = group; e < live * out_h; e += groups) {  // (image, row) pairs across the groups
+    const int g = e / out_h;
+    row(g, e - g * out_h);
   }
 }
 
@@ -1451,10 +1448,13 @@ template <int NH, int NW>
 void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
                 int oy, int ox, cudaStream_t stream) {
   using Cfg = Config<NH, NW>;
-  const bool direct = NH > 1 && os.bin == 1 && g_direct_io.load();
+  const bool vec4 = vec4_window(in, type, NW, w, ox);
+  // Direct stores pay off from 32 x 32, and below where the window is read element by element;
+  // small images with 16-byte window loads store faster through shared memory (measured, H200).
+  const bool direct =
+      NH > 1 && os.bin == 1 && g_direct_io.load() && (NH >= 32 || !vec4);
   auto kernel = direct ? rfft2_registers<NH, NW, true> : rfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
-  const bool vec4 = vec4_window(in, type, NW, w, ox);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
                                                                        w, oy, ox, vec4);
   FL_LAUNCH_CHECK();
@@ -1465,7 +1465,8 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
                  cudaStream_t stream) {
   using Cfg = Config<NH, NW>;
-  const bool direct = NH > 1 && is.bin == 1 && g_direct_io.load();
+  // Direct loads pay off up to 32 x 32; at 64 x 64 they cost registers the kernel lacks.
+  const bool direct = NH > 1 && NH < 64 && is.bin == 1 && g_direct_io.load();
   auto kernel = direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
@@ -1478,7 +1479,9 @@ template <int N>
 void rfft_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
                       int w, int oy, int ox, cudaStream_t stream) {
   using Cfg = LaneConfig<N>;
-  auto kernel = os.bin == 1 && g_direct_io.load() ? rfft_lanes<N, true> : rfft_lanes<N, false>;
+  // Direct stores pay off from n = 128 (measured, H200); below, shared memory is as fast or faster.
+  auto kernel = N >= 128 && os.bin == 1 && g_direct_io.load() ? rfft_lanes<N, true>
+                                                              : rfft_lanes<N, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
       in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
