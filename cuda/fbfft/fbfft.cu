@@ -469,17 +469,22 @@ __device__ __forceinline__ void store_window_vec4(const float* rows, float* __re
       dst[j] = v;
     }
   };
-  for (int e = group; e < live * out_h; e += groups) {  // (image, row) pairs across the groups
-    const int g = e / out_h;
-    row(g, e - g * out_h);
+  if (out_h >= groups) {  // the rows of one image keep every group busy
+    for (int g = 0; g < live; ++g)
+      for (int i = group; i < out_h; i += groups) row(g, i);
+  } else {  // small images: (image, row) pairs across the groups
+    for (int e = group; e < live * out_h; e += groups) {
+      const int g = e / out_h;
+      row(g, e - g * out_h);
+    }
   }
 }
 
 // The inverse's last step: `live` images of real rows (pair-interleaved in shared memory) ->
 // out[b0 + g] [out_h, out_w], the window at (oy, ox) of the nh x nw result, scaled, plus bias.
 // Threads work in groups of L lanes (L = the largest power of two <= min(32, out_w)); a group
-// writes one output row at a time, so the index arithmetic is per row, not per element, and the
-// groups take the block's (image, row) pairs in turn, so small images keep every group busy.
+// writes one output row at a time, so the index arithmetic is per row, not per element; images
+// with fewer rows than there are groups are written several at a time.
 template <int NH, int NW, int THREADS, typename T>
 __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ out, int64_t b0,
                                              int live, int out_h, int out_w, int oy, int ox,
@@ -512,9 +517,14 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
       for (int j = lane; j < out_w; j += lanes) dst[j] = from_float<T>(add);
     }
   };
-  for (int e = group; e < live * out_h; e += groups) {  // (image, row) pairs across the groups
-    const int g = e / out_h;
-    row(g, e - g * out_h);
+  if (out_h >= groups) {  // the rows of one image keep every group busy
+    for (int g = 0; g < live; ++g)
+      for (int i = group; i < out_h; i += groups) row(g, i);
+  } else {  // small images: (image, row) pairs across the groups
+    for (int e = group; e < live * out_h; e += groups) {
+      const int g = e / out_h;
+      row(g, e - g * out_h);
+    }
   }
 }
 
