@@ -119,7 +119,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="B = 16384 only")
     ap.add_argument("--ab", action="store_true",
-                    help="also time each kernel with its spectrum staged through shared memory")
+                    help="also time each kernel with its spectrum always staged through shared "
+                         "memory and always moved directly")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: the fbfft benchmark compares CUDA kernels and has nothing to run")
@@ -149,13 +150,16 @@ def main():
             if kind == "c2r" and h != n:
                 continue  # the padded cases are forward reads
             # 64 x 64 has two kernels (registers: the default; lanes: as 128 x 128): both timed.
-            # --ab: also the spectrum staged through shared memory instead of moved directly.
+            # --ab: also the spectrum always staged through shared memory, and always moved
+            # directly (the default moves it directly where that measured faster).
             kernels = ["registers", "lanes"] if dims == 2 and n == 64 else [None]
             if args.ab and (dims == 1 and n >= 8 or dims == 2 and n <= 64):
-                kernels += [(k or "") + "+staged" for k in kernels if k != "lanes"]
+                kernels += [(k or "") + io for k in kernels if k != "lanes"
+                            for io in ("+staged", "+direct")]
             for kernel in kernels:
                 _C._fbfft_set_lanes_2d_min(64 if kernel == "lanes" else 128)
-                _C._fbfft_set_direct_io(not (kernel or "").endswith("staged"))
+                io = (kernel or "").split("+")[-1]
+                _C._fbfft_set_direct_io({"staged": 0, "direct": 2}.get(io, 1))
                 try:
                     r = measure(kind, dims, n, h, B, copy_cache)
                 except torch.OutOfMemoryError:
@@ -164,7 +168,7 @@ def main():
                     continue
                 finally:
                     _C._fbfft_set_lanes_2d_min(128)
-                    _C._fbfft_set_direct_io(True)
+                    _C._fbfft_set_direct_io(1)
                 if kernel:
                     r["kernel"] = kernel
                 rows.append(r)

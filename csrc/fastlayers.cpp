@@ -187,10 +187,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     TORCH_CHECK(n == 64 || n == 128, "_fbfft_set_lanes_2d_min: `n` must be 64 or 128, got ", n);
     fastlayers::fbfft::set_lanes_2d_min(n);
   });
-  // Benchmark hook: whether the 2-D register kernels and the 1-D lane kernels read and write a
-  // spectrum with bin stride 1 directly (default) or through shared memory.
+  // Benchmark hook: how the 2-D register kernels and the 1-D lane kernels move a spectrum with
+  // bin stride 1: 0 through shared memory, 1 directly where measured faster (default), 2 directly.
   m.def("_fbfft_direct_io", &fastlayers::fbfft::direct_io);
-  m.def("_fbfft_set_direct_io", &fastlayers::fbfft::set_direct_io);
+  m.def("_fbfft_set_direct_io", [](int mode) {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "_fbfft_set_direct_io: `mode` must be 0, 1 or 2, got ",
+                mode);
+    fastlayers::fbfft::set_direct_io(mode);
+  });
 #else
   m.attr("with_cuda") = false;
 #endif

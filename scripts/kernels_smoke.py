@@ -57,19 +57,29 @@ def fbfft_cases(dev):
                 worst = max(worst, err)
         print("fbfft n=%d%s: worst relative error so far %.2e"
               % (n, " (lane kernel)" if lanes64 else "", worst), flush=True)
-    if dev == "cuda":  # the 1-D spectra staged through shared memory (as other layouts are)
-        _C._fbfft_set_direct_io(False)
-        for n in (8, 64, 256):
-            x = torch.randn(5, n - 1, generator=g, dtype=torch.float64)
-            X1 = fbfft.rfft(x, n, -1)
-            y1 = fbfft.irfft(X1, n, n - 2, 1)
-            got = (fbfft.rfft(x.float().to(dev), n, -1),
-                   fbfft.irfft(X1.to(torch.complex64).to(dev), n, n - 2, 1))
-            for out, ref in zip(got, (X1, y1)):
-                out = out.cpu().to(ref.dtype)
-                worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
-        _C._fbfft_set_direct_io(True)
-        print("fbfft 1-D, staged spectra: worst relative error so far %.2e" % worst, flush=True)
+    if dev == "cuda":  # spectra always staged through shared memory (0), always direct (2)
+        for mode in (0, 2):
+            _C._fbfft_set_direct_io(mode)
+            for n in (8, 16, 64, 256):
+                x = torch.randn(5, n - 1, generator=g, dtype=torch.float64)
+                X1 = fbfft.rfft(x, n, -1)
+                y1 = fbfft.irfft(X1, n, n - 2, 1)
+                got = [fbfft.rfft(x.float().to(dev), n, -1),
+                       fbfft.irfft(X1.to(torch.complex64).to(dev), n, n - 2, 1)]
+                refs = [X1, y1]
+                if n <= 64:  # 2-D, a 16-byte aligned window
+                    x2 = torch.randn(3, n, n + 4, generator=g, dtype=torch.float64)
+                    X2 = fbfft.rfft2(x2, (n, n), (0, 4))
+                    refs += [X2, fbfft.irfft2(X2, (n, n), (n, n + 4), (0, -4))]
+                    got += [fbfft.rfft2(x2.float().to(dev), (n, n), (0, 4)),
+                            fbfft.irfft2(X2.to(torch.complex64).to(dev), (n, n), (n, n + 4),
+                                         (0, -4))]
+                for out, ref in zip(got, refs):
+                    out = out.cpu().to(ref.dtype)
+                    worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
+            print("fbfft, spectra %s: worst relative error so far %.2e"
+                  % ("staged" if mode == 0 else "direct", worst), flush=True)
+        _C._fbfft_set_direct_io(1)
     for basis, lanes64 in ((128, False), (64, False), (64, True)):
         if dev == "cuda":
             _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)

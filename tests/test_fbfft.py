@@ -217,14 +217,15 @@ def check_fast_kernel(n, batch, dims):
             assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
 
 
-@pytest.fixture(params=[True, False], ids=["direct", "staged"])
+@pytest.fixture(params=[1, 0, 2], ids=["measured", "staged", "direct"])
 def direct_io(request):
-    """Row-major spectra moved between registers and global memory directly (the default), or
-    staged through shared memory as the other layouts are."""
+    """Row-major spectra moved between registers and global memory directly where that measured
+    faster (the default), always staged through shared memory as the other layouts are, or
+    always directly."""
     from fastlayers import _C
     _C._fbfft_set_direct_io(request.param)
     yield request.param
-    _C._fbfft_set_direct_io(True)
+    _C._fbfft_set_direct_io(1)
 
 
 @pytest.mark.gpu
@@ -255,11 +256,14 @@ def test_cuda_lane_kernel_64x64(batch, lanes_64x64):
 
 
 @pytest.mark.gpu
-def test_lanes_switch_takes_64_or_128():
+def test_kernel_switches_reject_bad_values():
     from fastlayers import _C
     with pytest.raises(RuntimeError, match="`n` must be 64 or 128"):
         _C._fbfft_set_lanes_2d_min(32)
     assert _C._fbfft_lanes_2d_min() == 128
+    with pytest.raises(RuntimeError, match="`mode` must be 0, 1 or 2"):
+        _C._fbfft_set_direct_io(3)
+    assert _C._fbfft_direct_io() == 1
 
 
 @pytest.mark.gpu

@@ -1441,7 +1441,14 @@ void allow_smem(Kernel kernel, size_t smem) {
                                        static_cast<int>(smem)));
 }
 
-std::atomic<bool> g_direct_io{true};
+std::atomic<int> g_direct_io{kDirectMeasured};
+
+// Whether a kernel whose spectrum has bin stride 1 moves it directly: where `measured` says so,
+// unless the switch says never or always.
+bool use_direct(bool bin_stride_1, bool measured) {
+  const int mode = g_direct_io.load();
+  return bin_stride_1 && (mode == kDirectAlways || (mode == kDirectMeasured && measured));
+}
 
 // float32 output rows and window aligned to 4 floats: 16-byte stores.
 bool vec4_output(const void* out, Real type, int out_w, int ox) {
@@ -1461,8 +1468,7 @@ void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batc
   const bool vec4 = vec4_window(in, type, NW, w, ox);
   // Direct stores pay off from 32 x 32, and below where the window is read element by element;
   // small images with 16-byte window loads store faster through shared memory (measured, H200).
-  const bool direct =
-      NH > 1 && os.bin == 1 && g_direct_io.load() && (NH >= 32 || !vec4);
+  const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 32 || !vec4);
   auto kernel = direct ? rfft2_registers<NH, NW, true> : rfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
@@ -1476,7 +1482,7 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
                  cudaStream_t stream) {
   using Cfg = Config<NH, NW>;
   // Direct loads pay off up to 32 x 32; at 64 x 64 they cost registers the kernel lacks.
-  const bool direct = NH > 1 && NH < 64 && is.bin == 1 && g_direct_io.load();
+  const bool direct = NH > 1 && use_direct(is.bin == 1, NH < 64);
   auto kernel = direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
@@ -1490,8 +1496,7 @@ void rfft_lane_launch(const void* in, Real type, float2* out, Strides os, int64_
                       int w, int oy, int ox, cudaStream_t stream) {
   using Cfg = LaneConfig<N>;
   // Direct stores pay off from n = 128 (measured, H200); below, shared memory is as fast or faster.
-  auto kernel = N >= 128 && os.bin == 1 && g_direct_io.load() ? rfft_lanes<N, true>
-                                                              : rfft_lanes<N, false>;
+  auto kernel = use_direct(os.bin == 1, N >= 128) ? rfft_lanes<N, true> : rfft_lanes<N, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
       in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
@@ -1503,7 +1508,7 @@ void irfft_lane_launch(const float2* in, Strides is, void* out, Real type, int64
                        int out_h, int out_w, int oy, int ox, float scale, const void* bias,
                        int64_t channels, cudaStream_t stream) {
   using Cfg = LaneConfig<N>;
-  auto kernel = is.bin == 1 && g_direct_io.load() ? irfft_lanes<N, true> : irfft_lanes<N, false>;
+  auto kernel = use_direct(is.bin == 1, true) ? irfft_lanes<N, true> : irfft_lanes<N, false>;
   allow_smem(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
       in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
@@ -1551,8 +1556,12 @@ bool lanes_2d(int nh, int nw) {
 
 int lanes_2d_min() { return g_lanes_2d_min.load(); }
 void set_lanes_2d_min(int n) { g_lanes_2d_min.store(n); }
-bool direct_io() { return g_direct_io.load(); }
-void set_direct_io(bool on) { g_direct_io.store(on); }
+int direct_io() { return g_direct_io.load(); }
+void set_direct_io(int mode) {
+  if (mode < kDirectNever || mode > kDirectAlways)
+    throw std::runtime_error("fastlayers: fbfft direct-io mode must be 0, 1 or 2");
+  g_direct_io.store(mode);
+}
 
 void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
            int nw, int oy, int ox, cudaStream_t stream) {

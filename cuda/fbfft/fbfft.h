@@ -52,12 +52,14 @@ void irfft2(const float2* in, Strides in_strides, void* out, Real type, int64_t 
 // (64 or 128, default 128). A benchmarking switch: both compute the same transform.
 int lanes_2d_min();
 void set_lanes_2d_min(int n);
-// Whether the register kernels (2-D) and the 1-D lane kernels may move a spectrum whose bins are
-// adjacent (bin stride 1) between registers and global memory directly (default: where measured
-// faster, per size and direction) or always through shared memory, as other layouts are. A
-// benchmarking switch: both compute the same transform.
-bool direct_io();
-void set_direct_io(bool on);
+// How the register kernels (2-D) and the 1-D lane kernels move a spectrum whose bins are adjacent
+// (bin stride 1) between registers and global memory: directly where measured faster, per size
+// and direction (kDirectMeasured, the default), always through shared memory as other layouts
+// are (kDirectNever), or always directly (kDirectAlways). A benchmarking and testing switch: all
+// compute the same transform.
+constexpr int kDirectNever = 0, kDirectMeasured = 1, kDirectAlways = 2;
+int direct_io();
+void set_direct_io(int mode);
 
 }  // namespace fbfft
 }  // namespace fastlayers
