@@ -88,18 +88,38 @@ constexpr int64_t kTileChunkBytes = int64_t{512} << 20;
 int64_t tile_chunk_bytes();
 void set_tile_chunk_bytes(int64_t bytes);
 
-// --- CPU kernels (fft_conv_cpu.cpp) ------------------------------------------------------------
+// --- the three ops of one device ---------------------------------------------------------------
 
-at::Tensor fft_conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
-                          const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                          at::IntArrayRef basis, bool tf32, c10::string_view backend,
-                          at::IntArrayRef tile);
-at::Tensor fft_conv2d_input_grad_cpu(const at::Tensor& grad_output, const at::Tensor& weight,
-                                     at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
-                                     c10::string_view backend, at::IntArrayRef tile);
-at::Tensor fft_conv2d_weight_grad_cpu(const at::Tensor& grad_output, const at::Tensor& input,
-                                      at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
-                                      c10::string_view backend, at::IntArrayRef tile);
+// Checks the arguments, then runs the pass untiled or in tiles with the device's untiled kernel.
+template <UntiledKernel Untiled>
+struct DeviceOps {
+  static at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
+                        const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+                        at::IntArrayRef basis, bool tf32, c10::string_view backend,
+                        at::IntArrayRef tile) {
+    const Geometry g = check(pass, a, b, bias, padding, basis, backend, tile);
+    if (g.tiled()) return run_tiled(pass, g, a, b, bias, tf32, Untiled);
+    return Untiled(pass, g, a, b, bias, tf32);
+  }
+  static at::Tensor forward(const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+                            at::IntArrayRef basis, bool tf32, c10::string_view backend,
+                            at::IntArrayRef tile) {
+    return run(Pass::Forward, input, weight, bias, padding, basis, tf32, backend, tile);
+  }
+  static at::Tensor input_grad(const at::Tensor& grad_output, const at::Tensor& weight,
+                               at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
+                               c10::string_view backend, at::IntArrayRef tile) {
+    return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis, tf32, backend,
+               tile);
+  }
+  static at::Tensor weight_grad(const at::Tensor& grad_output, const at::Tensor& input,
+                                at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
+                                c10::string_view backend, at::IntArrayRef tile) {
+    return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis, tf32, backend,
+               tile);
+  }
+};
 
 }  // namespace fft_conv_host
 }  // namespace fastlayers

@@ -66,42 +66,13 @@ at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a, const at::
   return out.to(a.scalar_type()).contiguous();
 }
 
-at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
-               const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-               at::IntArrayRef basis, bool tf32, c10::string_view backend,
-               at::IntArrayRef tile) {
-  const Geometry g = check(pass, a, b, bias, padding, basis, backend, tile);
-  if (g.tiled()) return run_tiled(pass, g, a, b, bias, tf32, &untiled);
-  return untiled(pass, g, a, b, bias, tf32);
-}
-
 }  // namespace
 
-at::Tensor fft_conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
-                          const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                          at::IntArrayRef basis, bool tf32, c10::string_view backend,
-                          at::IntArrayRef tile) {
-  return run(Pass::Forward, input, weight, bias, padding, basis, tf32, backend, tile);
-}
-
-at::Tensor fft_conv2d_input_grad_cpu(const at::Tensor& grad_output, const at::Tensor& weight,
-                                     at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
-                                     c10::string_view backend, at::IntArrayRef tile) {
-  return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, basis, tf32, backend,
-             tile);
-}
-
-at::Tensor fft_conv2d_weight_grad_cpu(const at::Tensor& grad_output, const at::Tensor& input,
-                                      at::IntArrayRef padding, at::IntArrayRef basis, bool tf32,
-                                      c10::string_view backend, at::IntArrayRef tile) {
-  return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, basis, tf32, backend,
-             tile);
-}
-
 TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
-  m.impl("fft_conv2d", &fft_conv2d_cpu);
-  m.impl("fft_conv2d_input_grad", &fft_conv2d_input_grad_cpu);
-  m.impl("fft_conv2d_weight_grad", &fft_conv2d_weight_grad_cpu);
+  using Ops = DeviceOps<&untiled>;
+  m.impl("fft_conv2d", &Ops::forward);
+  m.impl("fft_conv2d_input_grad", &Ops::input_grad);
+  m.impl("fft_conv2d_weight_grad", &Ops::weight_grad);
 }
 
 }  // namespace fft_conv_host

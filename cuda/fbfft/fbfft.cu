@@ -182,6 +182,38 @@ __device__ __forceinline__ void store_vec(float* p, const float (&v)[VW]) {
   }
 }
 
+// Two real rows (at r and r + ROW2, 16-byte aligned) <-> K complex values: row 1 the real parts,
+// row 2 the imaginary parts, VW floats per shared-memory access. The store takes z in bit-reversed
+// order (z[bit_reverse(j)] is element j), as a decimation-in-frequency FFT leaves it.
+template <int K, int VW, int ROW2>
+__device__ __forceinline__ void load_row_pair(const float* r, float2 (&z)[K]) {
+  static_for<K / VW>([&](auto V) {
+    constexpr int v = decltype(V)::value;
+    float a[VW], b[VW];
+    load_vec<VW>(r + v * VW, a);
+    load_vec<VW>(r + ROW2 + v * VW, b);
+    static_for<VW>([&](auto U) {
+      constexpr int u = decltype(U)::value;
+      z[v * VW + u] = make_float2(a[u], b[u]);
+    });
+  });
+}
+template <int K, int VW, int ROW2>
+__device__ __forceinline__ void store_row_pair_bitrev(float* r, const float2 (&z)[K]) {
+  static_for<K / VW>([&](auto V) {
+    constexpr int v = decltype(V)::value;
+    float a[VW], b[VW];
+    static_for<VW>([&](auto U) {
+      constexpr int u = decltype(U)::value;
+      const float2 t = z[bit_reverse(v * VW + u, ilog2(K))];
+      a[u] = t.x;
+      b[u] = t.y;
+    });
+    store_vec<VW>(r + v * VW, a);
+    store_vec<VW>(r + ROW2 + v * VW, b);
+  });
+}
+
 // Moves the G half spectra of a block between shared memory (column-major per image, as the
 // column pass keeps them) and global memory in any strided layout, coalesced: consecutive
 // threads take consecutive images when images are adjacent in memory (the frequency-major
@@ -325,18 +357,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   float2 z[NW];
   const bool row_thread = tid < Cfg::PAIRS;
   if (row_thread) {
-    constexpr int VW = Cfg::VW;
-    const float* r0 = rows + tid * Cfg::PS;
-    static_for<NW / VW>([&](auto M) {
-      constexpr int m = decltype(M)::value;
-      float a[VW], b[VW];
-      load_vec<VW>(r0 + m * VW, a);
-      load_vec<VW>(r0 + NW + m * VW, b);
-      static_for<VW>([&](auto U) {
-        constexpr int u = decltype(U)::value;
-        z[m * VW + u] = make_float2(a[u], b[u]);
-      });
-    });
+    load_row_pair<NW, Cfg::VW, NW>(rows + tid * Cfg::PS, z);
     fft_registers<NW, false>(z);
   }
   __syncthreads();  // the spectra overwrite the real rows
@@ -528,6 +549,29 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
   }
 }
 
+// store_window in the storage type `type` (16-byte stores only for float32).
+template <int NH, int NW, int THREADS>
+__device__ __forceinline__ void store_window_as(Real type, const float* rows, void* out, int64_t b0,
+                                                int live, int out_h, int out_w, int oy, int ox,
+                                                float scale, const void* bias, int64_t channels,
+                                                bool vec4) {
+  switch (type) {
+    case Real::F16:
+      store_window<NH, NW, THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy, ox,
+                                    scale, static_cast<const __half*>(bias), channels, false);
+      break;
+    case Real::BF16:
+      store_window<NH, NW, THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h, out_w,
+                                    oy, ox, scale, static_cast<const __nv_bfloat16*>(bias),
+                                    channels, false);
+      break;
+    default:
+      store_window<NH, NW, THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy, ox,
+                                    scale, static_cast<const float*>(bias), channels, vec4);
+      break;
+  }
+}
+
 // Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
 // reads it straight from global memory instead of through shared memory.
 template <int NH, int NW, bool Direct>
@@ -644,44 +688,13 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
     fft_registers<NW, true>(z);
   }
   __syncthreads();  // the real rows overwrite the spectra
-  if (row_thread) {
-    constexpr int VW = Cfg::VW;
-    float* r0 = rows + tid * Cfg::PS;
-    static_for<NW / VW>([&](auto M) {
-      constexpr int m = decltype(M)::value;
-      float a[VW], b[VW];
-      static_for<VW>([&](auto U) {
-        constexpr int u = decltype(U)::value;
-        const float2 v = z[bit_reverse(m * VW + u, LOG_NW)];
-        a[u] = v.x;
-        b[u] = v.y;
-      });
-      store_vec<VW>(r0 + m * VW, a);
-      store_vec<VW>(r0 + NW + m * VW, b);
-    });
-  }
+  if (row_thread) store_row_pair_bitrev<NW, Cfg::VW, NW>(rows + tid * Cfg::PS, z);
   __syncthreads();
 
   // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
-  switch (type) {
-    case Real::F16:
-      store_window<NH, NW, Cfg::THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy,
-                                         ox, scale, static_cast<const __half*>(bias), channels,
-                                         false);
-      break;
-    case Real::BF16:
-      store_window<NH, NW, Cfg::THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h,
-                                         out_w, oy, ox, scale,
-                                         static_cast<const __nv_bfloat16*>(bias), channels,
-                                         false);
-      break;
-    default:
-      store_window<NH, NW, Cfg::THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy,
-                                         ox, scale, static_cast<const float*>(bias), channels,
-                                         vec4);
-      break;
-  }
+  store_window_as<NH, NW, Cfg::THREADS>(type, rows, out, b0, live, out_h, out_w, oy, ox, scale, bias,
+                                        channels, vec4);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -851,17 +864,7 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
 
   // Lines 2p (real part) and 2p+1 (imaginary part) as one complex line, M points per lane.
   float2 z[M];
-  const float* ra = rows + pair * Cfg::PS + lane * M;
-  static_for<M / VW>([&](auto V) {
-    constexpr int v = decltype(V)::value;
-    float a[VW], b[VW];
-    load_vec<VW>(ra + v * VW, a);
-    load_vec<VW>(ra + N + v * VW, b);
-    static_for<VW>([&](auto U) {
-      constexpr int u = decltype(U)::value;
-      z[v * VW + u] = make_float2(a[u], b[u]);
-    });
-  });
+  load_row_pair<M, VW, N>(rows + pair * Cfg::PS + lane * M, z);
   fft_blocked<N, L, false>(z, lane, tw);
 
   // Hermitian split: Z[-k] for k = k2 + L k1 is at lane bit_reverse_L(-k2 mod L), register
@@ -951,40 +954,12 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
   fft_cyclic<N, L, true>(z, lane, tw);
   __syncthreads();  // the real rows overwrite the spectra
   // Lane l holds reals M k2 .. M k2 + M - 1, k2 = bit_reverse_L(l).
-  float* ra = rows + pair * Cfg::PS + M * lane_reverse<L>(lane);
-  static_for<M / VW>([&](auto V) {
-    constexpr int v = decltype(V)::value;
-    float a[VW], b[VW];
-    static_for<VW>([&](auto U) {
-      constexpr int u = decltype(U)::value;
-      const float2 t = z[bit_reverse(v * VW + u, ilog2(M))];
-      a[u] = t.x;
-      b[u] = t.y;
-    });
-    store_vec<VW>(ra + v * VW, a);
-    store_vec<VW>(ra + N + v * VW, b);
-  });
+  store_row_pair_bitrev<M, VW, N>(rows + pair * Cfg::PS + M * lane_reverse<L>(lane), z);
   __syncthreads();
 
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
-  switch (type) {
-    case Real::F16:
-      store_window<1, N, Cfg::THREADS>(rows, static_cast<__half*>(out), b0, live, out_h, out_w, oy,
-                                       ox, scale, static_cast<const __half*>(bias), channels,
-                                       false);
-      break;
-    case Real::BF16:
-      store_window<1, N, Cfg::THREADS>(rows, static_cast<__nv_bfloat16*>(out), b0, live, out_h,
-                                       out_w, oy, ox, scale,
-                                       static_cast<const __nv_bfloat16*>(bias), channels,
-                                       false);
-      break;
-    default:
-      store_window<1, N, Cfg::THREADS>(rows, static_cast<float*>(out), b0, live, out_h, out_w, oy,
-                                       ox, scale, static_cast<const float*>(bias), channels,
-                                       vec4);
-      break;
-  }
+  store_window_as<1, N, Cfg::THREADS>(type, rows, out, b0, live, out_h, out_w, oy, ox, scale, bias,
+                                      channels, vec4);
 }
 
 // 2-D lane kernels (n x n, n = 64, 128): one image per block of 256 threads, each line over
