@@ -36,10 +36,11 @@ __device__ __forceinline__ void store_real(void* p, int64_t i, float v, Real t) 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Twiddles: kTwiddle.w[m] = exp(-2 pi i m / 256), m < 128, computed at compile time in double.
+// Twiddles: w[m] = exp(-2 pi i m / 256), m < SIZE, computed at compile time in double.
 
+template <int SIZE>
 struct TwiddleTable {
-  float2 w[128];
+  float2 w[SIZE];
 };
 
 constexpr double kPi = 3.141592653589793238462643383279502884;
@@ -62,9 +63,10 @@ constexpr double series_cos(double x) {
   return sum;
 }
 
-constexpr TwiddleTable make_twiddles() {
-  TwiddleTable t{};
-  for (int m = 0; m < 128; ++m) {
+template <int SIZE>
+constexpr TwiddleTable<SIZE> make_twiddles() {
+  TwiddleTable<SIZE> t{};
+  for (int m = 0; m < SIZE; ++m) {
     const double a = 2.0 * kPi * m / 256.0;
     t.w[m].x = static_cast<float>(series_cos(a));
     t.w[m].y = static_cast<float>(-series_sin(a));
@@ -72,7 +74,9 @@ constexpr TwiddleTable make_twiddles() {
   return t;
 }
 
-__constant__ TwiddleTable kTwiddle = make_twiddles();
+// Half the circle in the constant bank: the register kernels index it with compile-time
+// constants only.
+__constant__ TwiddleTable<128> kTwiddle = make_twiddles<128>();
 
 __host__ __device__ constexpr int bit_reverse(int v, int bits) {
   int r = 0;
@@ -452,7 +456,9 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T> __device__ __forceinline__ T from_float(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
@@ -572,6 +578,27 @@ __device__ __forceinline__ void store_window_as(Real type, const float* rows, vo
   }
 }
 
+// Column pass of the inverse, thread 0 of an image: from the DC column (d) and the Nyquist column
+// (n) at rows i and -i, their Hermitian parts H = (X[i] + conj(X[-i])) / 2 combined as one
+// complex column DC + i Nyquist, at i and (its conjugate) at -i.
+__device__ __forceinline__ void hermitian_pair(float2 di, float2 dm, float2 ni, float2 nm,
+                                               float2* ci, float2* cm) {
+  const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
+  const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
+  *ci = make_float2(hd.x - hn.y, hd.y + hn.x);
+  *cm = make_float2(hd.x + hn.y, hn.x - hd.y);
+}
+
+// The same with the DC column in c (overwritten) and the Nyquist column in shared memory.
+template <int NH>
+__device__ __forceinline__ void hermitian_dc_nyquist(float2 (&c)[NH], const float2* nyq) {
+  static_for<NH / 2 + 1>([&](auto I) {
+    constexpr int i = decltype(I)::value;
+    constexpr int m = (NH - i) & (NH - 1);
+    hermitian_pair(c[i], c[m], nyq[i], nyq[m], &c[i], &c[m]);
+  });
+}
+
 // Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
 // reads it straight from global memory instead of through shared memory.
 template <int NH, int NW, bool Direct>
@@ -620,15 +647,7 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
         for (int i = q; i < NH; i += HALF) nyq_in[i] = live ? __ldg(src + i * is.row + HALF) : zero;
         __syncwarp();  // an image's HALF threads are in one warp
         if (q == 0) {
-          static_for<NH / 2 + 1>([&](auto I) {
-            constexpr int i = decltype(I)::value;
-            constexpr int m = (NH - i) & (NH - 1);
-            const float2 di = c[i], dm = c[m], ni = nyq_in[i], nm = nyq_in[m];
-            const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
-            const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
-            c[i] = make_float2(hd.x - hn.y, hd.y + hn.x);
-            c[m] = make_float2(hd.x + hn.y, hn.x - hd.y);
-          });
+          hermitian_dc_nyquist<NH>(c, nyq_in);
         }
       } else if (q != 0) {
         static_for<NH>([&](auto I) {
@@ -636,16 +655,12 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
           c[i] = col[i];
         });
       } else {
+        // the DC column from shared memory, as the direct path has it in registers
         static_for<NH / 2 + 1>([&](auto I) {
           constexpr int i = decltype(I)::value;
           constexpr int m = (NH - i) & (NH - 1);
           const float2 di = col[i], dm = col[m], ni = nyq[i], nm = nyq[m];
-          // Hermitian parts: H[i] = (X[i] + conj(X[-i])) / 2; then DC + i Nyquist.
-          const float2 hd = make_float2(0.5f * (di.x + dm.x), 0.5f * (di.y - dm.y));
-          const float2 hn = make_float2(0.5f * (ni.x + nm.x), 0.5f * (ni.y - nm.y));
-          c[i] = make_float2(hd.x - hn.y, hd.y + hn.x);
-          // at -i: H[-i] = conj(H[i])
-          c[m] = make_float2(hd.x + hn.y, hn.x - hd.y);
+          hermitian_pair(di, dm, ni, nm, &c[i], &c[m]);
         });
       }
       fft_registers<NH, true>(c);
@@ -693,8 +708,8 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
 
   // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
-  store_window_as<NH, NW, Cfg::THREADS>(type, rows, out, b0, live, out_h, out_w, oy, ox, scale, bias,
-                                        channels, vec4);
+  store_window_as<NH, NW, Cfg::THREADS>(type, rows, out, b0, live, out_h, out_w, oy, ox, scale,
+                                        bias, channels, vec4);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -710,23 +725,9 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
 // cyclic one (its input is lane-contiguous for the spectrum loads, and each lane writes M
 // consecutive reals).
 
-struct CircleTable {
-  float2 w[256];
-};
-
-constexpr CircleTable make_circle() {
-  CircleTable t{};
-  for (int m = 0; m < 256; ++m) {
-    const double a = 2.0 * kPi * m / 256.0;
-    t.w[m].x = static_cast<float>(series_cos(a));
-    t.w[m].y = static_cast<float>(-series_sin(a));
-  }
-  return t;
-}
-
-// exp(-2 pi i m / 256), m < 256, in global memory: the lanes read different entries, which the
-// constant bank would serialise.
-__device__ const CircleTable kCircle = make_circle();
+// The whole circle, exp(-2 pi i m / 256), m < 256, in global memory: the lanes read different
+// entries, which the constant bank would serialise.
+__device__ const TwiddleTable<256> kCircle = make_twiddles<256>();
 
 template <bool Inverse>
 __device__ __forceinline__ float2 circle(int m) {
@@ -1382,7 +1383,8 @@ __global__ void irfft2_shared(const float2* __restrict__ in, Strides is, void* _
     for (int t = threadIdx.x; t < out_h * out_w; t += blockDim.x) {
       const int i = t / out_w, j = t - i * out_w;
       const int si = i + oy, sj = j + ox;
-      const float v = (si >= 0 && si < nh && sj >= 0 && sj < nw) ? buf[si * nw + sj].x * scale : 0.f;
+      const bool in_basis = si >= 0 && si < nh && sj >= 0 && sj < nw;
+      const float v = in_basis ? buf[si * nw + sj].x * scale : 0.f;
       store_real(out, b * plane + t, v + add, type);
     }
     __syncthreads();
@@ -1436,59 +1438,56 @@ bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
          reinterpret_cast<uintptr_t>(in) % 16 == 0;
 }
 
+// One launch: `per_block` images per block of Cfg::THREADS threads, Cfg::SMEM bytes of shared
+// memory.
+template <typename Cfg, typename Kernel, typename... Args>
+void launch(Kernel kernel, int64_t batch, int per_block, cudaStream_t stream, Args... args) {
+  allow_smem(kernel, Cfg::SMEM);
+  kernel<<<grid_for(batch, per_block), Cfg::THREADS, Cfg::SMEM, stream>>>(args...);
+  FL_LAUNCH_CHECK();
+}
+
 template <int NH, int NW>
 void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
                 int oy, int ox, cudaStream_t stream) {
-  using Cfg = Config<NH, NW>;
   const bool vec4 = vec4_window(in, type, NW, w, ox);
   // Direct stores pay off from 32 x 32, and below where the window is read element by element;
   // small images with 16-byte window loads store faster through shared memory (measured, H200).
   const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 32 || !vec4);
-  auto kernel = direct ? rfft2_registers<NH, NW, true> : rfft2_registers<NH, NW, false>;
-  allow_smem(kernel, Cfg::SMEM);
-  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(in, type, out, os, batch, h,
-                                                                       w, oy, ox, vec4);
-  FL_LAUNCH_CHECK();
+  launch<Config<NH, NW>>(direct ? rfft2_registers<NH, NW, true> : rfft2_registers<NH, NW, false>,
+                         batch, Config<NH, NW>::G, stream, in, type, out, os, batch, h, w, oy, ox,
+                         vec4);
 }
 
 template <int NH, int NW>
 void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
                  cudaStream_t stream) {
-  using Cfg = Config<NH, NW>;
   // Direct loads pay off up to 32 x 32; at 64 x 64 they cost registers the kernel lacks.
   const bool direct = NH > 1 && use_direct(is.bin == 1, NH < 64);
-  auto kernel = direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>;
-  allow_smem(kernel, Cfg::SMEM);
-  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
-      vec4_output(out, type, out_w, ox));
-  FL_LAUNCH_CHECK();
+  launch<Config<NH, NW>>(direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>,
+                         batch, Config<NH, NW>::G, stream, in, is, out, type, batch, out_h, out_w,
+                         oy, ox, scale, bias, channels, vec4_output(out, type, out_w, ox));
 }
 
 template <int N>
 void rfft_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
                       int w, int oy, int ox, cudaStream_t stream) {
-  using Cfg = LaneConfig<N>;
   // Direct stores pay off from n = 128 (measured, H200); below, shared memory is as fast or faster.
-  auto kernel = use_direct(os.bin == 1, N >= 128) ? rfft_lanes<N, true> : rfft_lanes<N, false>;
-  allow_smem(kernel, Cfg::SMEM);
-  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
-  FL_LAUNCH_CHECK();
+  launch<LaneConfig<N>>(use_direct(os.bin == 1, N >= 128) ? rfft_lanes<N, true>
+                                                          : rfft_lanes<N, false>,
+                        batch, LaneConfig<N>::G, stream, in, type, out, os, batch, h, w, oy, ox,
+                        vec4_window(in, type, N, w, ox));
 }
 
 template <int N>
 void irfft_lane_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
                        int out_h, int out_w, int oy, int ox, float scale, const void* bias,
                        int64_t channels, cudaStream_t stream) {
-  using Cfg = LaneConfig<N>;
-  auto kernel = use_direct(is.bin == 1, true) ? irfft_lanes<N, true> : irfft_lanes<N, false>;
-  allow_smem(kernel, Cfg::SMEM);
-  kernel<<<grid_for(batch, Cfg::G), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
-      vec4_output(out, type, out_w, ox));
-  FL_LAUNCH_CHECK();
+  launch<LaneConfig<N>>(use_direct(is.bin == 1, true) ? irfft_lanes<N, true>
+                                                      : irfft_lanes<N, false>,
+                        batch, LaneConfig<N>::G, stream, in, is, out, type, batch, out_h, out_w,
+                        oy, ox, scale, bias, channels, vec4_output(out, type, out_w, ox));
 }
 
 std::atomic<int> g_lanes_2d_min{128};
@@ -1496,25 +1495,16 @@ std::atomic<int> g_lanes_2d_min{128};
 template <int N>
 void rfft2_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
                        int w, int oy, int ox, cudaStream_t stream) {
-  using Cfg = Lane2Config<N>;
-  auto kernel = rfft2_lanes<N>;
-  allow_smem(kernel, Cfg::SMEM);
-  kernel<<<grid_for(batch, 1), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, type, out, os, batch, h, w, oy, ox, vec4_window(in, type, N, w, ox));
-  FL_LAUNCH_CHECK();
+  launch<Lane2Config<N>>(rfft2_lanes<N>, batch, 1, stream, in, type, out, os, batch, h, w, oy, ox,
+                         vec4_window(in, type, N, w, ox));
 }
 
 template <int N>
 void irfft2_lane_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
                         int out_h, int out_w, int oy, int ox, float scale, const void* bias,
                         int64_t channels, cudaStream_t stream) {
-  using Cfg = Lane2Config<N>;
-  auto kernel = irfft2_lanes<N>;
-  allow_smem(kernel, Cfg::SMEM);
-  kernel<<<grid_for(batch, 1), Cfg::THREADS, Cfg::SMEM, stream>>>(
-      in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
-      vec4_output(out, type, out_w, ox));
-  FL_LAUNCH_CHECK();
+  launch<Lane2Config<N>>(irfft2_lanes<N>, batch, 1, stream, in, is, out, type, batch, out_h, out_w,
+                         oy, ox, scale, bias, channels, vec4_output(out, type, out_w, ox));
 }
 
 bool lanes_2d(int nh, int nw) {
@@ -1577,7 +1567,8 @@ void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, i
             cudaStream_t stream) {
   check_sizes(nh, nw);
   if (batch == 0 || out_h * out_w == 0) return;
-  if (bias != nullptr && channels < 1) throw std::runtime_error("fastlayers: fbfft bias needs channels >= 1");
+  if (bias != nullptr && channels < 1)
+    throw std::runtime_error("fastlayers: fbfft bias needs channels >= 1");
   if (lanes_2d(nh, nw)) {
     if (nw == 64) {
       irfft2_lane_launch<64>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
