@@ -80,6 +80,12 @@ def fbfft_cases(dev):
             print("fbfft, spectra %s: worst relative error so far %.2e"
                   % ("staged" if mode == 0 else "direct", worst), flush=True)
         _C._fbfft_set_direct_io(1)
+        # 1-D forward at a batch that takes the register kernels
+        x = torch.randn((1 << 20) + 1, 7, generator=g, dtype=torch.float64)
+        ref = fbfft.rfft(x, 8, -1)
+        out = fbfft.rfft(x.float().to(dev), 8, -1).cpu().to(ref.dtype)
+        worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
+        print("fbfft 1-D, 2^20 + 1 lines: worst relative error so far %.2e" % worst, flush=True)
     for basis, lanes64 in ((128, False), (64, False), (64, True)):
         if dev == "cuda":
             _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)

@@ -267,6 +267,17 @@ def test_kernel_switches_reject_bad_values():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [8, 64])
+def test_cuda_rfft_1d_large_batch(n):
+    """From 2^20 lines the 1-D forward runs on the register kernels (a line pair per thread):
+    an odd batch past the threshold, a window that starts before the input."""
+    x = torch.randn((1 << 20) + 3, n - 1, dtype=torch.float64)
+    got = fbfft.rfft(x.float().cuda(), n, -1)
+    ref = fbfft.rfft(x, n, -1)
+    assert rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n,h", [(16, 13), (32, 27), (64, 57)])
 def test_cuda_implicit_padding_large_batch(n, h):
     x = torch.randn(16384, h, h, device="cuda")
