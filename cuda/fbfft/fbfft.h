@@ -3,13 +3,16 @@
 // spectrum side in any strided layout (row-major, its two innermost dimensions transposed, or
 // frequency-major [F, batch] as a per-frequency GEMM reads it). Semantics: csrc/fbfft/fbfft.h.
 //
-// Two kernels:
-// - register kernels, for nh = nw <= 64 and for nh = 1, nw <= 64: every line FFT runs in one
-//   thread's registers (radix-2, decimation in frequency, twiddles from a constant table at
-//   compile-time offsets). Two real rows share one complex FFT (Hermitian split); the DC and
-//   Nyquist columns, both real, share one column FFT, so an n x n image keeps n/2 threads busy in
-//   both passes. The row -> column transpose goes once through shared memory.
-// - a shared-memory kernel for every other size (one image per block, radix-2 passes in shared
+// Three kernel families:
+// - register kernels, for nh = nw <= 64 (and 1-D forward 8..64 from 2^20 lines, 1-D 2 and 4):
+//   every line FFT runs in one thread's registers (radix-2, decimation in frequency, twiddles
+//   from a constant table at compile-time offsets). Two real rows share one complex FFT (Hermitian
+//   split); the DC and Nyquist columns, both real, share one column FFT, so an n x n image keeps
+//   n/2 threads busy in both passes. The row -> column transpose goes once through shared memory.
+// - lane kernels, for 1-D 8..256 and 128 x 128: a line over several lanes of a warp (M-point FFTs
+//   in registers, the rest across lanes with shuffles), so small batches still fill the GPU and
+//   128-point lines fit in registers.
+// - a shared-memory kernel for non-square sizes (one image per block, radix-2 passes in shared
 //   memory), correct and slower.
 #pragma once
 
