@@ -18,7 +18,7 @@
 TORCH_LIBRARY(fastlayers, m) {
   // FFT convolution, stride 1, dilation 1, groups 1, zero padding (ph, pw); `basis` is the
   // Fourier basis size (nh, nw), at least the padded input. Cross-correlation as in nn.Conv2d.
-  // `backend`: the transforms, "cufft" (any basis) or "fbfft" (power-of-two sides 2..64; not
+  // `backend`: the transforms, "cufft" (any basis) or "fbfft" (power-of-two sides 2..128; not
   // float64 on CUDA); on CPU both run the same ATen pipeline.
   // `tile` (th, tw): [0, 0] untiled, else overlap-save tiles of that size over the pass's large
   // result (y for fft_conv2d and fft_conv2d_weight_grad, grad_input for fft_conv2d_input_grad);
