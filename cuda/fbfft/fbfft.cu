@@ -234,6 +234,23 @@ __device__ __forceinline__ void spectrum_io(
   const bool images_inner = st.image == 1;
   // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
   const bool f_linear = st.row == BINS * st.bin;
+  if constexpr (Store && F % 2 == 0 && PAD == 0) {
+    // Row-major with an even image stride and a 16-byte aligned spectrum: frequencies f, f + 1
+    // (f even, one image) as one 16-byte store.
+    if (f_linear && st.bin == 1 && st.image % 2 == 0 &&
+        reinterpret_cast<uintptr_t>(spectrum) % 16 == 0) {
+      for (int e = threadIdx.x; e < G * F / 2; e += THREADS) {
+        const int g = (2 * e) / F, f = 2 * e - g * F;
+        if (b0 + g >= batch) continue;
+        const int i = f / BINS, k = f - i * BINS;
+        const int i1 = k + 1 == BINS ? i + 1 : i, k1 = k + 1 == BINS ? 0 : k + 1;
+        const float2 v0 = cols[(g * BINS + k) * CS + i], v1 = cols[(g * BINS + k1) * CS + i1];
+        *reinterpret_cast<float4*>(spectrum + (b0 + g) * st.image + f) =
+            make_float4(v0.x, v0.y, v1.x, v1.y);
+      }
+      return;
+    }
+  }
   for (int e = threadIdx.x; e < G * F; e += THREADS) {
     int g, f;
     if (images_inner) {
