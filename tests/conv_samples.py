@@ -184,6 +184,17 @@ def fft_passes(x, w, b, gy, padding, basis, tf32=False, backend="cufft"):
             ops.fft_conv2d_weight_grad(gy, x, padding, basis, tf32, backend))
 
 
+def opcheck_tiled(x, w, b, gy, case: Case, backend: str) -> None:
+    """torch.library.opcheck of the three ops tiled (tiles 3x4, 4x3 and 2x5), on x's device."""
+    fl = torch.ops.fastlayers
+    pad, basis = list(case.padding), list(case.basis)
+    torch.library.opcheck(fl.fft_conv2d.default, (x, w, b, pad, basis, False, backend, [3, 4]))
+    torch.library.opcheck(fl.fft_conv2d_input_grad.default,
+                          (gy, w, pad, basis, False, backend, [4, 3]))
+    torch.library.opcheck(fl.fft_conv2d_weight_grad.default,
+                          (gy, x, pad, basis, False, backend, [2, 5]))
+
+
 def pow2_basis(case: Case) -> Tuple[int, int]:
     """The smallest power-of-two basis (fbfft's sizes) holding the case's padded input."""
     return (max(2, _pow2(case.H + 2 * case.ph)), max(2, _pow2(case.W + 2 * case.pw)))

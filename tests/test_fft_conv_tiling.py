@@ -8,7 +8,8 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import fastlayers
 from fastlayers import _C, ops, tuner
-from conv_samples import (Case, assert_within_bound, make_tensors, rel_err, torch_passes)
+from conv_samples import (Case, assert_within_bound, make_tensors, opcheck_tiled, rel_err,
+                          torch_passes)
 
 PASSES = ("forward", "input_grad", "weight_grad")
 fl = torch.ops.fastlayers
@@ -243,12 +244,7 @@ def test_opcheck_tiled(backend, grads):
     if grads == "all":
         for t in (x, w, b, gy):
             t.requires_grad_()
-    pad, basis = list(case.padding), list(case.basis)
-    torch.library.opcheck(fl.fft_conv2d.default, (x, w, b, pad, basis, False, backend, [3, 4]))
-    torch.library.opcheck(fl.fft_conv2d_input_grad.default,
-                          (gy, w, pad, basis, False, backend, [4, 3]))
-    torch.library.opcheck(fl.fft_conv2d_weight_grad.default,
-                          (gy, x, pad, basis, False, backend, [2, 5]))
+    opcheck_tiled(x, w, b, gy, case, backend)
 
 
 # --- wrappers and the module -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from torch.autograd import gradcheck, gradgradcheck
 import fastlayers
 from fastlayers import ops, tuner
 from conv_samples import (TF32_FLOOR, Case, assert_within_bound, cudnn_tf32, fbfft_cases,
-                          fft_passes, make_tensors, rel_err, torch_passes)
+                          fft_passes, make_tensors, opcheck_tiled, rel_err, torch_passes)
 
 pytestmark = pytest.mark.gpu
 
@@ -219,12 +219,7 @@ def test_tiled_gradcheck_cufft_float64():
 def test_tiled_opcheck(backend):
     case = Case(2, 2, 3, 7, 6, 3, 2, 1, 1, (8, 8))
     x, w, b, gy = cuda_tensors(case, requires_grad=True)
-    pad, basis = list(case.padding), list(case.basis)
-    torch.library.opcheck(fl.fft_conv2d.default, (x, w, b, pad, basis, False, backend, [3, 4]))
-    torch.library.opcheck(fl.fft_conv2d_input_grad.default,
-                          (gy, w, pad, basis, False, backend, [4, 3]))
-    torch.library.opcheck(fl.fft_conv2d_weight_grad.default,
-                          (gy, x, pad, basis, False, backend, [2, 5]))
+    opcheck_tiled(x, w, b, gy, case, backend)
 
 
 # --- the module and the tuner ---------------------------------------------------------------------

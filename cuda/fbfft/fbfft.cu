@@ -768,9 +768,8 @@ __device__ __forceinline__ int lane_reverse(int l) {
 //     register r W_N^(lane k1), k1 = bit_reverse_M(r) (cyclic).
 template <int N, int L, bool Inverse>
 struct LaneTwiddles {
-  static constexpr int M = N / L;
   float2 stage[ilog2(L)];
-  float2 inner[M];
+  float2 inner[N / L];
 };
 
 template <int N, int L, bool Inverse, bool Blocked>
