@@ -195,6 +195,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 mode);
     fastlayers::fbfft::set_direct_io(mode);
   });
+  // Benchmark hook: threads per block of the 2-D fbfft register kernels (0: the measured choice;
+  // 32, 64, 128 or 256 where built).
+  m.def("_fbfft_block_threads", &fastlayers::fbfft::block_threads);
+  m.def("_fbfft_set_block_threads", [](int threads) {
+    TORCH_CHECK(threads == 0 || threads == 32 || threads == 64 || threads == 128 || threads == 256,
+                "_fbfft_set_block_threads: `threads` must be 0, 32, 64, 128 or 256, got ", threads);
+    fastlayers::fbfft::set_block_threads(threads);
+  });
 #else
   m.attr("with_cuda") = false;
 #endif

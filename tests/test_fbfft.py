@@ -239,6 +239,48 @@ def test_cuda_fast_kernels_every_batch_tail(n, dims, batch, direct_io):
     check_fast_kernel(n, batch, dims)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("batch", [1, 3, 129])
+def test_cuda_input_inside_the_window(n, batch, direct_io):
+    """An input wholly inside the window (implicit zero padding, the convolution's case) is
+    copied in as one contiguous span per block: batch tails, every layout, 1-D and 2-D."""
+    x = torch.randn(batch, max(1, n - 3), max(1, n - 1), dtype=torch.float64)
+    for transposed in (False, True):
+        got = fbfft.rfft2(x.float().cuda(), (n, n), (-1, 0), transposed)
+        ref = fbfft.rfft2(x, (n, n), (-1, 0), transposed)
+        assert rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+    got = fbfft.rfft(x.float().cuda(), n, -1)
+    ref = fbfft.rfft(x, n, -1)
+    assert rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("threads", [32, 64, 128, 256])
+@pytest.mark.parametrize("n", [8, 16, 32, 64])
+def test_cuda_register_kernels_every_block_size(n, threads, direct_io):
+    """Each block size of the 2-D register kernels that this build has (1 to 128 images per
+    block): batch tails, every layout, both directions. The frequency-major layout of the
+    convolution is covered through fft_conv tests."""
+    from fastlayers import _C
+    _C._fbfft_set_block_threads(threads)
+    try:
+        try:
+            fbfft.rfft2(torch.randn(1, n, n, device="cuda"), (n, n))
+        except RuntimeError as e:
+            if "are not built with" in str(e):
+                pytest.skip("%d threads per block not built (FASTLAYERS_FBFFT_BLOCK_SWEEP=1)"
+                            % threads)
+            raise
+        for batch in (1, 3, 129):
+            check_fast_kernel(n, batch, 2)
+            x = torch.randn(batch, n - 3, n - 2, dtype=torch.float64)  # inside the window
+            got = fbfft.rfft2(x.float().cuda(), (n, n), (-2, -1))
+            assert rel(got.cpu().to(torch.complex128), fbfft.rfft2(x, (n, n), (-2, -1))) <= 1e-5
+    finally:
+        _C._fbfft_set_block_threads(0)
+
+
 @pytest.fixture
 def lanes_64x64():
     """64 x 64 on the lane kernels (as 128 x 128) instead of the register kernels."""
@@ -264,6 +306,9 @@ def test_kernel_switches_reject_bad_values():
     with pytest.raises(RuntimeError, match="`mode` must be 0, 1 or 2"):
         _C._fbfft_set_direct_io(3)
     assert _C._fbfft_direct_io() == 1
+    with pytest.raises(RuntimeError, match="`threads` must be 0, 32, 64, 128 or 256"):
+        _C._fbfft_set_block_threads(96)
+    assert _C._fbfft_block_threads() == 0
 
 
 @pytest.mark.gpu

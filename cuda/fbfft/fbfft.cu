@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 #include <stdexcept>
+#include <string>
 
 #include "../common/check.h"
 
@@ -141,16 +142,17 @@ __device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
 //   the half spectra of the rows, column-major per image: (g * BINS + k) * CS + i, CS = NH + 1
 //     (odd) when NH > 1.
 
-template <int NH, int NW>
+// T: threads per block of the 2-D kernels (a block holds T / (n/2) images); 1-D ignores it.
+template <int NH, int NW, int T = 128>
 struct Config {
   static constexpr int BINS = NW / 2 + 1;
   static constexpr int CS = NH > 1 ? NH + 1 : 1;
   static constexpr int PER_IMAGE = NH > 1 ? (NH > NW ? NH : NW) / 2 : 0;
-  // images per block: 128 threads for 2-D; 32 row pairs (one warp) for 1-D
-  static constexpr int G = NH > 1 ? (128 / PER_IMAGE > 2 ? 128 / PER_IMAGE : 2) : 64;
-  // blocks per SM the register budget must allow (the 64-point kernels would take 210 registers
-  // and leave 2 blocks of 4 warps; 3 blocks hide more of the load latency)
-  static constexpr int MIN_BLOCKS = NH == 64 ? 3 : 1;
+  // images per block: T threads for 2-D; 32 row pairs (one warp) for 1-D
+  static constexpr int G = NH > 1 ? (T / PER_IMAGE > 1 ? T / PER_IMAGE : 1) : 64;
+  // the register budget must allow 384 threads per SM at 64 points (the 64-point kernels would
+  // take 210 registers and leave 256 threads; 384 hide more of the load latency)
+  static constexpr int MIN_BLOCKS = NH == 64 ? (384 / T > 1 ? 384 / T : 1) : 1;
   static constexpr int THREADS = NH > 1 ? G * PER_IMAGE : G / 2;
   static constexpr int PAIRS = G * NH / 2;  // row pairs of the block
   static constexpr int PS = 4 * ((NW / 2) | 1);  // pair stride in floats
@@ -301,10 +303,53 @@ __device__ __forceinline__ void load_window_vec4(float* rows, const float* __res
   __pipeline_wait_prior(0);
 }
 
+// load_window when the whole input lies inside the window (implicit zero padding: oy, ox <= 0,
+// h - oy <= NH, w - ox <= NW), float32: the block's rows are zeroed, then its images, adjacent in
+// memory, are copied in with 4-byte asynchronous copies, consecutive threads on consecutive
+// floats; no bounds tests and no zero-fill copies per element, and the position in the window
+// advances without divisions.
+template <int NH, int NW, int THREADS, int G>
+__device__ __forceinline__ void load_padded(float* rows, const float* __restrict__ src_f,
+                                            int64_t b0, int64_t batch, int h, int w, int oy,
+                                            int ox) {
+  constexpr int VW = NW < 4 ? NW : 4, LOG_VECS = ilog2(NW / VW);
+  const float zero[VW] = {};
+  for (int e = threadIdx.x; e < G * NH * NW / VW; e += THREADS) {
+    const int r = e >> LOG_VECS, j = (e & ((NW / VW) - 1)) * VW;
+    store_vec<VW>(rows + real_row_offset<NW>(r) + j, zero);
+  }
+  __syncthreads();  // the zeros land before the copies
+  const int plane = h * w;
+  const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+  const float* src = src_f + b0 * plane;
+  // element e of the block's images: image g, row si, column sj of the input
+  int g = threadIdx.x / plane, si = (threadIdx.x - g * plane) / w;
+  int sj = threadIdx.x - g * plane - si * w;
+  const int step_g = THREADS / plane, step_i = THREADS % plane / w, step_j = THREADS % w;
+  for (int e = threadIdx.x; e < live * plane; e += THREADS) {
+    __pipeline_memcpy_async(rows + real_row_offset<NW>(g * NH + si - oy) + sj - ox, src + e,
+                            4);
+    g += step_g;
+    si += step_i;
+    sj += step_j;
+    if (sj >= w) {
+      sj -= w;
+      ++si;
+    }
+    if (si >= h) {
+      si -= h;
+      ++g;
+    }
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+}
+
 // The window of G images of NH x NW at (oy, ox), zero-filled outside the input and past the
 // batch, into the pair-interleaved real rows (coalesced). float32: asynchronous copies, all in
 // flight at once; 16-bit storage: through registers, a chunk of loads in flight per round trip.
-template <int NH, int NW, int THREADS, int G>
+// PADDED: load_padded where it applies (the 64 x 64 kernel with staged stores would spill).
+template <int NH, int NW, int THREADS, int G, bool PADDED = true>
 __device__ __forceinline__ void load_window(float* rows, const void* __restrict__ in, Real type,
                                             int64_t b0, int64_t batch, int h, int w, int oy,
                                             int ox, bool vec4) {
@@ -324,6 +369,13 @@ __device__ __forceinline__ void load_window(float* rows, const void* __restrict_
     if (type == Real::F32 && vec4) {
       load_window_vec4<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch, h, w,
                                            oy, ox);
+      return;
+    }
+  }
+  if constexpr (PADDED) {
+    if (type == Real::F32 && oy <= 0 && ox <= 0 && h - oy <= NH && w - ox <= NW) {
+      load_padded<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch, h, w, oy,
+                                      ox);
       return;
     }
   }
@@ -357,11 +409,11 @@ __device__ __forceinline__ void load_window(float* rows, const void* __restrict_
 
 // Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
 // writes it straight to global memory instead of through shared memory.
-template <int NH, int NW, bool Direct>
-__global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
+template <int NH, int NW, bool Direct, int T>
+__global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>::MIN_BLOCKS)
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
                     int64_t batch, int h, int w, int oy, int ox, bool vec4) {
-  using Cfg = Config<NH, NW>;
+  using Cfg = Config<NH, NW, T>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS;
   constexpr int LOG_NW = ilog2(NW);
   extern __shared__ float4 smem_raw[];
@@ -371,7 +423,8 @@ __global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_B
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
 
   // 1. The window of G images into the pair-interleaved real rows.
-  load_window<NH, NW, Cfg::THREADS, G>(rows, in, type, b0, batch, h, w, oy, ox, vec4);
+  load_window<NH, NW, Cfg::THREADS, G, (NH < 64 || Direct)>(rows, in, type, b0, batch, h, w, oy,
+                                                            ox, vec4);
   __syncthreads();
 
   // 2. Rows: one complex FFT per row pair (row 2p real part, row 2p+1 imaginary part).
@@ -618,12 +671,12 @@ __device__ __forceinline__ void hermitian_dc_nyquist(float2 (&c)[NH], const floa
 
 // Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
 // reads it straight from global memory instead of through shared memory.
-template <int NH, int NW, bool Direct>
-__global__ void __launch_bounds__(Config<NH, NW>::THREADS, Config<NH, NW>::MIN_BLOCKS)
+template <int NH, int NW, bool Direct, int T>
+__global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>::MIN_BLOCKS)
     irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                      int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
                      const void* __restrict__ bias, int64_t channels, bool vec4) {
-  using Cfg = Config<NH, NW>;
+  using Cfg = Config<NH, NW, T>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS, HALF = NW / 2;
   constexpr int LOG_NW = ilog2(NW);
   extern __shared__ float4 smem_raw[];
@@ -1463,6 +1516,74 @@ void launch(Kernel kernel, int64_t batch, int per_block, cudaStream_t stream, Ar
   FL_LAUNCH_CHECK();
 }
 
+template <int NH, int NW, int T>
+void rfft2_registers_launch(const void* in, Real type, float2* out, Strides os, int64_t batch,
+                            int h, int w, int oy, int ox, bool vec4, bool direct,
+                            cudaStream_t stream) {
+  using Cfg = Config<NH, NW, T>;
+  launch<Cfg>(direct ? rfft2_registers<NH, NW, true, T> : rfft2_registers<NH, NW, false, T>,
+              batch, Cfg::G, stream, in, type, out, os, batch, h, w, oy, ox, vec4);
+}
+
+template <int NH, int NW, int T>
+void irfft2_registers_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
+                             int out_h, int out_w, int oy, int ox, float scale, const void* bias,
+                             int64_t channels, cudaStream_t stream) {
+  using Cfg = Config<NH, NW, T>;
+  // Direct loads pay off up to 32 x 32; at 64 x 64 they cost registers the kernel lacks.
+  const bool direct = NH > 1 && use_direct(is.bin == 1, NH < 64);
+  launch<Cfg>(direct ? irfft2_registers<NH, NW, true, T> : irfft2_registers<NH, NW, false, T>,
+              batch, Cfg::G, stream, in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
+              channels, vec4_output(out, type, out_w, ox));
+}
+
+std::atomic<int> g_block_threads{0};
+
+// Threads per block of the 2-D register kernels (T / (n/2) images per block), measured on an
+// H200 at B = 16384 and 0.06-0.25 GiB (benchmarks/sweep_fbfft_blocks.py, benchmarks/NOTES.md).
+// Row-major spectra take one-warp blocks where that measured faster: the inverse from 16 x 16,
+// the forward at 32 x 32, and at 16 x 16 and 64 x 64 (direct stores) with element-wise window
+// reads. The 8 x 8 inverse takes 64 threads; the rest 128. Frequency-major spectra (images
+// adjacent in memory: the convolution) keep 128, whose 4 or more images per block fill 32-byte
+// sectors (one image per block ran the 64 x 64 convolution's forward 2x slower). The switch
+// overrides both from 8 x 8 up; smaller sizes always take 128.
+template <int NH>
+int rfft2_threads(bool images_inner, bool vec4, bool direct) {
+  const int forced = g_block_threads.load();
+  if (NH < 8) return 128;
+  if (forced != 0) return forced;
+  if (images_inner) return 128;
+  // (64 x 64 with staged stores in one-warp blocks spills 128 bytes; 128 threads do not)
+  return NH == 32 || (!vec4 && (NH == 16 || (NH == 64 && direct))) ? 32 : 128;
+}
+template <int NH>
+int irfft2_threads(bool images_inner) {
+  const int forced = g_block_threads.load();
+  if (NH < 8) return 128;
+  if (forced != 0) return forced;
+  if (images_inner) return 128;
+  return NH == 8 ? 64 : 32;
+}
+
+// The block sizes built for the 2-D register kernels of NH x NH: the measured choices and 128
+// (every block size with FASTLAYERS_FBFFT_BLOCK_SWEEP=1). Below 8 x 8: 128 only.
+template <int NH, int T>
+constexpr bool block_threads_built() {
+  if (NH < 8) return T == 128;
+#ifdef FL_FBFFT_BLOCK_SWEEP
+  return T == 32 || T == 64 || T == 128 || T == 256;
+#else
+  return T == 128 || (T == 32 && NH >= 16) || (T == 64 && NH == 8);
+#endif
+}
+
+[[noreturn]] void block_threads_not_built(int nh, int nw, int threads) {
+  throw std::runtime_error("fastlayers: the fbfft register kernels for " + std::to_string(nh) +
+                           "x" + std::to_string(nw) + " are not built with " +
+                           std::to_string(threads) +
+                           " threads per block (FASTLAYERS_FBFFT_BLOCK_SWEEP=1 builds 32..256)");
+}
+
 template <int NH, int NW>
 void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
                 int oy, int ox, cudaStream_t stream) {
@@ -1470,20 +1591,38 @@ void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batc
   // Direct stores pay off at 64 x 64, and at 32 x 32 where the window is read element by element;
   // elsewhere the staged 16-byte stores are faster (measured, H200).
   const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 64 || (NH >= 32 && !vec4));
-  launch<Config<NH, NW>>(direct ? rfft2_registers<NH, NW, true> : rfft2_registers<NH, NW, false>,
-                         batch, Config<NH, NW>::G, stream, in, type, out, os, batch, h, w, oy, ox,
-                         vec4);
+  const int t = rfft2_threads<NH>(os.image == 1, vec4, direct);
+  switch (t) {
+#define FL_CASE(T)                                                                         \
+  case T:                                                                                  \
+    if constexpr (NH == 1 ? T == 128 : block_threads_built<NH, T>()) {                    \
+      return rfft2_registers_launch<NH, NW, T>(in, type, out, os, batch, h, w, oy, ox,     \
+                                               vec4, direct, stream);                      \
+    }                                                                                      \
+    break;
+    FL_CASE(32) FL_CASE(64) FL_CASE(128) FL_CASE(256)
+#undef FL_CASE
+  }
+  block_threads_not_built(NH, NW, t);
 }
 
 template <int NH, int NW>
 void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
                  cudaStream_t stream) {
-  // Direct loads pay off up to 32 x 32; at 64 x 64 they cost registers the kernel lacks.
-  const bool direct = NH > 1 && use_direct(is.bin == 1, NH < 64);
-  launch<Config<NH, NW>>(direct ? irfft2_registers<NH, NW, true> : irfft2_registers<NH, NW, false>,
-                         batch, Config<NH, NW>::G, stream, in, is, out, type, batch, out_h, out_w,
-                         oy, ox, scale, bias, channels, vec4_output(out, type, out_w, ox));
+  const int t = irfft2_threads<NH>(is.image == 1);
+  switch (t) {
+#define FL_CASE(T)                                                                          \
+  case T:                                                                                   \
+    if constexpr (NH == 1 ? T == 128 : block_threads_built<NH, T>()) {                     \
+      return irfft2_registers_launch<NH, NW, T>(in, is, out, type, batch, out_h, out_w, oy, \
+                                                ox, scale, bias, channels, stream);         \
+    }                                                                                       \
+    break;
+    FL_CASE(32) FL_CASE(64) FL_CASE(128) FL_CASE(256)
+#undef FL_CASE
+  }
+  block_threads_not_built(NH, NW, t);
 }
 
 template <int N>
@@ -1543,6 +1682,12 @@ constexpr int64_t kRegisters1dMinBatch = int64_t{1} << 20;
 int lanes_2d_min() { return g_lanes_2d_min.load(); }
 void set_lanes_2d_min(int n) { g_lanes_2d_min.store(n); }
 int direct_io() { return g_direct_io.load(); }
+int block_threads() { return g_block_threads.load(); }
+void set_block_threads(int threads) {
+  if (threads != 0 && threads != 32 && threads != 64 && threads != 128 && threads != 256)
+    throw std::runtime_error("fastlayers: fbfft block threads must be 0, 32, 64, 128 or 256");
+  g_block_threads.store(threads);
+}
 void set_direct_io(int mode) {
   if (mode < kDirectNever || mode > kDirectAlways)
     throw std::runtime_error("fastlayers: fbfft direct-io mode must be 0, 1 or 2");

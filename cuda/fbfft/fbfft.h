@@ -60,6 +60,11 @@ void set_lanes_2d_min(int n);
 // and direction (kDirectMeasured, the default), always through shared memory as other layouts
 // are (kDirectNever), or always directly (kDirectAlways). A benchmarking and testing switch: all
 // compute the same transform.
+// Threads per block of the 2-D register kernels from 8 x 8 up: 0 (the default) for the measured
+// choice, or 32, 64, 128 or 256 where built (all of them with FASTLAYERS_FBFFT_BLOCK_SWEEP=1). A
+// benchmarking switch: every block size computes the same transform.
+int block_threads();
+void set_block_threads(int threads);
 constexpr int kDirectNever = 0, kDirectMeasured = 1, kDirectAlways = 2;
 int direct_io();
 void set_direct_io(int mode);
