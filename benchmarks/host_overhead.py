@@ -63,24 +63,34 @@ def runtime_calls():
 
 
 def module_step_calls():
-    """Runtime API calls and wall time of Conv2d forward+backward on the L4 layer with the FFT
-    input gradient (TF32 allowed), back to back."""
+    """Runtime API calls, allocator traffic and wall time of Conv2d forward+backward on the L4
+    layer (TF32 allowed), back to back: nn.Conv2d, then fastlayers.Conv2d with the FFT input
+    gradient only, then with fbfft on all three passes (the tuner's choice there)."""
     import fastlayers
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
-    m = fastlayers.Conv2d(128, 128, 7).to(dev).force_algorithms("native", "fft:16x16", "native")
     n = torch.nn.Conv2d(128, 128, 7).to(dev)
     x = torch.randn(128, 128, 16, 16, device=dev, requires_grad=True)
-    for name, mod in (("nn", n), ("fastlayers", m)):
+    mods = [("nn", n)]
+    for labels in (("native", "fft:16x16", "native"), ("fbfft:16x16",) * 3):
+        m = fastlayers.Conv2d(128, 128, 7).to(dev).force_algorithms(*labels)
+        mods.append(("fastlayers " + "/".join(labels), m))
+    for name, mod in mods:
         step = lambda: mod(x).sum().backward()  # noqa: E731
         for _ in range(5):
             step()
         torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()
         t0 = time.perf_counter()
-        for _ in range(20):
+        for _ in range(50):
             step()
         torch.cuda.synchronize()
-        print("%-10s fwd+bwd back to back: %.1f us/step" % (name, (time.perf_counter() - t0) / 20 * 1e6))
+        t = (time.perf_counter() - t0) / 50 * 1e6
+        after = torch.cuda.memory_stats()
+        moved = {k: after.get(k, 0) - before.get(k, 0)
+                 for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+        print("%-40s fwd+bwd back to back: %.1f us/step; allocator over 50 steps: %s"
+              % (name, t, moved))
         print_runtime_calls(step, 5, 8, "step")
 
 
