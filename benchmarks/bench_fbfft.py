@@ -74,6 +74,13 @@ def copy_gbps(nbytes):
     return 2 * n * 4 / ms / 1e6
 
 
+def pair_2d(kind, n, x, X):
+    """(cuFFT, fbfft) callables of the 2-D n x n transform: R2C of x, or C2R of X."""
+    if kind == "r2c":
+        return (lambda: torch.fft.rfft2(x, s=(n, n)), lambda: fbfft.rfft2(x, (n, n)))
+    return (lambda: torch.fft.irfft2(X, s=(n, n)), lambda: fbfft.irfft2(X, (n, n), (n, n)))
+
+
 def measure(kind, dims, n, h, B, copy_cache):
     shape = (B, h, h) if dims == 2 else (B, h)
     nbins = n * (n // 2 + 1) if dims == 2 else n // 2 + 1
@@ -82,12 +89,7 @@ def measure(kind, dims, n, h, B, copy_cache):
     x = torch.randn(*shape, device="cuda")
     if dims == 2:
         X = torch.fft.rfft2(x, s=(n, n))
-        if kind == "r2c":
-            cu = lambda: torch.fft.rfft2(x, s=(n, n))  # noqa: E731
-            fb = lambda: fbfft.rfft2(x, (n, n))  # noqa: E731
-        else:
-            cu = lambda: torch.fft.irfft2(X, s=(n, n))  # noqa: E731
-            fb = lambda: fbfft.irfft2(X, (n, n), (n, n))  # noqa: E731
+        cu, fb = pair_2d(kind, n, x, X)
     else:
         X = torch.fft.rfft(x, n=n)
         if kind == "r2c":

@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fastlayers  # noqa: E402,F401
-from fastlayers import _C, fbfft  # noqa: E402
-from bench_fbfft import time_graph  # noqa: E402
+from fastlayers import _C  # noqa: E402
+from bench_fbfft import pair_2d, time_graph  # noqa: E402
 
 THREADS = (32, 64, 128, 256)
 IO = [("", 1)]  # (name, direct-io mode): --io adds the spectrum always staged and always direct
@@ -36,12 +36,7 @@ def transforms(rows):
             for kind in ("r2c", "c2r"):
                 if kind == "c2r" and h != n:
                     continue
-                if kind == "r2c":
-                    cu = lambda: torch.fft.rfft2(x, s=(n, n))  # noqa: E731
-                    fb = lambda: fbfft.rfft2(x, (n, n))  # noqa: E731
-                else:
-                    cu = lambda: torch.fft.irfft2(X, s=(n, n))  # noqa: E731
-                    fb = lambda: fbfft.irfft2(X, (n, n), (n, n))  # noqa: E731
+                cu, fb = pair_2d(kind, n, x, X)
                 ref = cu()
                 row = {"n": n, "h": h, "B": B, "kind": kind, "cufft_ms": time_graph(cu)}
                 cells = []
