@@ -1595,7 +1595,7 @@ void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batc
   switch (t) {
 #define FL_CASE(T)                                                                         \
   case T:                                                                                  \
-    if constexpr (NH == 1 ? T == 128 : block_threads_built<NH, T>()) {                    \
+    if constexpr (block_threads_built<NH, T>()) {                                          \
       return rfft2_registers_launch<NH, NW, T>(in, type, out, os, batch, h, w, oy, ox,     \
                                                vec4, direct, stream);                      \
     }                                                                                      \
@@ -1614,7 +1614,7 @@ void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t bat
   switch (t) {
 #define FL_CASE(T)                                                                          \
   case T:                                                                                   \
-    if constexpr (NH == 1 ? T == 128 : block_threads_built<NH, T>()) {                     \
+    if constexpr (block_threads_built<NH, T>()) {                                           \
       return irfft2_registers_launch<NH, NW, T>(in, is, out, type, batch, out_h, out_w, oy, \
                                                 ox, scale, bias, channels, stream);         \
     }                                                                                       \
