@@ -1546,23 +1546,14 @@ std::atomic<int> g_block_threads{0};
 // reads. The 8 x 8 inverse takes 64 threads; the rest 128. Frequency-major spectra (images
 // adjacent in memory: the convolution) keep 128, whose 4 or more images per block fill 32-byte
 // sectors (one image per block ran the 64 x 64 convolution's forward 2x slower). The switch
-// overrides both from 8 x 8 up; smaller sizes always take 128.
+// overrides both from 8 x 8 up; smaller sizes always take 128. `row_major`: the launcher's
+// measured choice for a row-major (or transposed) spectrum.
 template <int NH>
-int rfft2_threads(bool images_inner, bool vec4, bool direct) {
-  const int forced = g_block_threads.load();
+int register_threads(bool images_inner, int row_major) {
   if (NH < 8) return 128;
-  if (forced != 0) return forced;
-  if (images_inner) return 128;
-  // (64 x 64 with staged stores in one-warp blocks spills 128 bytes; 128 threads do not)
-  return NH == 32 || (!vec4 && (NH == 16 || (NH == 64 && direct))) ? 32 : 128;
-}
-template <int NH>
-int irfft2_threads(bool images_inner) {
   const int forced = g_block_threads.load();
-  if (NH < 8) return 128;
   if (forced != 0) return forced;
-  if (images_inner) return 128;
-  return NH == 8 ? 64 : 32;
+  return images_inner ? 128 : row_major;
 }
 
 // The block sizes built for the 2-D register kernels of NH x NH: the measured choices and 128
@@ -1591,7 +1582,9 @@ void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batc
   // Direct stores pay off at 64 x 64, and at 32 x 32 where the window is read element by element;
   // elsewhere the staged 16-byte stores are faster (measured, H200).
   const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 64 || (NH >= 32 && !vec4));
-  const int t = rfft2_threads<NH>(os.image == 1, vec4, direct);
+  // (64 x 64 with staged stores in one-warp blocks spills 128 bytes; 128 threads do not)
+  const int t = register_threads<NH>(
+      os.image == 1, NH == 32 || (!vec4 && (NH == 16 || (NH == 64 && direct))) ? 32 : 128);
   switch (t) {
 #define FL_CASE(T)                                                                         \
   case T:                                                                                  \
@@ -1610,7 +1603,7 @@ template <int NH, int NW>
 void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
                  cudaStream_t stream) {
-  const int t = irfft2_threads<NH>(is.image == 1);
+  const int t = register_threads<NH>(is.image == 1, NH == 8 ? 64 : 32);
   switch (t) {
 #define FL_CASE(T)                                                                          \
   case T:                                                                                   \
