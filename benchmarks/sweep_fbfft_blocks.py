@@ -21,12 +21,13 @@ from fastlayers import _C  # noqa: E402
 from bench_fbfft import pair_2d, time_graph  # noqa: E402
 
 THREADS = (32, 64, 128, 256)
-IO = [("", 1)]  # (name, direct-io mode): --io adds the spectrum always staged and always direct
+MEASURED_IO = [("", 1)]  # (name, direct-io mode)
+ALL_IO = MEASURED_IO + [("_staged", 0), ("_direct", 2)]  # --io: also always staged, always direct
 
 
-def transforms(rows):
+def transforms(rows, io_modes):
     print("| n (input) | B | kind | cuFFT ms | " +
-          " | ".join("x @%d (%s)" % (t, " / ".join(io or "measured" for io, _ in IO))
+          " | ".join("x @%d (%s)" % (t, " / ".join(io or "measured" for io, _ in io_modes))
                      for t in THREADS) + " |")
     print("|---|---|---|---|" + "---|" * len(THREADS))
     for n, h in [(8, 8), (16, 16), (32, 32), (64, 64), (16, 13), (32, 27), (64, 57)]:
@@ -42,7 +43,7 @@ def transforms(rows):
                 cells = []
                 for t in THREADS:
                     cell = []
-                    for io, mode in IO:
+                    for io, mode in io_modes:
                         _C._fbfft_set_block_threads(t)
                         _C._fbfft_set_direct_io(mode)
                         try:
@@ -104,10 +105,8 @@ def main():
     print("fbfft register kernels, threads per block, %s, torch %s"
           % (torch.cuda.get_device_name(), torch.__version__))
     rows = []
-    if args.io:
-        IO.extend([("_staged", 0), ("_direct", 2)])
     if not args.conv_only:
-        transforms(rows)
+        transforms(rows, ALL_IO if args.io else MEASURED_IO)
     convolutions(rows)
     if args.out:
         (Path(args.out) / "fbfft-block-sweep.json").write_text(
