@@ -6,6 +6,7 @@ Compute (scripts/fbfft-check runs it under ncu): 2-D n = 16, 32, 64 (register ke
 
 --registers: only the 2-D register kernels of these sizes, once per block size in --threads
 (block sizes other than 128 need a FASTLAYERS_FBFFT_BLOCK_SWEEP=1 build).
+--cufft: also torch.fft.rfft2 / irfft2 (cuFFT) on the same images, for the kernel times beside.
 """
 import argparse
 
@@ -22,6 +23,7 @@ def ints(s):
 ap = argparse.ArgumentParser()
 ap.add_argument("--registers", type=ints, default=None)
 ap.add_argument("--threads", type=ints, default=[0])
+ap.add_argument("--cufft", action="store_true")
 args = ap.parse_args()
 
 if args.registers:
@@ -32,6 +34,8 @@ if args.registers:
             X = fbfft.rfft2(x, (n, n))
             fbfft.irfft2(X, (n, n), (n, n))
         _C._fbfft_set_block_threads(0)
+        if args.cufft:
+            torch.fft.irfft2(torch.fft.rfft2(x), s=(n, n))
 else:
     for n, lanes in ((16, False), (32, False), (64, False), (64, True), (128, True)):
         _C._fbfft_set_lanes_2d_min(64 if lanes else 128)

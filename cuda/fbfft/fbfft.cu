@@ -75,10 +75,6 @@ constexpr TwiddleTable<SIZE> make_twiddles() {
   return t;
 }
 
-// Half the circle in the constant bank: the register kernels index it with compile-time
-// constants only.
-__constant__ TwiddleTable<128> kTwiddle = make_twiddles<128>();
-
 __host__ __device__ constexpr int bit_reverse(int v, int bits) {
   int r = 0;
   for (int b = 0; b < bits; ++b) r = (r << 1) | ((v >> b) & 1);
@@ -99,37 +95,74 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_impl(f, std::make_integer_sequence<int, N>{});
 }
 
-// One radix-2 stage of span LEN over N registers, then the stages below it.
-template <int N, int LEN, bool Inverse>
-__device__ __forceinline__ void dif_stages(float2 (&x)[N]) {
-  if constexpr (LEN >= 2) {
-    constexpr int HALF = LEN / 2;
+// Twiddles w[m] = exp(-2 pi i m / 256), m < 128, as scale * (1 + i ratio) where |cos| >= |sin|
+// (m <= 32 or m >= 96) and scale * (ratio + i) elsewhere (|ratio| <= 1 both ways): a twiddled
+// butterfly a +- b w then costs six fused multiply-adds (two for b (1 + i ratio), four for
+// a +- scale * that) instead of a complex product and four additions.
+struct ScaledTwiddle {
+  float scale, ratio;
+};
+template <int SIZE>
+struct ScaledTable {
+  ScaledTwiddle t[SIZE];
+};
+__host__ __device__ constexpr bool scaled_by_cos(int m) { return m <= 32 || m >= 96; }
+
+template <int SIZE>
+constexpr ScaledTable<SIZE> make_scaled_twiddles() {
+  ScaledTable<SIZE> t{};
+  for (int m = 0; m < SIZE; ++m) {
+    const double a = 2.0 * kPi * m / 256.0, c = series_cos(a), s = -series_sin(a);
+    t.t[m].scale = static_cast<float>(scaled_by_cos(m) ? c : s);
+    t.t[m].ratio = static_cast<float>(scaled_by_cos(m) ? s / c : c / s);
+  }
+  return t;
+}
+// Half the circle in the constant bank: the register kernels index it with compile-time
+// constants only.
+__constant__ ScaledTable<128> kScaled = make_scaled_twiddles<128>();
+
+// One radix-2 decimation-in-time stage of half-span H over N registers, then the stages below
+// it. Natural order in, bit-reversed order out: group g of 2H registers takes the single twiddle
+// w_{2G}^{bit_reverse(g)} (G = N / 2H groups), so the first two stages are multiplication-free.
+template <int N, int H, bool Inverse>
+__device__ __forceinline__ void dit_stages(float2 (&x)[N]) {
+  if constexpr (H >= 1) {
+    constexpr int GROUPS = N / (2 * H), LOG_GROUPS = ilog2(GROUPS);
     static_for<N / 2>([&](auto T) {
       constexpr int t = decltype(T)::value;
-      constexpr int j = t % HALF, lo = (t / HALF) * LEN + j, hi = lo + HALF;
+      constexpr int g = t / H, lo = g * 2 * H + t % H, hi = lo + H;
+      constexpr int m = bit_reverse(g, LOG_GROUPS) * (128 / GROUPS);
       const float2 a = x[lo], b = x[hi];
-      x[lo] = make_float2(a.x + b.x, a.y + b.y);
-      const float2 d = make_float2(a.x - b.x, a.y - b.y);
-      if constexpr (j == 0) {
-        x[hi] = d;
-      } else if constexpr (4 * j == LEN) {  // the twiddle is -i (forward) or +i (inverse)
-        x[hi] = Inverse ? make_float2(-d.y, d.x) : make_float2(d.y, -d.x);
+      if constexpr (m == 0 || m == 64) {
+        // w = 1, or -i (forward) / +i (inverse)
+        const float2 t2 = m == 0 ? b : (Inverse ? make_float2(-b.y, b.x) : make_float2(b.y, -b.x));
+        x[lo] = make_float2(a.x + t2.x, a.y + t2.y);
+        x[hi] = make_float2(a.x - t2.x, a.y - t2.y);
       } else {
-        const float2 w = kTwiddle.w[j * (256 / LEN)];
-        const float wy = Inverse ? -w.y : w.y;
-        x[hi] = make_float2(d.x * w.x - d.y * wy, d.x * wy + d.y * w.x);
+        const float sc = kScaled.t[m].scale, r = kScaled.t[m].ratio;
+        float2 u;
+        if constexpr (scaled_by_cos(m)) {  // w = sc (1 + i r); the inverse's conj: sc (1 - i r)
+          u = Inverse ? make_float2(fmaf(r, b.y, b.x), fmaf(-r, b.x, b.y))
+                      : make_float2(fmaf(-r, b.y, b.x), fmaf(r, b.x, b.y));
+        } else {  // w = sc (r + i); the inverse's conj: sc (r - i)
+          u = Inverse ? make_float2(fmaf(r, b.x, b.y), fmaf(r, b.y, -b.x))
+                      : make_float2(fmaf(r, b.x, -b.y), fmaf(r, b.y, b.x));
+        }
+        x[lo] = make_float2(fmaf(sc, u.x, a.x), fmaf(sc, u.y, a.y));
+        x[hi] = make_float2(fmaf(-sc, u.x, a.x), fmaf(-sc, u.y, a.y));
       }
     });
-    dif_stages<N, HALF, Inverse>(x);
+    dit_stages<N, H / 2, Inverse>(x);
   }
 }
 
-// In-register radix-2 FFT of N points, decimation in frequency: natural order in, bit-reversed
-// order out (x[bit_reverse(k)] = X[k]). Every index is a compile-time constant after unrolling,
-// so x stays in registers and each twiddle is a constant-bank operand.
+// In-register radix-2 FFT of N points (N <= 256): natural order in, bit-reversed order out
+// (x[bit_reverse(k)] = X[k]). Every index is a compile-time constant after unrolling, so x stays
+// in registers and each twiddle is a constant-bank operand.
 template <int N, bool Inverse>
 __device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
-  dif_stages<N, N, Inverse>(x);
+  if constexpr (N >= 2) dit_stages<N, N / 2, Inverse>(x);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -139,14 +172,19 @@ __device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
 //     (r / 2) * PS + (r % 2) * NW, PS = 4 (NW/2 | 1): 16-byte aligned rows, and an odd number of
 //     16-byte units between the pairs, so the thread of a row pair reads and writes its rows in
 //     float4 units without bank conflicts;
-//   the half spectra of the rows, column-major per image: (g * BINS + k) * CS + i, CS = NH + 1
-//     (odd) when NH > 1.
+//   the half spectra, row-major per image: bin k of row i of image g at g * IS + i * BINS + k.
+//     IS = NH * BINS + 1 (3 at 16 x 16) when NH > 1: the odd image stride keeps the frequency-
+//     major moves (consecutive threads on consecutive images) free of bank conflicts, and its
+//     value the row and column passes as conflicted as a column-major layout would (no more), while
+//     a row-major spectrum in global memory moves as one span per image, without index
+//     arithmetic.
 
 // T: threads per block of the 2-D kernels (a block holds T / (n/2) images); 1-D ignores it.
 template <int NH, int NW, int T = 128>
 struct Config {
   static constexpr int BINS = NW / 2 + 1;
-  static constexpr int CS = NH > 1 ? NH + 1 : 1;
+  // image stride of the half spectra in shared memory (the comment above)
+  static constexpr int IS = NH > 1 ? NH * BINS + (NH == 16 ? 3 : 1) : BINS;
   static constexpr int PER_IMAGE = NH > 1 ? (NH > NW ? NH : NW) / 2 : 0;
   // images per block: T threads for 2-D; 32 row pairs (one warp) for 1-D
   static constexpr int G = NH > 1 ? (T / PER_IMAGE > 1 ? T / PER_IMAGE : 1) : 64;
@@ -158,7 +196,7 @@ struct Config {
   static constexpr int PS = 4 * ((NW / 2) | 1);  // pair stride in floats
   static constexpr int VW = NW < 4 ? NW : 4;      // floats per vector access of a row
   static constexpr int REAL_FLOATS = PAIRS * PS;
-  static constexpr int COMPLEX = G * BINS * CS;
+  static constexpr int COMPLEX = G * IS;
   static constexpr size_t SMEM =
       (REAL_FLOATS * 4 > COMPLEX * 8 ? REAL_FLOATS * 4 : COMPLEX * 8);
 };
@@ -220,15 +258,14 @@ __device__ __forceinline__ void store_row_pair_bitrev(float* r, const float2 (&z
   });
 }
 
-// Moves the G half spectra of a block between shared memory (column-major per image, as the
-// column pass keeps them) and global memory in any strided layout, coalesced: consecutive
-// threads take consecutive images when images are adjacent in memory (the frequency-major
-// layout of a convolution), else consecutive frequencies of one image. Store: shared -> global;
-// load: global -> shared with asynchronous copies, zeros past the batch.
-// Column k of image g starts at (g * BINS + k) * CS; row i of a column is at i + i / PAD when PAD
-// is given (the lane kernels' padded columns), else at i.
-template <int NH, int NW, int THREADS, int G, bool Store, int CS = (NH > 1 ? NH + 1 : 1),
-          int PAD = 0>
+// Moves the G half spectra of a block between shared memory and global memory in any strided
+// layout, coalesced: consecutive threads take consecutive images when images are adjacent in
+// memory (the frequency-major layout of a convolution), else consecutive frequencies of one
+// image. Store: shared -> global; load: global -> shared with asynchronous copies, zeros past
+// the batch. Shared layout: IS > 0: row-major per image, image g at g * IS (the register
+// kernels); IS = 0: column k of image g at (g * BINS + k) * CS, row i of a column at i + i / PAD
+// when PAD is given (the lane kernels' padded columns), else at i.
+template <int NH, int NW, int THREADS, int G, bool Store, int IS, int CS = 1, int PAD = 0>
 __device__ __forceinline__ void spectrum_io(
     float2* cols, std::conditional_t<Store, float2*, const float2*> spectrum, const Strides st,
     int64_t b0, int64_t batch) {
@@ -236,19 +273,56 @@ __device__ __forceinline__ void spectrum_io(
   const bool images_inner = st.image == 1;
   // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
   const bool f_linear = st.row == BINS * st.bin;
-  if constexpr (Store && F % 2 == 0 && PAD == 0) {
-    // Row-major with an even image stride and a 16-byte aligned spectrum: frequencies f, f + 1
-    // (f even, one image) as one 16-byte store.
-    if (f_linear && st.bin == 1 && st.image % 2 == 0 &&
-        reinterpret_cast<uintptr_t>(spectrum) % 16 == 0) {
-      for (int e = threadIdx.x; e < G * F / 2; e += THREADS) {
-        const int g = (2 * e) / F, f = 2 * e - g * F;
-        if (b0 + g >= batch) continue;
-        const int i = f / BINS, k = f - i * BINS;
-        const int i1 = k + 1 == BINS ? i + 1 : i, k1 = k + 1 == BINS ? 0 : k + 1;
-        const float2 v0 = cols[(g * BINS + k) * CS + i], v1 = cols[(g * BINS + k1) * CS + i1];
-        *reinterpret_cast<float4*>(spectrum + (b0 + g) * st.image + f) =
-            make_float4(v0.x, v0.y, v1.x, v1.y);
+  if constexpr (IS > 0) {
+    // Row-major in global memory (bin stride 1) and in shared memory: frequency f of image g at
+    // (b0 + g) * image + f and g * IS + f, consecutive threads on consecutive frequencies.
+    if (f_linear && st.bin == 1) {
+      const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+      if (st.image == F) {
+        // The block's spectra are one span: element e of the span at e + (e / F) * (IS - F) in
+        // shared memory; stores 16 bytes (two frequencies of one image: F is even) at a time
+        // where the span is 16-byte aligned.
+        auto span = spectrum + b0 * F;
+        if constexpr (Store && F % 2 == 0) {
+          if (reinterpret_cast<uintptr_t>(span) % 16 == 0) {
+            float4* dst = reinterpret_cast<float4*>(span);
+            for (int u = threadIdx.x; u < live * (F / 2); u += THREADS) {
+              const int g = G == 1 ? 0 : u / (F / 2);
+              const float2* sh = cols + 2 * u + g * (IS - F);
+              const float2 v0 = sh[0], v1 = sh[1];
+              dst[u] = make_float4(v0.x, v0.y, v1.x, v1.y);
+            }
+            return;
+          }
+        }
+        for (int e = threadIdx.x; e < G * F; e += THREADS) {
+          const int g = G == 1 ? 0 : e / F;
+          float2* sh = cols + e + g * (IS - F);
+          if constexpr (Store) {
+            if (g < live) span[e] = *sh;
+          } else {
+            __pipeline_memcpy_async(sh, g < live ? span + e : spectrum, 8, g < live ? 0 : 8);
+          }
+        }
+        if constexpr (!Store) {
+          __pipeline_commit();
+          __pipeline_wait_prior(0);
+        }
+        return;
+      }
+      for (int e = threadIdx.x; e < G * F; e += THREADS) {
+        const int g = G == 1 ? 0 : e / F, f = e - g * F;
+        float2* sh = cols + g * IS + f;
+        if constexpr (Store) {
+          if (g < live) spectrum[(b0 + g) * st.image + f] = *sh;
+        } else {
+          __pipeline_memcpy_async(sh, g < live ? spectrum + (b0 + g) * st.image + f : spectrum,
+                                  8, g < live ? 0 : 8);
+        }
+      }
+      if constexpr (!Store) {
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
       }
       return;
     }
@@ -263,7 +337,8 @@ __device__ __forceinline__ void spectrum_io(
       f = e % F;
     }
     const int i = f / BINS, k = f - i * BINS;
-    float2* sh = cols + (g * BINS + k) * CS + (PAD ? i + i / (PAD ? PAD : 1) : i);
+    float2* sh = IS > 0 ? cols + g * IS + f
+                        : cols + (g * BINS + k) * CS + (PAD ? i + i / (PAD ? PAD : 1) : i);
     const bool live = b0 + g < batch;
     const int64_t at = (b0 + g) * st.image + (f_linear ? f * st.bin : i * st.row + k * st.bin);
     if constexpr (Store) {
@@ -298,6 +373,37 @@ __device__ __forceinline__ void load_window_vec4(float* rows, const float* __res
     const int64_t src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : 0;
     __pipeline_memcpy_async(rows + real_row_offset<NW>(r) + j, src_f + src, 16,
                             inside ? 0 : 16);
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+}
+
+// load_window when the window is the whole input (h = NH, w = NW, oy = ox = 0, float32, 16-byte
+// aligned): the block's images are one contiguous span, copied 16 bytes at a time, consecutive
+// threads on consecutive units. A thread's units lie a constant distance apart in both the input
+// and the rows, so after unrolling only the batch-tail test varies per unit.
+template <int NH, int NW, int THREADS, int G>
+__device__ __forceinline__ void load_full(float* rows, const float* __restrict__ src_f, int64_t b0,
+                                          int64_t batch) {
+  constexpr int Q = NW / 4, UNITS = G * NH * Q, ITEMS = UNITS / THREADS;
+  static_assert(ITEMS * THREADS == UNITS && (2 * THREADS) % NW == 0,
+                "whole units per thread, whole row pairs per round");
+  const int tid = threadIdx.x;
+  const float* src = src_f + b0 * (NH * NW) + 4 * tid;
+  float* dst = rows + real_row_offset<NW>(tid / Q) + 4 * (tid % Q);
+  constexpr int DST_STEP = THREADS / (2 * Q) * 4 * ((NW / 2) | 1);  // THREADS units: whole pairs
+  if (b0 + G <= batch) {
+#pragma unroll
+    for (int u = 0; u < ITEMS; ++u)
+      __pipeline_memcpy_async(dst + u * DST_STEP, src + u * 4 * THREADS, 16);
+  } else {
+    const int live_units = static_cast<int>(batch - b0) * (NH * Q);
+#pragma unroll
+    for (int u = 0; u < ITEMS; ++u) {
+      const bool live = tid + u * THREADS < live_units;
+      __pipeline_memcpy_async(dst + u * DST_STEP, live ? src + u * 4 * THREADS : src_f, 16,
+                              live ? 0 : 16);
+    }
   }
   __pipeline_commit();
   __pipeline_wait_prior(0);
@@ -366,6 +472,10 @@ __device__ __forceinline__ void load_window(float* rows, const void* __restrict_
     *src = inside ? (b0 + g) * in_plane + static_cast<int64_t>(si) * w + sj : -1;
   };
   if constexpr (NW >= 4) {
+    if (type == Real::F32 && vec4 && h == NH && w == NW && oy == 0 && ox == 0) {
+      load_full<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch);
+      return;
+    }
     if (type == Real::F32 && vec4) {
       load_window_vec4<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch, h, w,
                                            oy, ox);
@@ -414,7 +524,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
                     int64_t batch, int h, int w, int oy, int ox, bool vec4) {
   using Cfg = Config<NH, NW, T>;
-  constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS;
+  constexpr int G = Cfg::G, BINS = Cfg::BINS, IS = Cfg::IS;
   constexpr int LOG_NW = ilog2(NW);
   extern __shared__ float4 smem_raw[];
   float* rows = reinterpret_cast<float*>(smem_raw);
@@ -443,15 +553,15 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
       // X0[k] = (Z[k] + conj(Z[-k])) / 2, X1[k] = (Z[k] - conj(Z[-k])) / 2i
       const float2 a = z[bit_reverse(k, LOG_NW)];
       const float2 m = z[bit_reverse((NW - k) & (NW - 1), LOG_NW)];
-      cols[(g0 * BINS + k) * CS + i0] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-      cols[(g1 * BINS + k) * CS + i1] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+      cols[g0 * IS + i0 * BINS + k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+      cols[g1 * IS + i1 * BINS + k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
     });
   }
   __syncthreads();
 
   if constexpr (NH == 1) {
     // 1-D: the row spectra are the result.
-    spectrum_io<NH, NW, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+    spectrum_io<NH, NW, Cfg::THREADS, G, true, IS>(cols, out, os, b0, batch);
   } else {
     // 3. Columns: thread q of an image transforms column q; thread 0 the DC and Nyquist columns
     // together (both real: DC in the real part, Nyquist in the imaginary part).
@@ -461,24 +571,24 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
       float2 c[NH];
-      float2* col = cols + (g * BINS + q) * CS;
+      float2* col = cols + g * IS + q;
       if (q == 0) {
-        const float2* nyq = cols + (g * BINS + HALF) * CS;
+        const float2* nyq = cols + g * IS + HALF;
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
-          c[i] = make_float2(col[i].x, nyq[i].x);
+          c[i] = make_float2(col[i * BINS].x, nyq[i * BINS].x);
         });
       } else {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
-          c[i] = col[i];
+          c[i] = col[i * BINS];
         });
       }
       fft_registers<NH, false>(c);
       // Natural order; DC and Nyquist split apart. Bins adjacent in memory (row-major: bin
       // stride 1): straight to global memory, consecutive threads on consecutive bins; else back
       // into the thread's own column(s) for one coalesced pass over the block.
-      float2* nyq = cols + (g * BINS + HALF) * CS;
+      float2* nyq = cols + g * IS + HALF;
       if constexpr (direct) {
         // Every thread stores its own column (thread 0 the DC column) in the same instructions;
         // the Nyquist column goes through shared memory and out over all the image's threads.
@@ -490,7 +600,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
           float2 v = c[bit_reverse(i, LOG_NH)];
           if (q == 0) {
             const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
-            nyq[i] = make_float2(0.5f * (v.y + m.y), 0.5f * (m.x - v.x));
+            nyq[i * BINS] = make_float2(0.5f * (v.y + m.y), 0.5f * (m.x - v.x));
             v = make_float2(0.5f * (v.x + m.x), 0.5f * (v.y - m.y));
           }
           if (live) *p = v;
@@ -498,26 +608,26 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
         });
         __syncwarp();  // an image's HALF threads are in one warp
         if (live) {
-          for (int i = q; i < NH; i += HALF) dst[i * os.row + HALF] = nyq[i];
+          for (int i = q; i < NH; i += HALF) dst[i * os.row + HALF] = nyq[i * BINS];
         }
       } else if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
-          col[i] = c[bit_reverse(i, LOG_NH)];
+          col[i * BINS] = c[bit_reverse(i, LOG_NH)];
         });
       } else {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
           const float2 a = c[bit_reverse(i, LOG_NH)];
           const float2 m = c[bit_reverse((NH - i) & (NH - 1), LOG_NH)];
-          col[i] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-          nyq[i] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+          col[i * BINS] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+          nyq[i * BINS] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
         });
       }
     }
     if constexpr (!direct) {
       __syncthreads();
-      spectrum_io<NH, NW, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+      spectrum_io<NH, NW, Cfg::THREADS, G, true, IS>(cols, out, os, b0, batch);
     }
   }
 }
@@ -531,6 +641,30 @@ template <> __device__ __forceinline__ __half from_float<__half>(float v) {
 }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// The inverse's last step when the window is the whole result (out_h = NH, out_w = NW,
+// oy = ox = 0), float32 with 16-byte aligned rows and no bias: the block's images are one
+// contiguous span of the output, written 16 bytes at a time, consecutive threads on consecutive
+// units (the mirror of load_full).
+template <int NH, int NW, int THREADS, int G>
+__device__ __forceinline__ void store_full(const float* rows, float* __restrict__ out, int64_t b0,
+                                           int live, float scale) {
+  constexpr int Q = NW / 4, UNITS = G * NH * Q, ITEMS = UNITS / THREADS;
+  static_assert(ITEMS * THREADS == UNITS && (2 * THREADS) % NW == 0,
+                "whole units per thread, whole row pairs per round");
+  const int tid = threadIdx.x;
+  const float* src = rows + real_row_offset<NW>(tid / Q) + 4 * (tid % Q);
+  float4* dst = reinterpret_cast<float4*>(out + b0 * (NH * NW)) + tid;
+  constexpr int SRC_STEP = THREADS / (2 * Q) * 4 * ((NW / 2) | 1);
+  const int live_units = live * (NH * Q);
+#pragma unroll
+  for (int u = 0; u < ITEMS; ++u) {
+    if (live == G || tid + u * THREADS < live_units) {
+      const float4 t = *reinterpret_cast<const float4*>(src + u * SRC_STEP);
+      dst[u * THREADS] = make_float4(t.x * scale, t.y * scale, t.z * scale, t.w * scale);
+    }
+  }
 }
 
 // store_window in float32 when the output rows and the window are aligned to 4 floats
@@ -659,13 +793,14 @@ __device__ __forceinline__ void hermitian_pair(float2 di, float2 dm, float2 ni, 
   *cm = make_float2(hd.x + hn.y, hn.x - hd.y);
 }
 
-// The same with the DC column in c (overwritten) and the Nyquist column in shared memory.
-template <int NH>
+// The same with the DC column in c (overwritten) and the Nyquist column in shared memory (row i
+// at nyq[i * STRIDE]).
+template <int NH, int STRIDE>
 __device__ __forceinline__ void hermitian_dc_nyquist(float2 (&c)[NH], const float2* nyq) {
   static_for<NH / 2 + 1>([&](auto I) {
     constexpr int i = decltype(I)::value;
     constexpr int m = (NH - i) & (NH - 1);
-    hermitian_pair(c[i], c[m], nyq[i], nyq[m], &c[i], &c[m]);
+    hermitian_pair(c[i], c[m], nyq[i * STRIDE], nyq[m * STRIDE], &c[i], &c[m]);
   });
 }
 
@@ -677,7 +812,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
                      int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
                      const void* __restrict__ bias, int64_t channels, bool vec4) {
   using Cfg = Config<NH, NW, T>;
-  constexpr int G = Cfg::G, BINS = Cfg::BINS, CS = Cfg::CS, HALF = NW / 2;
+  constexpr int G = Cfg::G, BINS = Cfg::BINS, IS = Cfg::IS, HALF = NW / 2;
   constexpr int LOG_NW = ilog2(NW);
   extern __shared__ float4 smem_raw[];
   float* rows = reinterpret_cast<float*>(smem_raw);
@@ -689,7 +824,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   // reads them straight from global memory, consecutive threads on consecutive bins; else into
   // shared memory first, in one coalesced asynchronous pass over the block.
   constexpr bool direct = Direct && NH > 1;
-  if constexpr (!direct) spectrum_io<NH, NW, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
+  if constexpr (!direct) spectrum_io<NH, NW, Cfg::THREADS, G, false, IS>(cols, in, is, b0, batch);
   __syncthreads();
   if constexpr (NH > 1) {
     // Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
@@ -697,10 +832,10 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     constexpr int LOG_NH = ilog2(NH);
     if (tid < G * HALF) {
       const int g = tid / HALF, q = tid - g * HALF;
-      float2* col = cols + (g * BINS + q) * CS;
+      float2* col = cols + g * IS + q;
       const bool live = b0 + g < batch;
       const float2* src = in + (live ? b0 + g : 0) * is.image;
-      const float2* nyq = cols + (g * BINS + HALF) * CS;
+      const float2* nyq = cols + g * IS + HALF;
       float2 c[NH];
       if constexpr (direct) {
         // Every thread loads its own column (thread 0 the DC column) in the same instructions,
@@ -713,39 +848,39 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
           c[i] = live ? __ldg(p) : zero;
           p += is.row;
         });
-        float2* nyq_in = cols + (g * BINS + HALF) * CS;
-        for (int i = q; i < NH; i += HALF) nyq_in[i] = live ? __ldg(src + i * is.row + HALF) : zero;
+        float2* nyq_in = cols + g * IS + HALF;
+        for (int i = q; i < NH; i += HALF)
+          nyq_in[i * BINS] = live ? __ldg(src + i * is.row + HALF) : zero;
         __syncwarp();  // an image's HALF threads are in one warp
         if (q == 0) {
-          hermitian_dc_nyquist<NH>(c, nyq_in);
+          hermitian_dc_nyquist<NH, BINS>(c, nyq_in);
         }
       } else if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
-          c[i] = col[i];
+          c[i] = col[i * BINS];
         });
       } else {
         // the DC column from shared memory, as the direct path has it in registers
         static_for<NH / 2 + 1>([&](auto I) {
           constexpr int i = decltype(I)::value;
           constexpr int m = (NH - i) & (NH - 1);
-          const float2 di = col[i], dm = col[m], ni = nyq[i], nm = nyq[m];
-          hermitian_pair(di, dm, ni, nm, &c[i], &c[m]);
+          hermitian_pair(col[i * BINS], col[m * BINS], nyq[i * BINS], nyq[m * BINS], &c[i], &c[m]);
         });
       }
       fft_registers<NH, true>(c);
       if (q != 0) {
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
-          col[i] = c[bit_reverse(i, LOG_NH)];
+          col[i * BINS] = c[bit_reverse(i, LOG_NH)];
         });
       } else {
-        float2* nyq_w = cols + (g * BINS + HALF) * CS;
+        float2* nyq_w = cols + g * IS + HALF;
         static_for<NH>([&](auto I) {
           constexpr int i = decltype(I)::value;
           const float2 v = c[bit_reverse(i, LOG_NH)];
-          col[i] = make_float2(v.x, 0.f);
-          nyq_w[i] = make_float2(v.y, 0.f);
+          col[i * BINS] = make_float2(v.x, 0.f);
+          nyq_w[i * BINS] = make_float2(v.y, 0.f);
         });
       }
     }
@@ -761,8 +896,8 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
     static_for<HALF + 1>([&](auto K) {
       constexpr int k = decltype(K)::value;
-      float2 a = cols[(g0 * BINS + k) * CS + i0];
-      float2 bb = cols[(g1 * BINS + k) * CS + i1];
+      float2 a = cols[g0 * IS + i0 * BINS + k];
+      float2 bb = cols[g1 * IS + i1 * BINS + k];
       if constexpr (k == 0 || k == HALF) {
         a.y = 0.f;
         bb.y = 0.f;
@@ -778,6 +913,13 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
 
   // 3. The clipped window, scaled, plus bias, in the storage type (coalesced).
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+  if constexpr (NW >= 4) {
+    if (type == Real::F32 && vec4 && bias == nullptr && out_h == NH && out_w == NW && oy == 0 &&
+        ox == 0) {
+      store_full<NH, NW, Cfg::THREADS, G>(rows, static_cast<float*>(out), b0, live, scale);
+      return;
+    }
+  }
   store_window_as<NH, NW, Cfg::THREADS>(type, rows, out, b0, live, out_h, out_w, oy, ox, scale,
                                         bias, channels, vec4);
 }
@@ -978,7 +1120,7 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
       }
     });
     __syncthreads();
-    spectrum_io<1, N, Cfg::THREADS, G, true>(cols, out, os, b0, batch);
+    spectrum_io<1, N, Cfg::THREADS, G, true, N / 2 + 1>(cols, out, os, b0, batch);
   }
 }
 
@@ -997,7 +1139,7 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
   const auto tw = lane_twiddles<N, L, true, false>(lane);  // in flight with the spectra
 
   if constexpr (!Direct) {
-    spectrum_io<1, N, Cfg::THREADS, G, false>(cols, in, is, b0, batch);
+    spectrum_io<1, N, Cfg::THREADS, G, false, N / 2 + 1>(cols, in, is, b0, batch);
     __syncthreads();
   }
 
@@ -1169,7 +1311,7 @@ __device__ __forceinline__ void rfft2_lanes_body(const void* __restrict__ in, Re
     }
   }
   __syncthreads();
-  spectrum_io<N, N, Cfg::THREADS, 1, true, CS, Cfg::PAD>(cols, out, os, b, batch);
+  spectrum_io<N, N, Cfg::THREADS, 1, true, 0, CS, Cfg::PAD>(cols, out, os, b, batch);
 }
 
 template <int N>
@@ -1267,7 +1409,7 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
   const int64_t b = blockIdx.x;
   const int k2 = lane_reverse<L>(lane);
 
-  spectrum_io<N, N, Cfg::THREADS, 1, false, CS, Cfg::PAD>(cols, in, is, b, batch);
+  spectrum_io<N, N, Cfg::THREADS, 1, false, 0, CS, Cfg::PAD>(cols, in, is, b, batch);
   __syncthreads();
 
   // Columns, inverse, in place; column 0 takes the Hermitian parts of the DC and Nyquist
