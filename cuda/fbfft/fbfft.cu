@@ -553,8 +553,16 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
       // X0[k] = (Z[k] + conj(Z[-k])) / 2, X1[k] = (Z[k] - conj(Z[-k])) / 2i
       const float2 a = z[bit_reverse(k, LOG_NW)];
       const float2 m = z[bit_reverse((NW - k) & (NW - 1), LOG_NW)];
-      cols[g0 * IS + i0 * BINS + k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
-      cols[g1 * IS + i1 * BINS + k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+      if constexpr (NH > 1 && k == 0) {
+        // 2-D: the DC and Nyquist bins (both real) share bin 0's slot, DC in the real part,
+        // Nyquist in the imaginary part: the column pass takes them as one complex column.
+        const float2 n = z[bit_reverse(NW / 2, LOG_NW)];
+        cols[g0 * IS + i0 * BINS] = make_float2(a.x, n.x);
+        cols[g1 * IS + i1 * BINS] = make_float2(a.y, n.y);
+      } else if constexpr (NH == 1 || k != NW / 2) {
+        cols[g0 * IS + i0 * BINS + k] = make_float2(0.5f * (a.x + m.x), 0.5f * (a.y - m.y));
+        cols[g1 * IS + i1 * BINS + k] = make_float2(0.5f * (a.y + m.y), 0.5f * (m.x - a.x));
+      }
     });
   }
   __syncthreads();
@@ -564,7 +572,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     spectrum_io<NH, NW, Cfg::THREADS, G, true, IS>(cols, out, os, b0, batch);
   } else {
     // 3. Columns: thread q of an image transforms column q; thread 0 the DC and Nyquist columns
-    // together (both real: DC in the real part, Nyquist in the imaginary part).
+    // together (slot 0 holds them as one complex column), in the same instructions.
     constexpr int HALF = NW / 2;
     constexpr int LOG_NH = ilog2(NH);
     constexpr bool direct = Direct;
@@ -572,18 +580,10 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
       const int g = tid / HALF, q = tid - g * HALF;
       float2 c[NH];
       float2* col = cols + g * IS + q;
-      if (q == 0) {
-        const float2* nyq = cols + g * IS + HALF;
-        static_for<NH>([&](auto I) {
-          constexpr int i = decltype(I)::value;
-          c[i] = make_float2(col[i * BINS].x, nyq[i * BINS].x);
-        });
-      } else {
-        static_for<NH>([&](auto I) {
-          constexpr int i = decltype(I)::value;
-          c[i] = col[i * BINS];
-        });
-      }
+      static_for<NH>([&](auto I) {
+        constexpr int i = decltype(I)::value;
+        c[i] = col[i * BINS];
+      });
       fft_registers<NH, false>(c);
       // Natural order; DC and Nyquist split apart. Bins adjacent in memory (row-major: bin
       // stride 1): straight to global memory, consecutive threads on consecutive bins; else back
@@ -1672,8 +1672,12 @@ void irfft2_registers_launch(const float2* in, Strides is, void* out, Real type,
                              int out_h, int out_w, int oy, int ox, float scale, const void* bias,
                              int64_t channels, cudaStream_t stream) {
   using Cfg = Config<NH, NW, T>;
-  // Direct loads pay off up to 32 x 32; at 64 x 64 they cost registers the kernel lacks.
-  const bool direct = NH > 1 && use_direct(is.bin == 1, NH < 64);
+  // Direct loads pay off at 16 x 16, and at 8 x 8 from large batches (4.87x against 4.50x staged
+  // at 2^20 images, 2.97x against 3.13x at 2^14; the switch is at the geometric middle, 2^17);
+  // staged loads move a contiguous spectrum as one span, faster at 32 x 32 and 64 x 64, where
+  // direct loads also cost registers (measured, H200).
+  const bool direct =
+      NH > 1 && use_direct(is.bin == 1, NH == 16 || (NH == 8 && batch >= (int64_t{1} << 17)));
   launch<Cfg>(direct ? irfft2_registers<NH, NW, true, T> : irfft2_registers<NH, NW, false, T>,
               batch, Cfg::G, stream, in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
               channels, vec4_output(out, type, out_w, ox));
@@ -1683,13 +1687,12 @@ std::atomic<int> g_block_threads{0};
 
 // Threads per block of the 2-D register kernels (T / (n/2) images per block), measured on an
 // H200 at B = 16384 and 0.06-0.25 GiB (benchmarks/sweep_fbfft_blocks.py, benchmarks/NOTES.md).
-// Row-major spectra take one-warp blocks where that measured faster: the inverse from 16 x 16,
-// the forward at 32 x 32, and at 16 x 16 and 64 x 64 (direct stores) with element-wise window
-// reads. The 8 x 8 inverse takes 64 threads; the rest 128. Frequency-major spectra (images
-// adjacent in memory: the convolution) keep 128, whose 4 or more images per block fill 32-byte
-// sectors (one image per block ran the 64 x 64 convolution's forward 2x slower). The switch
-// overrides both from 8 x 8 up; smaller sizes always take 128. `row_major`: the launcher's
-// measured choice for a row-major (or transposed) spectrum.
+// Row-major spectra: 64 threads at 8 x 8 both ways; one-warp blocks from 16 x 16, except the
+// 64 x 64 inverse (128). Frequency-major spectra (images adjacent in memory: the convolution)
+// keep 128, whose 4 or more images per block fill 32-byte sectors (one image per block ran the
+// 64 x 64 convolution's forward 2x slower). The switch overrides both from 8 x 8 up; smaller
+// sizes always take 128. `row_major`: the launcher's measured choice for a row-major (or
+// transposed) spectrum.
 template <int NH>
 int register_threads(bool images_inner, int row_major) {
   if (NH < 8) return 128;
@@ -1721,12 +1724,10 @@ template <int NH, int NW>
 void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
                 int oy, int ox, cudaStream_t stream) {
   const bool vec4 = vec4_window(in, type, NW, w, ox);
-  // Direct stores pay off at 64 x 64, and at 32 x 32 where the window is read element by element;
-  // elsewhere the staged 16-byte stores are faster (measured, H200).
-  const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 64 || (NH >= 32 && !vec4));
-  // (64 x 64 with staged stores in one-warp blocks spills 128 bytes; 128 threads do not)
-  const int t = register_threads<NH>(
-      os.image == 1, NH == 32 || (!vec4 && (NH == 16 || (NH == 64 && direct))) ? 32 : 128);
+  // Direct stores pay off at 64 x 64 where the window is read element by element (a padded
+  // input); elsewhere the staged stores, one 16-byte span per block, are faster (measured, H200).
+  const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 64 && !vec4);
+  const int t = register_threads<NH>(os.image == 1, NH == 8 ? 64 : 32);
   switch (t) {
 #define FL_CASE(T)                                                                         \
   case T:                                                                                  \
@@ -1745,7 +1746,7 @@ template <int NH, int NW>
 void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
                  cudaStream_t stream) {
-  const int t = register_threads<NH>(is.image == 1, NH == 8 ? 64 : 32);
+  const int t = register_threads<NH>(is.image == 1, NH == 8 ? 64 : NH == 64 ? 128 : 32);
   switch (t) {
 #define FL_CASE(T)                                                                          \
   case T:                                                                                   \
