@@ -579,7 +579,16 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     }
     fft_registers<NW, false>(z);
   }
-  __syncthreads();  // the spectra overwrite the real rows
+  // Whole 8 x 8 images into a contiguous, 16-byte aligned row-major spectrum: every step after
+  // the load touches only the images of the thread's own warp (row pairs, columns and the
+  // warp's span of the output), so warps synchronise alone and run through the steps
+  // independently.
+  constexpr int F = NH * BINS;
+  const bool warp_local =
+      kRowsInGlobal && !Direct && whole && Cfg::PAIRS == Cfg::THREADS &&
+      G * (NW / 2) == Cfg::THREADS && os.bin == 1 && os.row == BINS && os.image == F &&
+      reinterpret_cast<uintptr_t>(out + b0 * F) % 16 == 0;
+  if (!warp_local) __syncthreads();  // the spectra overwrite the real rows
   if (row_thread) {
     const int r0 = 2 * tid, g0 = r0 / NH, i0 = r0 % NH;
     const int r1 = r0 + 1, g1 = r1 / NH, i1 = r1 % NH;
@@ -600,7 +609,11 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
       }
     });
   }
-  __syncthreads();
+  if (warp_local) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
 
   if constexpr (NH == 1) {
     // 1-D: the row spectra are the result.
@@ -661,8 +674,24 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
       }
     }
     if constexpr (!direct) {
-      __syncthreads();
-      spectrum_io<NH, NW, Cfg::THREADS, G, true, IS>(cols, out, os, b0, batch);
+      if (warp_local) {
+        // the warp's images [g0, g0 + 32 / HALF), 16 bytes (two frequencies of one image) a lane
+        __syncwarp();
+        constexpr int IMAGES = 32 / HALF;
+        const int lane = tid & 31, g0 = (tid >> 5) * IMAGES;
+        const int64_t left = batch - b0 - g0;
+        const int live = static_cast<int>(left < 0 ? 0 : left < IMAGES ? left : IMAGES);
+        float4* dst = reinterpret_cast<float4*>(out + (b0 + g0) * F);
+        for (int u = lane; u < live * (F / 2); u += 32) {
+          const int g = (2 * u) / F;
+          const float2* sh = cols + (g0 + g) * IS + 2 * u - g * F;
+          const float2 v0 = sh[0], v1 = sh[1];
+          dst[u] = make_float4(v0.x, v0.y, v1.x, v1.y);
+        }
+      } else {
+        __syncthreads();
+        spectrum_io<NH, NW, Cfg::THREADS, G, true, IS>(cols, out, os, b0, batch);
+      }
     }
   }
 }
