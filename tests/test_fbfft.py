@@ -239,6 +239,46 @@ def test_cuda_fast_kernels_every_batch_tail(n, dims, batch, direct_io):
     check_fast_kernel(n, batch, dims)
 
 
+def check_whole_images(n, batch):
+    """float32 windows that are the whole image (no offset, h = w = n): the span loads and stores,
+    at 8 x 8 the row pairs read straight from global memory and the warp-local steps; both
+    directions, scaled and not, and an inverse whose spectrum starts 8 bytes past a 16-byte
+    boundary."""
+    x = torch.randn(batch, n, n, dtype=torch.float64)
+    got = fbfft.rfft2(x.float().cuda(), (n, n))
+    ref = fbfft.rfft2(x, (n, n))
+    assert got.shape == ref.shape and rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+    X = torch.randn(*ref.shape, dtype=torch.complex128)
+    flat = torch.empty(X.numel() + 1, dtype=torch.complex64, device="cuda")
+    shifted = flat[1:].view(X.shape)
+    shifted.copy_(X.to(torch.complex64))
+    for spectrum in (X.to(torch.complex64).cuda(), shifted):
+        for normalized in (True, False):
+            got = fbfft.irfft2(spectrum, (n, n), (n, n), (0, 0), False, normalized)
+            ref = fbfft.irfft2(X, (n, n), (n, n), (0, 0), False, normalized)
+            assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("batch", [1, 3, 9, 129, 1000])
+def test_cuda_whole_images(n, batch, direct_io):
+    check_whole_images(n, batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [8, 16, 32, 64])
+def test_cuda_whole_lines_large_batch(n):
+    """1-D whole lines from 2^20 on (the register kernels' span loads), an odd batch."""
+    x = torch.randn((1 << 20) + 3, n, dtype=torch.float64)
+    got = fbfft.rfft(x.float().cuda(), n)
+    ref = fbfft.rfft(x, n)
+    assert rel(got.cpu().to(torch.complex128), ref) <= 1e-5
+    X = torch.randn(*ref.shape, dtype=torch.complex128)
+    got = fbfft.irfft(X.to(torch.complex64).cuda(), n, n)
+    assert rel(got.cpu().double(), fbfft.irfft(X, n, n)) <= 1e-5
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64, 128])
 @pytest.mark.parametrize("batch", [1, 3, 129])
@@ -274,6 +314,7 @@ def test_cuda_register_kernels_every_block_size(n, threads, direct_io):
             raise
         for batch in (1, 3, 129):
             check_fast_kernel(n, batch, 2)
+            check_whole_images(n, batch)
             x = torch.randn(batch, n - 3, n - 2, dtype=torch.float64)  # inside the window
             got = fbfft.rfft2(x.float().cuda(), (n, n), (-2, -1))
             assert rel(got.cpu().to(torch.complex128), fbfft.rfft2(x, (n, n), (-2, -1))) <= 1e-5
