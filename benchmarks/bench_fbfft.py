@@ -5,6 +5,10 @@
 Method:
 - cuFFT runs through torch.fft (rfft2/irfft2, rfft/irfft); with implicit padding (an h x h input
   read as an n x n transform) torch pads with a copy first, which is what a cuFFT user does.
+- C2R is timed a second way, unscaled on both sides: torch.fft's normalized inverse scales in a
+  kernel of its own after cuFFT's, which a program calling cuFFT directly (unnormalized C2R) does
+  not run; torch.fft.irfft2 / irfft with norm="forward" leaves the inverse unscaled, and fbfft
+  runs with normalized=False. "x unscaled" is that pair's ratio.
 - Every candidate is timed twice: "eager" (one call between two CUDA events, median of trials,
   host overhead included when the kernel is shorter than the launch path) and "graph" (ten calls
   captured in a CUDA graph and replayed, median per call: device time only, as if cuFFT were called
@@ -106,6 +110,19 @@ def measure(kind, dims, n, h, B, copy_cache):
     row["fbfft_eager_ms"] = time_eager(fb)
     row["cufft_graph_ms"] = time_graph(cu)
     row["fbfft_graph_ms"] = time_graph(fb)
+    if kind == "c2r":
+        if dims == 2:
+            cu_u = lambda: torch.fft.irfft2(X, s=(n, n), norm="forward")  # noqa: E731
+            fb_u = lambda: fbfft.irfft2(X, (n, n), (n, n), normalized=False)  # noqa: E731
+        else:
+            cu_u = lambda: torch.fft.irfft(X, n=n, norm="forward")  # noqa: E731
+            fb_u = lambda: fbfft.irfft(X, n, n, normalized=False)  # noqa: E731
+        ref_u, got_u = cu_u(), fb_u()
+        row["max_rel_err_unscaled"] = (
+            (got_u - ref_u).abs().max() / ref_u.abs().max().clamp_min(1e-30)).item()
+        row["cufft_unscaled_graph_ms"] = time_graph(cu_u)
+        row["fbfft_unscaled_graph_ms"] = time_graph(fb_u)
+        row["ratio_unscaled"] = row["cufft_unscaled_graph_ms"] / row["fbfft_unscaled_graph_ms"]
     if nbytes not in copy_cache:
         copy_cache[nbytes] = copy_gbps(nbytes)
     row["copy_GBps"] = copy_cache[nbytes]
@@ -145,8 +162,8 @@ def main():
     print("ratio x = cuFFT time / fbfft time (CUDA-graph replay, device time); "
           "%copy = fbfft GB/s / device-to-device copy GB/s of the same bytes")
     print("| dims | n (input) | B | kind | cuFFT ms | fbfft ms | x | fbfft GB/s | % copy | "
-          "eager cuFFT ms | eager fbfft ms | max rel err |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "eager cuFFT ms | eager fbfft ms | max rel err | x unscaled |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for dims, n, h, B in cases:
         for kind in ("r2c", "c2r"):
             if kind == "c2r" and h != n:
@@ -174,12 +191,13 @@ def main():
                 if kernel:
                     r["kernel"] = kernel
                 rows.append(r)
+                unscaled = "%.2f" % r["ratio_unscaled"] if "ratio_unscaled" in r else ""
                 print("| %d | %d (%d)%s | %d | %s | %.4f | %.4f | %.2f | %.0f | %.0f | %.4f | "
-                      "%.4f | %.1e |" % (dims, n, h, " " + kernel if kernel else "", B, kind,
-                                         r["cufft_graph_ms"], r["fbfft_graph_ms"], r["ratio"],
-                                         r["fbfft_GBps"], r["fbfft_pct_copy"],
-                                         r["cufft_eager_ms"], r["fbfft_eager_ms"],
-                                         r["max_rel_err"]))
+                      "%.4f | %.1e | %s |" % (dims, n, h, " " + kernel if kernel else "", B, kind,
+                                              r["cufft_graph_ms"], r["fbfft_graph_ms"],
+                                              r["ratio"], r["fbfft_GBps"], r["fbfft_pct_copy"],
+                                              r["cufft_eager_ms"], r["fbfft_eager_ms"],
+                                              r["max_rel_err"], unscaled))
                 torch.cuda.empty_cache()
     if args.out:
         path = Path(args.out) / "fbfft-bench.json"
