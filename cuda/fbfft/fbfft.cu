@@ -559,9 +559,8 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
 
   // 1. The window of G images into the pair-interleaved real rows (whole 8 x 8 images: each
   // row-pair thread reads its rows itself, in step 2).
-  constexpr bool kRowsInGlobal = rows_in_global<NH, NW>();
-  const bool whole = kRowsInGlobal && type == Real::F32 && vec4 && h == NH && w == NW &&
-                     oy == 0 && ox == 0;
+  const bool whole = rows_in_global<NH, NW>() && type == Real::F32 && vec4 && h == NH &&
+                     w == NW && oy == 0 && ox == 0;
   if (!whole) {
     load_window<NH, NW, Cfg::THREADS, G, (NH < 64 || Direct)>(rows, in, type, b0, batch, h, w,
                                                               oy, ox, vec4);
@@ -572,7 +571,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   float2 z[NW];
   const bool row_thread = tid < Cfg::PAIRS;
   if (row_thread) {
-    if (kRowsInGlobal && whole) {
+    if (whole) {
       load_row_pair_global<NW>(static_cast<const float*>(in) + (b0 * NH + 2 * tid) * NW,
                                b0 + (2 * tid) / NH < batch, z);
     } else {
@@ -586,7 +585,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   // independently.
   constexpr int F = NH * BINS;
   const bool warp_local =
-      kRowsInGlobal && !Direct && whole && Cfg::PAIRS == Cfg::THREADS &&
+      whole && !Direct && Cfg::PAIRS == Cfg::THREADS &&
       G * (NW / 2) == Cfg::THREADS && os.bin == 1 && os.row == BINS && os.image == F &&
       reinterpret_cast<uintptr_t>(out + b0 * F) % 16 == 0;
   if (!warp_local) __syncthreads();  // the spectra overwrite the real rows
