@@ -297,52 +297,36 @@ __device__ __forceinline__ void spectrum_io(
   // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
   const bool f_linear = st.row == BINS * st.bin;
   if constexpr (IS > 0) {
-    // Row-major in global memory (bin stride 1) and in shared memory: frequency f of image g at
-    // (b0 + g) * image + f and g * IS + f, consecutive threads on consecutive frequencies.
-    if (f_linear && st.bin == 1) {
+    // Row-major and contiguous in global memory (bin stride 1, image stride F), row-major in
+    // shared memory (image g at g * IS): the block's spectra are one span. Other row-major
+    // layouts take the general loop below, which for IS > 0 walks the same order.
+    if (f_linear && st.bin == 1 && st.image == F) {
       const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
-      if (st.image == F) {
-        // The block's spectra are one span: element e of the span at e + (e / F) * (IS - F) in
-        // shared memory; stores 16 bytes (two frequencies of one image: F is even) at a time
-        // where the span is 16-byte aligned. (Folding this case into the loop below, with the
-        // image stride a runtime 32-bit factor, measured slower: C2R 64x64 3.19x against 3.51x,
-        // 8x8 2.71x against 2.97-3.11x; the span's offsets are constants after unrolling.)
-        auto span = spectrum + b0 * F;
-        if constexpr (Store && F % 2 == 0) {
-          if (reinterpret_cast<uintptr_t>(span) % 16 == 0) {
-            float4* dst = reinterpret_cast<float4*>(span);
-            for (int u = threadIdx.x; u < live * (F / 2); u += THREADS) {
-              const int g = G == 1 ? 0 : u / (F / 2);
-              const float2* sh = cols + 2 * u + g * (IS - F);
-              const float2 v0 = sh[0], v1 = sh[1];
-              dst[u] = make_float4(v0.x, v0.y, v1.x, v1.y);
-            }
-            return;
+      // The block's spectra are one span: element e of the span at e + (e / F) * (IS - F) in
+      // shared memory; stores 16 bytes (two frequencies of one image: F is even) at a time
+      // where the span is 16-byte aligned. (Folding this case into the loop below, with the
+      // image stride a runtime 32-bit factor, measured slower: C2R 64x64 3.19x against 3.51x,
+      // 8x8 2.71x against 2.97-3.11x; the span's offsets are constants after unrolling.)
+      auto span = spectrum + b0 * F;
+      if constexpr (Store && F % 2 == 0) {
+        if (reinterpret_cast<uintptr_t>(span) % 16 == 0) {
+          float4* dst = reinterpret_cast<float4*>(span);
+          for (int u = threadIdx.x; u < live * (F / 2); u += THREADS) {
+            const int g = G == 1 ? 0 : u / (F / 2);
+            const float2* sh = cols + 2 * u + g * (IS - F);
+            const float2 v0 = sh[0], v1 = sh[1];
+            dst[u] = make_float4(v0.x, v0.y, v1.x, v1.y);
           }
+          return;
         }
-        for (int e = threadIdx.x; e < G * F; e += THREADS) {
-          const int g = G == 1 ? 0 : e / F;
-          float2* sh = cols + e + g * (IS - F);
-          if constexpr (Store) {
-            if (g < live) span[e] = *sh;
-          } else {
-            __pipeline_memcpy_async(sh, g < live ? span + e : spectrum, 8, g < live ? 0 : 8);
-          }
-        }
-        if constexpr (!Store) {
-          __pipeline_commit();
-          __pipeline_wait_prior(0);
-        }
-        return;
       }
       for (int e = threadIdx.x; e < G * F; e += THREADS) {
-        const int g = G == 1 ? 0 : e / F, f = e - g * F;
-        float2* sh = cols + g * IS + f;
+        const int g = G == 1 ? 0 : e / F;
+        float2* sh = cols + e + g * (IS - F);
         if constexpr (Store) {
-          if (g < live) spectrum[(b0 + g) * st.image + f] = *sh;
+          if (g < live) span[e] = *sh;
         } else {
-          __pipeline_memcpy_async(sh, g < live ? spectrum + (b0 + g) * st.image + f : spectrum,
-                                  8, g < live ? 0 : 8);
+          __pipeline_memcpy_async(sh, g < live ? span + e : spectrum, 8, g < live ? 0 : 8);
         }
       }
       if constexpr (!Store) {
