@@ -294,28 +294,45 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     float2* at = reinterpret_cast<float2*>(base + L.at);
     float2* bt = reinterpret_cast<float2*>(base + L.bt);
     float2* big_c = reinterpret_cast<float2*>(base + L.big);
+    float2* staging = reinterpret_cast<float2*>(base + L.scratch);
     const int64_t F = s.freqs(), M = p.n_out;
     const int nh = static_cast<int>(s.nh), nw = static_cast<int>(s.nw);
     const fbfft::Real type = fbfft_real<T>();
+    const bool staged = fbfft_staged(s.nh, s.nw);
+    // An operand through a window at minus its offset in the basis (implicit zero padding) into
+    // the frequency-major layout of the GEMMs: directly, or row-major and then transposed.
+    auto forward = [&](const T* src, const Operand& op, float2* spectrum) {
+      const int h = static_cast<int>(op.h), w = static_cast<int>(op.w);
+      const int oy = static_cast<int>(-op.offh), ox = static_cast<int>(-op.offw);
+      if (staged) {
+        fbfft::rfft2(src, type, staging, fbfft::row_major(nh, nw), op.n, h, w, nh, nw, oy, ox,
+                     stream);
+        transpose<float2>(staging, spectrum, op.n, F, stream);
+      } else {
+        fbfft::rfft2(src, type, spectrum, fbfft::frequency_major(nh, nw, op.n), op.n, h, w, nh,
+                     nw, oy, ox, stream);
+      }
+    };
     if (p.a.n == 0 || p.b.n == 0) {
       // An empty reduction: a zero spectrum, so the inverse writes zeros (plus bias).
       FL_CUDA_CHECK(cudaMemsetAsync(big_c, 0, sizeof(float2) * M * F, stream));
     } else {
-      // Each operand through a window at minus its offset in the basis (implicit zero padding),
-      // straight into the frequency-major layout of the GEMMs.
-      fbfft::rfft2(a, type, at, fbfft::frequency_major(nh, nw, p.a.n), p.a.n,
-                   static_cast<int>(p.a.h), static_cast<int>(p.a.w), nh, nw,
-                   static_cast<int>(-p.a.offh), static_cast<int>(-p.a.offw), stream);
-      fbfft::rfft2(b, type, bt, fbfft::frequency_major(nh, nw, p.b.n), p.b.n,
-                   static_cast<int>(p.b.h), static_cast<int>(p.b.w), nh, nw,
-                   static_cast<int>(-p.b.offh), static_cast<int>(-p.b.offw), stream);
+      forward(a, p.a, at);
+      forward(b, p.b, bt);
       spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas);
     }
-    // Inverse from [F, n_out], clipped to the output at (offh, offw), scaled, plus bias, cast.
-    fbfft::irfft2(big_c, fbfft::frequency_major(nh, nw, M), out, type, M, nh, nw,
-                  static_cast<int>(p.oh), static_cast<int>(p.ow), static_cast<int>(p.offh),
-                  static_cast<int>(p.offw), 1.f / static_cast<float>(s.nh * s.nw), bias,
-                  s.K, stream);
+    // Inverse from [F, n_out] (staged: transposed to [n_out, F] first), clipped to the output at
+    // (offh, offw), scaled, plus bias, cast.
+    const float2* spectrum = big_c;
+    fbfft::Strides strides = fbfft::frequency_major(nh, nw, M);
+    if (staged) {
+      transpose<float2>(big_c, staging, F, M, stream);
+      spectrum = staging;
+      strides = fbfft::row_major(nh, nw);
+    }
+    fbfft::irfft2(spectrum, strides, out, type, M, nh, nw, static_cast<int>(p.oh),
+                  static_cast<int>(p.ow), static_cast<int>(p.offh), static_cast<int>(p.offw),
+                  1.f / static_cast<float>(s.nh * s.nw), bias, s.K, stream);
   }
 }
 

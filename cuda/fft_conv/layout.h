@@ -35,6 +35,16 @@ inline bool fbfft_basis_ok(int64_t nh, int64_t nw) {
   return ok(nh) && ok(nw);
 }
 
+// Whether the fbfft transforms of a basis go through a row-major staging buffer and a tiled
+// transpose to and from the frequency-major layout of the GEMMs. The kernels of 128 x 128 and of
+// non-square bases hold one image per block, and frequency-major accesses from one image use 8
+// bytes of every 32-byte sector: the 128 x 128 inverse of the first Table 4 layer took 2.0 ms so
+// (12288 images, 0.74 TB/s; H200). Square bases up to 64 and 1 x n lines hold several images per
+// block, adjacent in the frequency-major layout, and write it directly.
+inline bool fbfft_staged(int64_t nh, int64_t nw) {
+  return nh == nw ? nh >= 128 : nh != 1;
+}
+
 struct Operand {
   int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
 };
@@ -81,9 +91,10 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
   size_t off = 0;
   L.at = off; off += align_up(na * F * cb);
   L.bt = off; off += align_up(nb * F * cb);
-  if (backend == Backend::FbFFT) {  // only the two spectra and the GEMM output
+  if (backend == Backend::FbFFT) {  // the two spectra, the GEMM output, staging if it applies
     L.big = off; off += align_up(no * F * cb);
     L.scratch = off;
+    if (fbfft_staged(s.nh, s.nw)) off += align_up(std::max(std::max(na, nb), no) * F * cb);
     L.work = off;
     return L;
   }
