@@ -144,19 +144,22 @@ def test_workspace_bytes_take_the_backend():
 
 def test_fbfft_workspace_stages_one_image_per_block_bases():
     """128 x 128 and non-square bases go through a row-major staging buffer (the largest of the
-    three spectra) and a transpose; square bases up to 64 write the frequency-major layout."""
+    three spectra) and a transpose; square bases up to 64 write the frequency-major layout; with
+    at most 4 input channels the staged bases keep row-major spectra and need no staging."""
     from fastlayers import _C
 
     def align(v):
         return (v + 255) // 256 * 256
 
-    S, C, K = 8, 16, 32
-    for basis, staged in (((128, 128), True), ((64, 64), False), ((32, 64), True)):
+    S, K = 8, 32
+    for basis, C, staged in (((128, 128), 16, True), ((64, 64), 16, False),
+                             ((32, 64), 16, True), ((128, 128), 4, False),
+                             ((32, 64), 3, False), ((128, 128), 5, True)):
         args = (0, S, C, K, 30, 30, 3, 3, 1, 1, *basis, 4)
         F = basis[0] * (basis[1] // 2 + 1)
         spectra = [n * F * 8 for n in (S * C, K * C, S * K)]
         expected = sum(align(b) for b in spectra) + (align(max(spectra)) if staged else 0)
-        assert _C.fft_conv2d_workspace_bytes(*args, backend="fbfft") == expected, basis
+        assert _C.fft_conv2d_workspace_bytes(*args, backend="fbfft") == expected, (basis, C)
 
 
 # --- errors --------------------------------------------------------------------------------------

@@ -72,10 +72,15 @@ def lanes64(request):
 
 
 # Bases 64 and 128 on the fbfft lane kernels: the frequency-major layout of the GEMMs, windows
-# past the input, partial last tiles of the clipped inverse, bias in every storage type.
+# past the input, partial last tiles of the clipped inverse, bias in every storage type. At 128,
+# C <= 4 takes the small-channel products on row-major spectra (batches and output channels
+# that leave partial blocks of 4), C > 4 the staged transposes around the GEMMs.
 LANE_CASES = [Case(2, 3, 4, 70, 61, 3, 5, 1, 2, (128, 128)),
               Case(3, 2, 5, 50, 64, 3, 3, 1, 0, (64, 64)),
-              Case(1, 4, 3, 97, 100, 7, 5, 3, 2, (128, 128))]
+              Case(1, 4, 3, 97, 100, 7, 5, 3, 2, (128, 128)),
+              Case(5, 1, 6, 33, 40, 4, 3, 1, 0, (128, 128)),
+              Case(6, 2, 9, 21, 30, 11, 11, 5, 5, (64, 128)),
+              Case(2, 6, 5, 70, 61, 3, 5, 1, 2, (128, 128))]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],

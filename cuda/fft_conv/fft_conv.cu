@@ -193,6 +193,154 @@ void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* a
   }
 }
 
+// The per-frequency products of a pass when the input channels C are few, on row-major spectra
+// (image i's frequency f at i * F + f) and without transposes: one thread per frequency and R
+// indices of the large side, the C-sized side in registers, every product in fp32 FMA.
+//   forward:    y[s, k]  = sum_c x[s, c] conj(w[k, c])      (a = x [S, C], b = w [K, C])
+//   input grad: gx[s, c] = sum_k gy[s, k] w[k, c]           (a = gy [S, K], b = w [K, C])
+//   weight grad: gw[k, c] = sum_s conj(gy[s, k]) x[s, c]    (a = gy [S, K], b = x [S, C])
+// Each thread streams its share of the large spectrum once; the small operand (C images per
+// index) is re-read from L2 by every R-block of threads.
+constexpr int kSmallR = 4;
+
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {  // a * b
+  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+__device__ __forceinline__ float2 cmul_conj(float2 a, float2 b) {  // a * conj(b)
+  return make_float2(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y);
+}
+__device__ __forceinline__ float2 cadd(float2 a, float2 b) {
+  return make_float2(a.x + b.x, a.y + b.y);
+}
+
+template <int C>
+__global__ void small_forward_kernel(const float2* __restrict__ x, const float2* __restrict__ w,
+                                     float2* __restrict__ y, int64_t S, int64_t K, int64_t F) {
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (f >= F) return;
+  const int64_t s0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
+  const int rows = static_cast<int>(S - s0 < kSmallR ? S - s0 : kSmallR);
+  float2 xs[kSmallR][C];
+#pragma unroll
+  for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      xs[r][c] = r < rows ? x[((s0 + r) * C + c) * F + f] : make_float2(0.f, 0.f);
+#pragma unroll 2
+  for (int64_t k = 0; k < K; ++k) {
+    float2 wk[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) wk[c] = __ldg(w + (k * C + c) * F + f);
+#pragma unroll
+    for (int r = 0; r < kSmallR; ++r) {
+      float2 acc = cmul_conj(xs[r][0], wk[0]);
+#pragma unroll
+      for (int c = 1; c < C; ++c) acc = cadd(acc, cmul_conj(xs[r][c], wk[c]));
+      if (r < rows) y[((s0 + r) * K + k) * F + f] = acc;
+    }
+  }
+}
+
+template <int C>
+__global__ void small_input_grad_kernel(const float2* __restrict__ gy,
+                                        const float2* __restrict__ w, float2* __restrict__ gx,
+                                        int64_t S, int64_t K, int64_t F) {
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (f >= F) return;
+  const int64_t s0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
+  const int rows = static_cast<int>(S - s0 < kSmallR ? S - s0 : kSmallR);
+  float2 acc[kSmallR][C];
+#pragma unroll
+  for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
+#pragma unroll 2
+  for (int64_t k = 0; k < K; ++k) {
+    float2 wk[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) wk[c] = __ldg(w + (k * C + c) * F + f);
+#pragma unroll
+    for (int r = 0; r < kSmallR; ++r) {
+      const float2 g = r < rows ? gy[((s0 + r) * K + k) * F + f] : make_float2(0.f, 0.f);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = cadd(acc[r][c], cmul(g, wk[c]));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (r < rows) gx[((s0 + r) * C + c) * F + f] = acc[r][c];
+}
+
+template <int C>
+__global__ void small_weight_grad_kernel(const float2* __restrict__ gy,
+                                         const float2* __restrict__ x, float2* __restrict__ gw,
+                                         int64_t S, int64_t K, int64_t F) {
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (f >= F) return;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
+  const int rows = static_cast<int>(K - k0 < kSmallR ? K - k0 : kSmallR);
+  float2 acc[kSmallR][C];
+#pragma unroll
+  for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
+#pragma unroll 2
+  for (int64_t s = 0; s < S; ++s) {
+    float2 xs[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) xs[c] = __ldg(x + (s * C + c) * F + f);
+#pragma unroll
+    for (int r = 0; r < kSmallR; ++r) {
+      const float2 g = r < rows ? gy[(s * K + k0 + r) * F + f] : make_float2(0.f, 0.f);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = cadd(acc[r][c], cmul_conj(xs[c], g));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (r < rows) gw[((k0 + r) * C + c) * F + f] = acc[r][c];
+}
+
+template <int C>
+void spectral_product_small_c(Pass pass, const Shape& s, const float2* a, const float2* b,
+                              float2* out, int64_t F, cudaStream_t stream) {
+  constexpr int kThreads = 128;
+  const int64_t large = pass == Pass::WeightGrad ? s.K : s.S;
+  const int64_t blocks_y = (large + kSmallR - 1) / kSmallR;
+  if (blocks_y > 65535)
+    throw std::runtime_error("fastlayers: fft_conv small-channel product: batch too large");
+  const dim3 grid(static_cast<unsigned>((F + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(blocks_y));
+  switch (pass) {
+    case Pass::Forward:
+      small_forward_kernel<C><<<grid, kThreads, 0, stream>>>(a, b, out, s.S, s.K, F);
+      break;
+    case Pass::InputGrad:
+      small_input_grad_kernel<C><<<grid, kThreads, 0, stream>>>(a, b, out, s.S, s.K, F);
+      break;
+    case Pass::WeightGrad:
+      small_weight_grad_kernel<C><<<grid, kThreads, 0, stream>>>(a, b, out, s.S, s.K, F);
+      break;
+  }
+  FL_LAUNCH_CHECK();
+}
+
+void spectral_product_small(Pass pass, const Shape& s, const float2* a, const float2* b,
+                            float2* out, int64_t F, cudaStream_t stream) {
+  static_assert(kFbfftSmallChannels == 4, "one instantiation per channel count");
+  switch (s.C) {
+    case 1: return spectral_product_small_c<1>(pass, s, a, b, out, F, stream);
+    case 2: return spectral_product_small_c<2>(pass, s, a, b, out, F, stream);
+    case 3: return spectral_product_small_c<3>(pass, s, a, b, out, F, stream);
+    case 4: return spectral_product_small_c<4>(pass, s, a, b, out, F, stream);
+  }
+  throw std::runtime_error("fastlayers: fft_conv small-channel product: C out of range");
+}
+
 struct Layout : BufferLayout {
   size_t work_bytes, total;
 };
@@ -298,13 +446,19 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     const int64_t F = s.freqs(), M = p.n_out;
     const int nh = static_cast<int>(s.nh), nw = static_cast<int>(s.nw);
     const fbfft::Real type = fbfft_real<T>();
-    const bool staged = fbfft_staged(s.nh, s.nw);
+    // Few input channels: row-major spectra throughout, the products in one kernel. Else on a
+    // staged basis: row-major transforms, transposed to and from the GEMMs' layout.
+    const bool small = fbfft_small_channels(s);
+    const bool staged = fbfft_staged(s.nh, s.nw) && !small;
     // An operand through a window at minus its offset in the basis (implicit zero padding) into
     // the frequency-major layout of the GEMMs: directly, or row-major and then transposed.
     auto forward = [&](const T* src, const Operand& op, float2* spectrum) {
       const int h = static_cast<int>(op.h), w = static_cast<int>(op.w);
       const int oy = static_cast<int>(-op.offh), ox = static_cast<int>(-op.offw);
-      if (staged) {
+      if (small) {
+        fbfft::rfft2(src, type, spectrum, fbfft::row_major(nh, nw), op.n, h, w, nh, nw, oy, ox,
+                     stream);
+      } else if (staged) {
         fbfft::rfft2(src, type, staging, fbfft::row_major(nh, nw), op.n, h, w, nh, nw, oy, ox,
                      stream);
         transpose<float2>(staging, spectrum, op.n, F, stream);
@@ -319,12 +473,17 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     } else {
       forward(a, p.a, at);
       forward(b, p.b, bt);
-      spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas);
+      if (small) {
+        spectral_product_small(pass, s, at, bt, big_c, F, stream);
+      } else {
+        spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas);
+      }
     }
-    // Inverse from [F, n_out] (staged: transposed to [n_out, F] first), clipped to the output at
-    // (offh, offw), scaled, plus bias, cast.
+    // Inverse from [F, n_out] (staged: transposed to [n_out, F] first; few channels: [n_out, F]
+    // already), clipped to the output at (offh, offw), scaled, plus bias, cast.
     const float2* spectrum = big_c;
-    fbfft::Strides strides = fbfft::frequency_major(nh, nw, M);
+    fbfft::Strides strides =
+        small ? fbfft::row_major(nh, nw) : fbfft::frequency_major(nh, nw, M);
     if (staged) {
       transpose<float2>(big_c, staging, F, M, stream);
       spectrum = staging;

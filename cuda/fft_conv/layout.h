@@ -45,6 +45,15 @@ inline bool fbfft_staged(int64_t nh, int64_t nw) {
   return nh == nw ? nh >= 128 : nh != 1;
 }
 
+// Input channels up to this many, on a staged basis: the per-frequency products run as one
+// kernel over the row-major spectra (fft_conv.cu, spectral_product_small) instead of transposes
+// and cuBLAS GEMMs with a reduction or an output side of C, which move the large spectrum at a
+// fraction of the memory bandwidth (a network's first layer: C = 3).
+constexpr int64_t kFbfftSmallChannels = 4;
+inline bool fbfft_small_channels(const Shape& s) {
+  return fbfft_staged(s.nh, s.nw) && s.C >= 1 && s.C <= kFbfftSmallChannels;
+}
+
 struct Operand {
   int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
 };
@@ -94,7 +103,8 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
   if (backend == Backend::FbFFT) {  // the two spectra, the GEMM output, staging if it applies
     L.big = off; off += align_up(no * F * cb);
     L.scratch = off;
-    if (fbfft_staged(s.nh, s.nw)) off += align_up(std::max(std::max(na, nb), no) * F * cb);
+    if (fbfft_staged(s.nh, s.nw) && !fbfft_small_channels(s))
+      off += align_up(std::max(std::max(na, nb), no) * F * cb);
     L.work = off;
     return L;
   }
