@@ -145,7 +145,7 @@ def test_workspace_bytes_take_the_backend():
 def test_fbfft_workspace_stages_one_image_per_block_bases():
     """128 x 128 and non-square bases go through a row-major staging buffer (the largest of the
     three spectra) and a transpose; square bases up to 64 write the frequency-major layout; with
-    at most 4 input channels the staged bases keep row-major spectra and need no staging."""
+    at most 4 input channels every basis keeps row-major spectra and needs no staging."""
     from fastlayers import _C
 
     def align(v):
@@ -154,7 +154,7 @@ def test_fbfft_workspace_stages_one_image_per_block_bases():
     S, K = 8, 32
     for basis, C, staged in (((128, 128), 16, True), ((64, 64), 16, False),
                              ((32, 64), 16, True), ((128, 128), 4, False),
-                             ((32, 64), 3, False), ((128, 128), 5, True)):
+                             ((32, 64), 3, False), ((128, 128), 5, True), ((16, 16), 2, False)):
         args = (0, S, C, K, 30, 30, 3, 3, 1, 1, *basis, 4)
         F = basis[0] * (basis[1] // 2 + 1)
         spectra = [n * F * 8 for n in (S * C, K * C, S * K)]

@@ -194,14 +194,20 @@ void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* a
 }
 
 // The per-frequency products of a pass when the input channels C are few, on row-major spectra
-// (image i's frequency f at i * F + f) and without transposes: one thread per frequency and R
-// indices of the large side, the C-sized side in registers, every product in fp32 FMA.
-//   forward:    y[s, k]  = sum_c x[s, c] conj(w[k, c])      (a = x [S, C], b = w [K, C])
-//   input grad: gx[s, c] = sum_k gy[s, k] w[k, c]           (a = gy [S, K], b = w [K, C])
+// (image i's frequency f at i * F + f) and without transposes, every product in fp32 FMA:
+//   forward:     y[s, k]  = sum_c x[s, c] conj(w[k, c])     (a = x [S, C], b = w [K, C])
+//   input grad:  gx[s, c] = sum_k gy[s, k] w[k, c]          (a = gy [S, K], b = w [K, C])
 //   weight grad: gw[k, c] = sum_s conj(gy[s, k]) x[s, c]    (a = gy [S, K], b = x [S, C])
-// Each thread streams its share of the large spectrum once; the small operand (C images per
-// index) is re-read from L2 by every R-block of threads.
+// A block is BX consecutive frequencies (threadIdx.x) by Y slices (threadIdx.y) of the loop
+// over the other large side (k, or s for the weight grad), for kSmallR indices of its large
+// output side (blockIdx.y); the C-sized side sits in registers. The gradients' partial sums meet
+// in shared memory and are added in slice order (deterministic). Every element of the large
+// spectrum is read or written once; the small operand (C images per index) is re-read from L2 by
+// each block row. 32 x 8 threads where the frequencies are few (the 32 x 32 and 64 x 64 bases:
+// more threads in flight), 128 x 1 from 4096 frequencies (128 x 128); measured on an H200,
+// benchmarks/NOTES.md.
 constexpr int kSmallR = 4;
+template <int Y> constexpr int small_bx() { return Y == 1 ? 128 : 32; }
 
 __device__ __forceinline__ float2 cmul(float2 a, float2 b) {  // a * b
   return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
@@ -213,10 +219,11 @@ __device__ __forceinline__ float2 cadd(float2 a, float2 b) {
   return make_float2(a.x + b.x, a.y + b.y);
 }
 
-template <int C>
-__global__ void small_forward_kernel(const float2* __restrict__ x, const float2* __restrict__ w,
-                                     float2* __restrict__ y, int64_t S, int64_t K, int64_t F) {
-  const int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+template <int C, int Y>
+__global__ void __launch_bounds__(small_bx<Y>() * Y)
+    small_forward_kernel(const float2* __restrict__ x, const float2* __restrict__ w,
+                         float2* __restrict__ y, int64_t S, int64_t K, int64_t F) {
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * small_bx<Y>() + threadIdx.x;
   if (f >= F) return;
   const int64_t s0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
   const int rows = static_cast<int>(S - s0 < kSmallR ? S - s0 : kSmallR);
@@ -227,7 +234,7 @@ __global__ void small_forward_kernel(const float2* __restrict__ x, const float2*
     for (int c = 0; c < C; ++c)
       xs[r][c] = r < rows ? x[((s0 + r) * C + c) * F + f] : make_float2(0.f, 0.f);
 #pragma unroll 2
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = threadIdx.y; k < K; k += Y) {
     float2 wk[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) wk[c] = __ldg(w + (k * C + c) * F + f);
@@ -241,92 +248,101 @@ __global__ void small_forward_kernel(const float2* __restrict__ x, const float2*
   }
 }
 
-template <int C>
-__global__ void small_input_grad_kernel(const float2* __restrict__ gy,
-                                        const float2* __restrict__ w, float2* __restrict__ gx,
-                                        int64_t S, int64_t K, int64_t F) {
-  const int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (f >= F) return;
-  const int64_t s0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
-  const int rows = static_cast<int>(S - s0 < kSmallR ? S - s0 : kSmallR);
+// The gradients: thread (x, y) sums the loop indices y, y + Y, ...; the slices' sums of each
+// output are then added in slice order, the outputs of a frequency shared among the slices.
+template <int C, bool WeightGrad, int Y>
+__global__ void __launch_bounds__(small_bx<Y>() * Y)
+    small_grad_kernel(const float2* __restrict__ gy, const float2* __restrict__ other,
+                      float2* __restrict__ out, int64_t S, int64_t K, int64_t F) {
+  constexpr int OUT = kSmallR * C, BX = small_bx<Y>();
+  __shared__ float2 part[Y > 1 ? Y : 1][Y > 1 ? OUT : 1][BX];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * BX + tx;
+  const bool live = f < F;
+  // Input grad: outputs (s0 + r, c), loop over k; weight grad: outputs (k0 + r, c), loop over s.
+  const int64_t large = WeightGrad ? K : S, loop = WeightGrad ? S : K;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
+  const int rows = static_cast<int>(large - o0 < kSmallR ? large - o0 : kSmallR);
   float2 acc[kSmallR][C];
 #pragma unroll
   for (int r = 0; r < kSmallR; ++r)
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
+  if (live) {
 #pragma unroll 2
-  for (int64_t k = 0; k < K; ++k) {
-    float2 wk[C];
+    for (int64_t j = ty; j < loop; j += Y) {
+      float2 v[C];  // w[j, c] (input grad) or x[j, c] (weight grad)
 #pragma unroll
-    for (int c = 0; c < C; ++c) wk[c] = __ldg(w + (k * C + c) * F + f);
+      for (int c = 0; c < C; ++c) v[c] = __ldg(other + (j * C + c) * F + f);
+      // Predicated loads: all R in flight at once (loading each row's value beside its FMAs
+      // measured slower on L1's 128 x 128 basis: input grad 388 against 347 us, weight grad 368
+      // against 248 us).
+      float2 g[kSmallR];
 #pragma unroll
-    for (int r = 0; r < kSmallR; ++r) {
-      const float2 g = r < rows ? gy[((s0 + r) * K + k) * F + f] : make_float2(0.f, 0.f);
+      for (int r = 0; r < kSmallR; ++r)
+        g[r] = r < rows ? gy[WeightGrad ? (j * K + o0 + r) * F + f : ((o0 + r) * K + j) * F + f]
+                        : make_float2(0.f, 0.f);
 #pragma unroll
-      for (int c = 0; c < C; ++c) acc[r][c] = cadd(acc[r][c], cmul(g, wk[c]));
+      for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          acc[r][c] = cadd(acc[r][c], WeightGrad ? cmul_conj(v[c], g[r]) : cmul(g[r], v[c]));
     }
   }
+  if constexpr (Y == 1) {
+    if (!live) return;
 #pragma unroll
-  for (int r = 0; r < kSmallR; ++r)
+    for (int r = 0; r < kSmallR; ++r)
 #pragma unroll
-    for (int c = 0; c < C; ++c)
-      if (r < rows) gx[((s0 + r) * C + c) * F + f] = acc[r][c];
+      for (int c = 0; c < C; ++c)
+        if (r < rows) out[((o0 + r) * C + c) * F + f] = acc[r][c];
+  } else {
+#pragma unroll
+    for (int r = 0; r < kSmallR; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) part[ty][r * C + c][tx] = acc[r][c];
+    __syncthreads();
+    if (!live) return;
+    for (int o = ty; o < OUT; o += Y) {
+      const int r = o / C, c = o - r * C;
+      if (r >= rows) continue;
+      float2 sum = part[0][o][tx];
+#pragma unroll
+      for (int t = 1; t < Y; ++t) sum = cadd(sum, part[t][o][tx]);
+      out[((o0 + r) * C + c) * F + f] = sum;
+    }
+  }
 }
 
-template <int C>
-__global__ void small_weight_grad_kernel(const float2* __restrict__ gy,
-                                         const float2* __restrict__ x, float2* __restrict__ gw,
-                                         int64_t S, int64_t K, int64_t F) {
-  const int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (f >= F) return;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kSmallR;
-  const int rows = static_cast<int>(K - k0 < kSmallR ? K - k0 : kSmallR);
-  float2 acc[kSmallR][C];
-#pragma unroll
-  for (int r = 0; r < kSmallR; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
-#pragma unroll 2
-  for (int64_t s = 0; s < S; ++s) {
-    float2 xs[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) xs[c] = __ldg(x + (s * C + c) * F + f);
-#pragma unroll
-    for (int r = 0; r < kSmallR; ++r) {
-      const float2 g = r < rows ? gy[(s * K + k0 + r) * F + f] : make_float2(0.f, 0.f);
-#pragma unroll
-      for (int c = 0; c < C; ++c) acc[r][c] = cadd(acc[r][c], cmul_conj(xs[c], g));
-    }
+template <int C, int Y>
+void spectral_product_small_cy(Pass pass, const Shape& s, const float2* a, const float2* b,
+                               float2* out, int64_t F, cudaStream_t stream) {
+  constexpr int BX = small_bx<Y>();
+  const int64_t large = pass == Pass::WeightGrad ? s.K : s.S;
+  const int64_t blocks_y = (large + kSmallR - 1) / kSmallR;
+  if (blocks_y > 65535)
+    throw std::runtime_error("fastlayers: fft_conv small-channel product: batch too large");
+  const dim3 grid(static_cast<unsigned>((F + BX - 1) / BX), static_cast<unsigned>(blocks_y));
+  const dim3 block(BX, Y);
+  switch (pass) {
+    case Pass::Forward:
+      small_forward_kernel<C, Y><<<grid, block, 0, stream>>>(a, b, out, s.S, s.K, F);
+      break;
+    case Pass::InputGrad:
+      small_grad_kernel<C, false, Y><<<grid, block, 0, stream>>>(a, b, out, s.S, s.K, F);
+      break;
+    case Pass::WeightGrad:
+      small_grad_kernel<C, true, Y><<<grid, block, 0, stream>>>(a, b, out, s.S, s.K, F);
+      break;
   }
-#pragma unroll
-  for (int r = 0; r < kSmallR; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-      if (r < rows) gw[((k0 + r) * C + c) * F + f] = acc[r][c];
+  FL_LAUNCH_CHECK();
 }
 
 template <int C>
 void spectral_product_small_c(Pass pass, const Shape& s, const float2* a, const float2* b,
                               float2* out, int64_t F, cudaStream_t stream) {
-  constexpr int kThreads = 128;
-  const int64_t large = pass == Pass::WeightGrad ? s.K : s.S;
-  const int64_t blocks_y = (large + kSmallR - 1) / kSmallR;
-  if (blocks_y > 65535)
-    throw std::runtime_error("fastlayers: fft_conv small-channel product: batch too large");
-  const dim3 grid(static_cast<unsigned>((F + kThreads - 1) / kThreads),
-                  static_cast<unsigned>(blocks_y));
-  switch (pass) {
-    case Pass::Forward:
-      small_forward_kernel<C><<<grid, kThreads, 0, stream>>>(a, b, out, s.S, s.K, F);
-      break;
-    case Pass::InputGrad:
-      small_input_grad_kernel<C><<<grid, kThreads, 0, stream>>>(a, b, out, s.S, s.K, F);
-      break;
-    case Pass::WeightGrad:
-      small_weight_grad_kernel<C><<<grid, kThreads, 0, stream>>>(a, b, out, s.S, s.K, F);
-      break;
-  }
-  FL_LAUNCH_CHECK();
+  if (F >= 4096) return spectral_product_small_cy<C, 1>(pass, s, a, b, out, F, stream);
+  spectral_product_small_cy<C, 8>(pass, s, a, b, out, F, stream);
 }
 
 void spectral_product_small(Pass pass, const Shape& s, const float2* a, const float2* b,
@@ -446,8 +462,9 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     const int64_t F = s.freqs(), M = p.n_out;
     const int nh = static_cast<int>(s.nh), nw = static_cast<int>(s.nw);
     const fbfft::Real type = fbfft_real<T>();
-    // Few input channels: row-major spectra throughout, the products in one kernel. Else on a
-    // staged basis: row-major transforms, transposed to and from the GEMMs' layout.
+    // Few input channels: row-major spectra throughout, the products in one kernel. Else the
+    // GEMMs' frequency-major layout, written directly, or on a staged basis row-major and
+    // transposed to and from it.
     const bool small = fbfft_small_channels(s);
     const bool staged = fbfft_staged(s.nh, s.nw) && !small;
     // An operand through a window at minus its offset in the basis (implicit zero padding) into

@@ -45,13 +45,14 @@ inline bool fbfft_staged(int64_t nh, int64_t nw) {
   return nh == nw ? nh >= 128 : nh != 1;
 }
 
-// Input channels up to this many, on a staged basis: the per-frequency products run as one
-// kernel over the row-major spectra (fft_conv.cu, spectral_product_small) instead of transposes
-// and cuBLAS GEMMs with a reduction or an output side of C, which move the large spectrum at a
-// fraction of the memory bandwidth (a network's first layer: C = 3).
+// Input channels up to this many (a network's first layer: C = 3), on the fbfft backend: the
+// spectra stay row-major and the per-frequency products run as one kernel over them (fft_conv.cu,
+// spectral_product_small), instead of cuBLAS GEMMs with a reduction or an output side of C (and,
+// on staged bases, transposes), which move the large spectrum at a fraction of the memory
+// bandwidth.
 constexpr int64_t kFbfftSmallChannels = 4;
 inline bool fbfft_small_channels(const Shape& s) {
-  return fbfft_staged(s.nh, s.nw) && s.C >= 1 && s.C <= kFbfftSmallChannels;
+  return s.C >= 1 && s.C <= kFbfftSmallChannels;
 }
 
 struct Operand {
