@@ -94,25 +94,28 @@ def fbfft_cases(dev):
         out = fbfft.rfft(x.float().to(dev), 8, -1).cpu().to(ref.dtype)
         worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
         print("fbfft 1-D, 2^20 + 1 lines: worst relative error so far %.2e" % worst, flush=True)
-    for basis, lanes64 in ((128, False), (64, False), (64, True)):
+    # C = 3: the small-channel products on row-major spectra (128 x 1 threads at 128 x 128, 32 x 8
+    # with shared-memory sums below); C = 6 at 128 x 128 and 32 x 64: staged transposes + GEMMs.
+    for basis, lanes64, C in ((128, False, 3), (64, False, 3), (64, True, 3), (128, False, 6),
+                              ((32, 64), False, 6), ((32, 64), False, 2)):
         if dev == "cuda":
             _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)
-        x = torch.randn(2, 3, 30, 27, generator=g, dtype=torch.float64)
-        w = torch.randn(4, 3, 3, 5, generator=g, dtype=torch.float64)
+        x = torch.randn(2, C, 30, 27, generator=g, dtype=torch.float64)
+        w = torch.randn(4, C, 3, 5, generator=g, dtype=torch.float64)
         b = torch.randn(4, generator=g, dtype=torch.float64)
         gy = torch.randn(2, 4, 30, 27, generator=g, dtype=torch.float64)
         ref = (F.conv2d(x, w, b, 1, (1, 2)),) + tuple(torch.ops.aten.convolution_backward(
             gy, x, w, None, [1, 1], [1, 2], [1, 1], False, [0, 0], 1, [True, True, False])[:2])
         xd, wd, bd, gyd = (t.float().to(dev) for t in (x, w, b, gy))
-        fl, nb = torch.ops.fastlayers, [basis, basis]
+        fl, nb = torch.ops.fastlayers, list(basis) if isinstance(basis, tuple) else [basis, basis]
         got = (fl.fft_conv2d(xd, wd, bd, [1, 2], nb, False, "fbfft"),
                fl.fft_conv2d_input_grad(gyd, wd, [1, 2], nb, False, "fbfft"),
                fl.fft_conv2d_weight_grad(gyd, xd, [1, 2], nb, False, "fbfft"))
         for out, r in zip(got, ref):
             out = out.double().cpu()
             worst = max(worst, ((out - r).norm() / r.norm()).item())
-        print("fbfft convolution at %dx%d%s: worst relative error so far %.2e"
-              % (basis, basis, " (lane kernel)" if lanes64 else "", worst), flush=True)
+        print("fbfft convolution at %dx%d, C = %d%s: worst relative error so far %.2e"
+              % (nb[0], nb[1], C, " (lane kernel)" if lanes64 else "", worst), flush=True)
     if dev == "cuda":
         _C._fbfft_set_lanes_2d_min(128)
     return worst
