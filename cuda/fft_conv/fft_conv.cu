@@ -465,10 +465,10 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     // Few input channels: row-major spectra throughout, the products in one kernel. Else the
     // GEMMs' frequency-major layout, written directly, or on a staged basis row-major and
     // transposed to and from it.
-    const bool small = fbfft_small_channels(s);
-    const bool staged = fbfft_staged(s.nh, s.nw) && !small;
+    const bool small = fbfft_small_channels(s), staged = fbfft_uses_staging(s);
     // An operand through a window at minus its offset in the basis (implicit zero padding) into
-    // the frequency-major layout of the GEMMs: directly, or row-major and then transposed.
+    // its spectrum: row-major (few channels), or the GEMMs' frequency-major layout, directly or
+    // row-major and then transposed.
     auto forward = [&](const T* src, const Operand& op, float2* spectrum) {
       const int h = static_cast<int>(op.h), w = static_cast<int>(op.w);
       const int oy = static_cast<int>(-op.offh), ox = static_cast<int>(-op.offw);

@@ -55,6 +55,11 @@ inline bool fbfft_small_channels(const Shape& s) {
   return s.C >= 1 && s.C <= kFbfftSmallChannels;
 }
 
+// Staging applies on a staged basis unless the spectra stay row-major (few channels).
+inline bool fbfft_uses_staging(const Shape& s) {
+  return fbfft_staged(s.nh, s.nw) && !fbfft_small_channels(s);
+}
+
 struct Operand {
   int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
 };
@@ -104,8 +109,7 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
   if (backend == Backend::FbFFT) {  // the two spectra, the GEMM output, staging if it applies
     L.big = off; off += align_up(no * F * cb);
     L.scratch = off;
-    if (fbfft_staged(s.nh, s.nw) && !fbfft_small_channels(s))
-      off += align_up(std::max(std::max(na, nb), no) * F * cb);
+    if (fbfft_uses_staging(s)) off += align_up(std::max(std::max(na, nb), no) * F * cb);
     L.work = off;
     return L;
   }
