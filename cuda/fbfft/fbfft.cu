@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../common/check.h"
+#include "../common/complex.h"
 
 namespace fastlayers {
 namespace fbfft {
@@ -995,10 +996,6 @@ __device__ __forceinline__ float2 circle(int m) {
   return Inverse ? make_float2(w.x, -w.y) : w;
 }
 
-__device__ __forceinline__ float2 cmul2(float2 a, float2 w) {
-  return make_float2(a.x * w.x - a.y * w.y, a.x * w.y + a.y * w.x);
-}
-
 template <int L>
 __device__ __forceinline__ int lane_reverse(int l) {
   return L == 1 ? 0 : static_cast<int>(__brev(static_cast<unsigned>(l)) >> (32 - ilog2(L)));
@@ -1049,7 +1046,7 @@ __device__ __forceinline__ void dif_lanes(float2 (&z)[N / L], int lane,
       const float px = __shfl_xor_sync(0xffffffffu, z[r].x, s);
       const float py = __shfl_xor_sync(0xffffffffu, z[r].y, s);
       const float2 v = make_float2(fmaf(sg, z[r].x, px), fmaf(sg, z[r].y, py));
-      z[r] = s > 1 ? cmul2(v, t.stage[st]) : v;
+      z[r] = s > 1 ? cmul(v, t.stage[st]) : v;
     });
   });
 }
@@ -1062,7 +1059,7 @@ __device__ __forceinline__ void fft_blocked(float2 (&z)[N / L], int lane,
   dif_lanes<N, L, Inverse>(z, lane, t);
   static_for<M - 1>([&](auto J) {
     constexpr int j = decltype(J)::value + 1;
-    z[j] = cmul2(z[j], t.inner[j]);
+    z[j] = cmul(z[j], t.inner[j]);
   });
   fft_registers<M, Inverse>(z);
 }
@@ -1079,7 +1076,7 @@ __device__ __forceinline__ void fft_cyclic(float2 (&z)[N / L], int lane,
   fft_registers<M, Inverse>(z);
   static_for<M>([&](auto R) {
     constexpr int r = decltype(R)::value, k1 = bit_reverse(r, ilog2(M));
-    if constexpr (k1 != 0) z[r] = cmul2(z[r], t.inner[r]);
+    if constexpr (k1 != 0) z[r] = cmul(z[r], t.inner[r]);
   });
   dif_lanes<N, L, Inverse>(z, lane, t);
 }
@@ -1530,9 +1527,6 @@ __device__ __forceinline__ int bitrev(int v, int bits) {
   return bits == 0 ? 0 : static_cast<int>(__brev(static_cast<unsigned>(v)) >> (32 - bits));
 }
 
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
 
 // In-place radix-2 decimation-in-time passes over `count` independent lines of length 2^bits,
 // stored in shared memory with element stride `es` and line stride `ls`; input bit-reversed,

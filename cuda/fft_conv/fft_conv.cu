@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../common/check.h"
+#include "../common/complex.h"
 #include "../common/cufft_plans.h"
 #include "../fbfft/fbfft.h"
 
@@ -208,16 +209,6 @@ void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* a
 // benchmarks/NOTES.md.
 constexpr int kSmallR = 4;
 template <int Y> constexpr int small_bx() { return Y == 1 ? 128 : 32; }
-
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {  // a * b
-  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
-__device__ __forceinline__ float2 cmul_conj(float2 a, float2 b) {  // a * conj(b)
-  return make_float2(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y);
-}
-__device__ __forceinline__ float2 cadd(float2 a, float2 b) {
-  return make_float2(a.x + b.x, a.y + b.y);
-}
 
 template <int C, int Y>
 __global__ void __launch_bounds__(small_bx<Y>() * Y)

@@ -40,7 +40,8 @@ inline bool fbfft_basis_ok(int64_t nh, int64_t nw) {
 // non-square bases hold one image per block, and frequency-major accesses from one image use 8
 // bytes of every 32-byte sector: the 128 x 128 inverse of the first Table 4 layer took 2.0 ms so
 // (12288 images, 0.74 TB/s; H200). Square bases up to 64 and 1 x n lines hold several images per
-// block, adjacent in the frequency-major layout, and write it directly.
+// block, adjacent in the frequency-major layout, and write it directly. (The 64 x 64 lane kernel,
+// one image per block, runs only under a benchmark switch, fbfft.cu's lanes_2d; it is not staged.)
 inline bool fbfft_staged(int64_t nh, int64_t nw) {
   return nh == nw ? nh >= 128 : nh != 1;
 }
