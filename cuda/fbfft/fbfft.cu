@@ -464,8 +464,10 @@ __device__ __forceinline__ void load_padded(float* rows, const float* __restrict
 // The window of G images of NH x NW at (oy, ox), zero-filled outside the input and past the
 // batch, into the pair-interleaved real rows (coalesced). float32: asynchronous copies, all in
 // flight at once; 16-bit storage: through registers, a chunk of loads in flight per round trip.
-// PADDED: load_padded where it applies (the 64 x 64 kernel with staged stores would spill).
-template <int NH, int NW, int THREADS, int G, bool PADDED = true>
+// An input wholly inside the window takes load_padded (every size: at 64 x 64 with staged stores
+// it leaves the kernel's 56 spilled bytes unchanged, and the convolution's zero-padded weights and
+// gradients skip the per-element path: L2 forward transforms 211 -> 193 us on an H200).
+template <int NH, int NW, int THREADS, int G>
 __device__ __forceinline__ void load_window(float* rows, const void* __restrict__ in, Real type,
                                             int64_t b0, int64_t batch, int h, int w, int oy,
                                             int ox, bool vec4) {
@@ -492,12 +494,9 @@ __device__ __forceinline__ void load_window(float* rows, const void* __restrict_
       return;
     }
   }
-  if constexpr (PADDED) {
-    if (type == Real::F32 && oy <= 0 && ox <= 0 && h - oy <= NH && w - ox <= NW) {
-      load_padded<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch, h, w, oy,
-                                      ox);
-      return;
-    }
+  if (type == Real::F32 && oy <= 0 && ox <= 0 && h - oy <= NH && w - ox <= NW) {
+    load_padded<NH, NW, THREADS, G>(rows, static_cast<const float*>(in), b0, batch, h, w, oy, ox);
+    return;
   }
   if (type == Real::F32) {
     const float* src_f = static_cast<const float*>(in);
@@ -547,8 +546,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   const bool whole = rows_in_global<NH, NW>() && type == Real::F32 && vec4 && h == NH &&
                      w == NW && oy == 0 && ox == 0;
   if (!whole) {
-    load_window<NH, NW, Cfg::THREADS, G, (NH < 64 || Direct)>(rows, in, type, b0, batch, h, w,
-                                                              oy, ox, vec4);
+    load_window<NH, NW, Cfg::THREADS, G>(rows, in, type, b0, batch, h, w, oy, ox, vec4);
     __syncthreads();
   }
 
