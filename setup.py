@@ -34,6 +34,32 @@ def _default_jobs():
     return cores
 
 
+def _write_build_info(flags):
+    """python/fastlayers/_build_info.py: a digest of the C++/CUDA sources and the build flags that
+    produced the extension. The tuner puts it in its cache keys, so decisions measured on other
+    kernels are measured again after a rebuild from changed sources."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(glob.glob("csrc/**/*", recursive=True) + glob.glob("cuda/**/*", recursive=True)):
+        if os.path.isfile(path):
+            h.update(path.encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read())
+    h.update(repr(flags).encode())
+    text = ('"""Written by setup.py: what fastlayers._C was built from (not in version control)."""\n'
+            'SOURCES = "%s"\n' % h.hexdigest()[:16])
+    out = os.path.join(ROOT, "python", "fastlayers", "_build_info.py")
+    try:
+        with open(out) as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
+    with open(out, "w") as f:
+        f.write(text)
+
+
 def extensions():
     import torch
     from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
@@ -57,6 +83,7 @@ def extensions():
         nvcc += ["-DFL_FBFFT_BLOCK_SWEEP"]  # every block size of the fbfft register kernels
     if os.environ.get("NVCC_THREADS"):
         nvcc += ["--threads", os.environ["NVCC_THREADS"]]
+    _write_build_info((with_cuda, os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else "", cxx, nvcc))
     if with_cuda:
         sources += sorted(glob.glob("cuda/**/*.cu", recursive=True))
         ext = CUDAExtension(

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,14 @@ def test_cache_lives_in_the_test_folder(tuner_cache):
     assert tuner.cache_file().parent == tuner_cache
     assert tuner.cache_file().name == "tuner-v%d.json" % tuner.FORMAT
     assert tuner.FORMAT == 2  # labels with backends and tiles
+
+
+def test_keys_name_the_sources_the_extension_was_built_from():
+    # setup.py writes the digest of csrc/, cuda/ and the build flags beside the package; a
+    # rebuild from changed kernels gives new keys, so cached decisions are measured again.
+    from fastlayers import _build_info
+    assert re.fullmatch(r"[0-9a-f]{16}", _build_info.SOURCES)
+    assert ",fastlayers=%s+%s|" % (tuner._VERSION, _build_info.SOURCES) in problem().key("forward") + "|"
 
 
 def test_cpu_is_not_measured_by_default(no_measuring):

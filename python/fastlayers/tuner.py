@@ -44,6 +44,10 @@ FORMAT = 2  # 2: labels name the transform backend and the tile
 PASSES = ("forward", "input_grad", "weight_grad")
 MODES = ("tune", "cache", "off")
 _VERSION = "0.1.0"
+try:  # the digest of the sources and flags the extension was built from (setup.py writes it)
+    from ._build_info import SOURCES as _SOURCES
+except ImportError:  # a tree whose extension was not built by setup.py
+    _SOURCES = "unknown"
 
 # Relative L2 error a candidate may show against a float64 reference: at most twice PyTorch's own
 # error in the same dtype, and never less than this floor (the dtype's storage rounding and an FFT's
@@ -130,8 +134,8 @@ class ConvProblem:
         return getattr(torch, self.dtype)
 
     def key(self, pass_: str) -> str:
-        versions = "torch=%s,cuda=%s,cudnn=%s,fastlayers=%s" % (
-            torch.__version__, torch.version.cuda, _cudnn_version(), _VERSION)
+        versions = "torch=%s,cuda=%s,cudnn=%s,fastlayers=%s+%s" % (
+            torch.__version__, torch.version.cuda, _cudnn_version(), _VERSION, _SOURCES)
         return ("conv2d.%s|S=%d,C=%d,K=%d,H=%d,W=%d,k=%dx%d,pad=%d,%d|%s|%s|%s|sm%s|tf32=%d|det=%d|%s"
                 % (pass_, self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw,
                    self.dtype, self.layout, self.device_name, self.capability, self.tf32,
