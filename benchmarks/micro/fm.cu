@@ -1,0 +1,40 @@
+// Frequency-major fbfft transforms (the convolution's [F, batch] layout) with the batches and
+// windows of Table 4's L2-L5 convolutions, CUDA-event times. From the repository root:
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
+//     benchmarks/micro/fm.cu cuda/fbfft/fbfft.cu -o fm && ./fm
+#include <cuda_runtime.h>
+#include <cstdio>
+#include "fbfft/fbfft.h"
+using namespace fastlayers::fbfft;
+struct Job { const char* name; int64_t B; int n, h, oh; bool inverse; };
+int main() {
+  Job jobs[] = {
+    {"L2 x   64 <- 64", 8192, 64, 64, 0, false}, {"L2 w   64 <- 9", 4096, 64, 9, 0, false},
+    {"L2 gy  64 <- 56", 8192, 64, 56, 0, false}, {"L2 y   64 -> 56", 8192, 64, 0, 56, true},
+    {"L2 gw  64 -> 9", 4096, 64, 0, 9, true},
+    {"L3 x   32 <- 32", 16384, 32, 32, 0, false}, {"L3 w   32 <- 9", 16384, 32, 9, 0, false},
+    {"L3 y   32 -> 24", 16384, 32, 0, 24, true},
+    {"L4 x   16 <- 16", 16384, 16, 16, 0, false}, {"L4 w   16 <- 7", 16384, 16, 7, 0, false},
+    {"L4 y   16 -> 10", 16384, 16, 0, 10, true},
+    {"L5 x   16 <- 13", 49152, 16, 13, 0, false}, {"L5 w   16 <- 3", 147456, 16, 3, 0, false},
+    {"L5 y   16 -> 11", 49152, 16, 0, 11, true}, {"L5 gw  16 -> 3", 147456, 16, 0, 3, true},
+  };
+  float *x; float2* X;
+  cudaMalloc(&x, size_t(1) << 30); cudaMalloc(&X, size_t(1) << 31);
+  cudaMemset(x, 0, size_t(1) << 30); cudaMemset(X, 0, size_t(1) << 31);
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  for (auto& j : jobs) {
+    const Strides fm = frequency_major(j.n, j.n, j.B);
+    auto go = [&] {
+      if (!j.inverse) rfft2(x, Real::F32, X, fm, j.B, j.h, j.h, j.n, j.n, 0, 0, 0);
+      else irfft2(X, fm, x, Real::F32, j.B, j.n, j.n, j.oh, j.oh, 0, 0, 1.f, nullptr, 1, 0);
+    };
+    for (int i = 0; i < 3; ++i) go();
+    cudaEventRecord(a);
+    for (int i = 0; i < 20; ++i) go();
+    cudaEventRecord(b); cudaEventSynchronize(b);
+    float ms; cudaEventElapsedTime(&ms, a, b);
+    printf("%-18s B=%-7lld %8.1f us\n", j.name, (long long)j.B, ms * 1000 / 20);
+  }
+  printf("%s\n", cudaGetErrorString(cudaGetLastError()));
+}

@@ -1,0 +1,30 @@
+// fbfft's 128x128 R2C and C2R at B = 16384 (row-major spectrum), CUDA-event times. From the
+// repository root:
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
+//     benchmarks/micro/lanes128.cu cuda/fbfft/fbfft.cu -o lanes128 && ./lanes128
+#include <cuda_runtime.h>
+#include <cstdio>
+#include "fbfft/fbfft.h"
+using namespace fastlayers::fbfft;
+int main() {
+  const int64_t B = 16384; const int n = 128;
+  float* x; float2* X; float* y;
+  cudaMalloc(&x, B * n * n * 4); cudaMalloc(&X, B * n * (n / 2 + 1) * 8); cudaMalloc(&y, B * n * n * 4);
+  cudaMemset(x, 0, B * n * n * 4);
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int dir = 0; dir < 2; ++dir) {
+      auto go = [&] {
+        if (dir == 0) rfft2(x, Real::F32, X, row_major(n, n), B, n, n, n, n, 0, 0, 0);
+        else irfft2(X, row_major(n, n), y, Real::F32, B, n, n, n, n, 0, 0, 1.f / (n * n), nullptr, 1, 0);
+      };
+      for (int i = 0; i < 3; ++i) go();
+      cudaEventRecord(a);
+      for (int i = 0; i < 20; ++i) go();
+      cudaEventRecord(b); cudaEventSynchronize(b);
+      float ms; cudaEventElapsedTime(&ms, a, b);
+      printf("%s 128x128 B=16384: %.1f us\n", dir ? "C2R" : "R2C", ms * 1000 / 20);
+    }
+  }
+  printf("%s\n", cudaGetErrorString(cudaGetLastError()));
+}
