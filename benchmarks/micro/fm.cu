@@ -1,12 +1,19 @@
 // Frequency-major fbfft transforms (the convolution's [F, batch] layout) with the batches and
-// windows of Table 4's L2-L5 convolutions, CUDA-event times. From the repository root:
+// windows of Table 4's L2-L5 convolutions, and the padded row-major cases of bench_fbfft.py,
+// CUDA-event times. From the repository root:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
 //     benchmarks/micro/fm.cu cuda/fbfft/fbfft.cu -o fm && ./fm
 #include <cuda_runtime.h>
 #include <cstdio>
+#include <cmath>
+#include <vector>
 #include "fbfft/fbfft.h"
 using namespace fastlayers::fbfft;
-struct Job { const char* name; int64_t B; int n, h, oh; bool inverse; };
+__global__ void fill(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = __sinf(0.37f * float(i % 100003)) + 0.25f * __cosf(0.011f * float(i % 7919));
+}
+struct Job { const char* name; int64_t B; int n, h, oh; bool inverse; bool row_major = false; };
 int main() {
   Job jobs[] = {
     {"L2 x   64 <- 64", 8192, 64, 64, 0, false}, {"L2 w   64 <- 9", 4096, 64, 9, 0, false},
@@ -18,13 +25,17 @@ int main() {
     {"L4 y   16 -> 10", 16384, 16, 0, 10, true},
     {"L5 x   16 <- 13", 49152, 16, 13, 0, false}, {"L5 w   16 <- 3", 147456, 16, 3, 0, false},
     {"L5 y   16 -> 11", 49152, 16, 0, 11, true}, {"L5 gw  16 -> 3", 147456, 16, 0, 3, true},
+    // row-major, the padded rows of bench_fbfft.py
+    {"rm   16 <- 13", 16384, 16, 13, 0, false, true}, {"rm   32 <- 27", 16384, 32, 27, 0, false, true},
+    {"rm   64 <- 57", 16384, 64, 57, 0, false, true}, {"rm   16 <- 16", 16384, 16, 16, 0, false, true},
+    {"rm   64 <- 64", 16384, 64, 64, 0, false, true},
   };
   float *x; float2* X;
   cudaMalloc(&x, size_t(1) << 30); cudaMalloc(&X, size_t(1) << 31);
-  cudaMemset(x, 0, size_t(1) << 30); cudaMemset(X, 0, size_t(1) << 31);
+  fill<<<1024, 256>>>(x, (size_t(1) << 30) / 4); cudaMemset(X, 0, size_t(1) << 31);
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
   for (auto& j : jobs) {
-    const Strides fm = frequency_major(j.n, j.n, j.B);
+    const Strides fm = j.row_major ? row_major(j.n, j.n) : frequency_major(j.n, j.n, j.B);
     auto go = [&] {
       if (!j.inverse) rfft2(x, Real::F32, X, fm, j.B, j.h, j.h, j.n, j.n, 0, 0, 0);
       else irfft2(X, fm, x, Real::F32, j.B, j.n, j.n, j.oh, j.oh, 0, 0, 1.f, nullptr, 1, 0);
@@ -34,7 +45,14 @@ int main() {
     for (int i = 0; i < 20; ++i) go();
     cudaEventRecord(b); cudaEventSynchronize(b);
     float ms; cudaEventElapsedTime(&ms, a, b);
-    printf("%-18s B=%-7lld %8.1f us\n", j.name, (long long)j.B, ms * 1000 / 20);
+    // a checksum of the forward's spectrum (first 2^20 values), to compare builds
+    double sum = 0;
+    if (!j.inverse) {
+      std::vector<float2> hX(1 << 20);
+      cudaMemcpy(hX.data(), X, sizeof(float2) << 20, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < hX.size(); ++i) sum += hX[i].x * std::cos(0.001 * i) + hX[i].y * std::sin(0.002 * i);
+    }
+    printf("%-18s B=%-7lld %8.1f us  %.6e\n", j.name, (long long)j.B, ms * 1000 / 20, sum);
   }
   printf("%s\n", cudaGetErrorString(cudaGetLastError()));
 }
