@@ -81,9 +81,10 @@ def extensions():
     nvcc += ["-G", "-lineinfo"] if debug else ["-lineinfo"]
     if _env_flag("FASTLAYERS_FBFFT_BLOCK_SWEEP"):
         nvcc += ["-DFL_FBFFT_BLOCK_SWEEP"]  # every block size of the fbfft register kernels
+    # the code-generating flags (not nvcc's own thread count) go into the digest
+    _write_build_info((with_cuda, os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else "", cxx, nvcc))
     if os.environ.get("NVCC_THREADS"):
         nvcc += ["--threads", os.environ["NVCC_THREADS"]]
-    _write_build_info((with_cuda, os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else "", cxx, nvcc))
     if with_cuda:
         sources += sorted(glob.glob("cuda/**/*.cu", recursive=True))
         ext = CUDAExtension(

@@ -20,10 +20,11 @@ __device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(
 
 constexpr int R = 4;
 
-// V0: the shipped kernel with Y = 1 (loop starts at threadIdx.y).
-template <int C, bool WG>
-__global__ void __launch_bounds__(128) v0(const float2* __restrict__ gy, const float2* __restrict__ other,
-                                          float2* __restrict__ out, int64_t S, int64_t K, int64_t F) {
+// V0 (FromZero = false): the kernel as it was with Y = 1, the loop starting at threadIdx.y;
+// V1 (FromZero = true): the loop from a constant 0.
+template <int C, bool WG, bool FromZero>
+__global__ void __launch_bounds__(128) v01(const float2* __restrict__ gy, const float2* __restrict__ other,
+                                           float2* __restrict__ out, int64_t S, int64_t K, int64_t F) {
   const int64_t f = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
   const bool live = f < F;
   const int64_t large = WG ? K : S, loop = WG ? S : K;
@@ -36,47 +37,7 @@ __global__ void __launch_bounds__(128) v0(const float2* __restrict__ gy, const f
     for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
   if (live) {
 #pragma unroll 2
-    for (int64_t j = threadIdx.y; j < loop; j += 1) {
-      float2 v[C];
-#pragma unroll
-      for (int c = 0; c < C; ++c) v[c] = __ldg(other + (j * C + c) * F + f);
-      float2 g[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        g[r] = r < rows ? gy[WG ? (j * K + o0 + r) * F + f : ((o0 + r) * K + j) * F + f]
-                        : make_float2(0.f, 0.f);
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-          acc[r][c] = cadd(acc[r][c], WG ? cmul_conj(v[c], g[r]) : cmul(g[r], v[c]));
-    }
-  }
-  if (!live) return;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-      if (r < rows) out[((o0 + r) * C + c) * F + f] = acc[r][c];
-}
-
-// V1: loop from 0 (otherwise V0).
-template <int C, bool WG>
-__global__ void __launch_bounds__(128) v1(const float2* __restrict__ gy, const float2* __restrict__ other,
-                                          float2* __restrict__ out, int64_t S, int64_t K, int64_t F) {
-  const int64_t f = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
-  const bool live = f < F;
-  const int64_t large = WG ? K : S, loop = WG ? S : K;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * R;
-  const int rows = static_cast<int>(large - o0 < R ? large - o0 : R);
-  float2 acc[R][C];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
-  if (live) {
-#pragma unroll 2
-    for (int64_t j = 0; j < loop; ++j) {
+    for (int64_t j = FromZero ? 0 : threadIdx.y; j < loop; j += 1) {
       float2 v[C];
 #pragma unroll
       for (int c = 0; c < C; ++c) v[c] = __ldg(other + (j * C + c) * F + f);
@@ -240,9 +201,9 @@ int main(int argc, char** argv) {
   dim3 gi((F + 127) / 128, S / R), gw((F + 127) / 128, K / R), gf((F + 127) / 128, S / R);
   printf("input grad (C=3, S=128, K=96, F=8320), us:\n");
   float t;
-  t = time_it([&] { v0<C, false><<<gi, blk>>>(gy, w, ref, S, K, F); }, reps);
+  t = time_it([&] { v01<C, false, false><<<gi, blk>>>(gy, w, ref, S, K, F); }, reps);
   printf("  v0 shipped       %.1f\n", t);
-  t = time_it([&] { v1<C, false><<<gi, blk>>>(gy, w, out, S, K, F); }, reps);
+  t = time_it([&] { v01<C, false, true><<<gi, blk>>>(gy, w, out, S, K, F); }, reps);
   printf("  v1 loop from 0   %.1f\n", t); check("v1", n_x);
   t = time_it([&] { v2<C, false, 1><<<gi, blk>>>(gy, w, out, S, K, F); }, reps);
   printf("  v2 U=1           %.1f\n", t); check("v2/1", n_x);
@@ -251,9 +212,9 @@ int main(int argc, char** argv) {
   t = time_it([&] { v2<C, false, 4><<<gi, blk>>>(gy, w, out, S, K, F); }, reps);
   printf("  v2 U=4           %.1f\n", t); check("v2/4", n_x);
   printf("weight grad, us:\n");
-  t = time_it([&] { v0<C, true><<<gw, blk>>>(gy, x, ref, S, K, F); }, reps);
+  t = time_it([&] { v01<C, true, false><<<gw, blk>>>(gy, x, ref, S, K, F); }, reps);
   printf("  v0 shipped       %.1f\n", t);
-  t = time_it([&] { v1<C, true><<<gw, blk>>>(gy, x, out, S, K, F); }, reps);
+  t = time_it([&] { v01<C, true, true><<<gw, blk>>>(gy, x, out, S, K, F); }, reps);
   printf("  v1 loop from 0   %.1f\n", t); check("v1", K * C * F);
   t = time_it([&] { v2<C, true, 2><<<gw, blk>>>(gy, x, out, S, K, F); }, reps);
   printf("  v2 U=2           %.1f\n", t); check("v2/2", K * C * F);
