@@ -1402,7 +1402,7 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
 template <int N, typename T>
 __device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restrict__ out,
                                                   int64_t b, int out_h, int out_w, int oy, int ox,
-                                                  float scale, float add, bool vec4) {
+                                                  float scale, float add, int vw) {
   using Cfg = Lane2Config<N>;
   constexpr int M = Cfg::M, L = Cfg::L, CS = Cfg::CS, HALF = N / 2;
   const int tid = threadIdx.x, group = tid / L, lane = tid % L;
@@ -1443,9 +1443,16 @@ __device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restr
           const int oj = oj0 + 4 * c;
           bool done = false;
           if constexpr (std::is_same<T, float>::value) {
-            if (vec4) {  // 4-aligned chunks, wholly inside or outside the output row
+            if (vw == 4) {  // 4-aligned chunks, wholly inside or outside the output row
               if (oj >= 0 && oj < out_w)
                 *reinterpret_cast<float4*>(dst + oj) = make_float4(v[0], v[1], v[2], v[3]);
+              done = true;
+            } else if (vw == 2) {  // even rows (L1's 118 x 118): pairs, half the store requests
+              static_for<2>([&](auto U) {
+                constexpr int u = 2 * decltype(U)::value;
+                if (oj + u >= 0 && oj + u < out_w)
+                  *reinterpret_cast<float2*>(dst + oj + u) = make_float2(v[u], v[u + 1]);
+              });
               done = true;
             }
           }
@@ -1473,7 +1480,7 @@ template <int N>
 __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_BLOCKS)
     irfft2_lanes(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                  int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
-                 const void* __restrict__ bias, int64_t channels, bool vec4) {
+                 const void* __restrict__ bias, int64_t channels, int vw) {
   using Cfg = Lane2Config<N>;
   constexpr int M = Cfg::M, L = Cfg::L, CS = Cfg::CS, HALF = N / 2;
   extern __shared__ float4 smem_raw[];
@@ -1528,7 +1535,7 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
       const float add =
           bias != nullptr ? __half2float(static_cast<const __half*>(bias)[b % channels]) : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__half*>(out), b, out_h, out_w, oy, ox, scale, add,
-                           false);
+                           1);
       break;
     }
     case Real::BF16: {
@@ -1536,13 +1543,13 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
           bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[b % channels])
                           : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__nv_bfloat16*>(out), b, out_h, out_w, oy, ox, scale,
-                           add, false);
+                           add, 1);
       break;
     }
     default: {
       const float add = bias != nullptr ? static_cast<const float*>(bias)[b % channels] : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<float*>(out), b, out_h, out_w, oy, ox, scale, add,
-                           vec4);
+                           vw);
       break;
     }
   }
@@ -1714,6 +1721,18 @@ bool vec4_output(const void* out, Real type, int out_w, int ox) {
          reinterpret_cast<uintptr_t>(out) % 16 == 0;
 }
 
+// Floats per store of the 128 x 128 inverse's output rows: 4 where vec4_output allows, 2 where
+// rows and offset are even (whole pairs inside or outside the row), else 1.
+int lane_output_width(const void* out, Real type, int out_w, int ox) {
+  if (vec4_output(out, type, out_w, ox)) return 4;
+#ifndef FL_EXP_NOVEC2
+  if (type == Real::F32 && out_w % 2 == 0 && ox % 2 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 8 == 0)
+    return 2;
+#endif
+  return 1;
+}
+
 bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
   return type == Real::F32 && nw >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
          reinterpret_cast<uintptr_t>(in) % 16 == 0;
@@ -1865,7 +1884,7 @@ void irfft2_lane_launch(const float2* in, Strides is, void* out, Real type, int6
                         int out_h, int out_w, int oy, int ox, float scale, const void* bias,
                         int64_t channels, cudaStream_t stream) {
   launch<Lane2Config<N>>(irfft2_lanes<N>, batch, 1, stream, in, is, out, type, batch, out_h, out_w,
-                         oy, ox, scale, bias, channels, vec4_output(out, type, out_w, ox));
+                         oy, ox, scale, bias, channels, lane_output_width(out, type, out_w, ox));
 }
 
 bool lanes_2d(int nh, int nw) {
