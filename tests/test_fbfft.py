@@ -338,6 +338,36 @@ def test_cuda_lane_kernel_64x64(batch, lanes_64x64):
     check_fast_kernel(64, batch, 2)
 
 
+@pytest.fixture(params=[128, 64], ids=["128", "64-on-lanes"])
+def lane_size(request):
+    """128 x 128, and 64 x 64 routed to the same lane kernels."""
+    from fastlayers import _C
+    before = _C._fbfft_lanes_2d_min()
+    _C._fbfft_set_lanes_2d_min(request.param)
+    yield request.param
+    _C._fbfft_set_lanes_2d_min(before)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("side", [0, 1], ids=["even", "odd"])
+def test_cuda_lane_kernels_row_widths(lane_size, side):
+    """The lane kernels read and write rows 4, 2 or 1 floats at a time, by the row width and the
+    window offset: rows and offsets that are multiples of 4, even ones (float pairs) and odd ones,
+    windows that cross the input on either side, both directions."""
+    n = lane_size
+    h = n - 10 + side  # 118 (L1's gradient), 117; 54, 55
+    x = torch.randn(3, h, h, dtype=torch.float64)
+    for offset in [(0, 0), (-2, -2), (2, 4), (-4, 6), (1, -1)]:
+        got = fbfft.rfft2(x.float().cuda(), (n, n), offset)
+        assert rel(got.cpu().to(torch.complex128), fbfft.rfft2(x, (n, n), offset)) <= 1e-5
+    X = torch.randn(3, n, n // 2 + 1, dtype=torch.complex128)
+    for out, offset in [((h, h), (0, 0)), ((h, h), (10, 10)), ((h, h), (2, 6)),
+                        ((h, h), (-2, -4)), ((h, h), (1, 3)), ((n, n), (0, 0))]:
+        got = fbfft.irfft2(X.to(torch.complex64).cuda(), (n, n), out, offset)
+        ref = fbfft.irfft2(X, (n, n), out, offset)
+        assert rel(got.cpu().to(torch.float64), ref) <= 1e-5
+
+
 @pytest.mark.gpu
 def test_kernel_switches_reject_bad_values():
     from fastlayers import _C

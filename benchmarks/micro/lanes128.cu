@@ -1,4 +1,4 @@
-// fbfft's 128x128 R2C and C2R at B = 16384 (row-major spectrum; the inverse whole and clipped),
+// fbfft's 128x128 R2C and C2R at B = 16384 (row-major spectrum; whole, padded and clipped images),
 // CUDA-event times. From the repository root:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
 //     benchmarks/micro/lanes128.cu cuda/fbfft/fbfft.cu -o lanes128 && ./lanes128
@@ -12,15 +12,16 @@ int main() {
   cudaMalloc(&x, B * n * n * 4); cudaMalloc(&X, B * n * (n / 2 + 1) * 8); cudaMalloc(&y, B * n * n * 4);
   cudaMemset(x, 0, B * n * n * 4);
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  struct Job { const char* name; int dir, oh, off; };
+  struct Job { const char* name; int dir, oh, off; };  // forward: oh = the input's side
   // the inverse clipped as L1's forward output (118 x 118, even rows) and an odd clip (117)
-  const Job jobs[] = {{"R2C 128x128", 0, 0, 0}, {"C2R 128x128 -> 128", 1, 128, 0},
+  const Job jobs[] = {{"R2C 128x128", 0, 128, 0}, {"R2C 128x128 <- 118", 0, 118, 0},
+                      {"R2C 128x128 <- 117", 0, 117, 0}, {"C2R 128x128 -> 128", 1, 128, 0},
                       {"C2R 128x128 -> 118", 1, 118, 0}, {"C2R 128x128 -> 118 at 10", 1, 118, 10},
                       {"C2R 128x128 -> 117", 1, 117, 0}};
   for (int pass = 0; pass < 2; ++pass) {
     for (const Job& j : jobs) {
       auto go = [&] {
-        if (j.dir == 0) rfft2(x, Real::F32, X, row_major(n, n), B, n, n, n, n, 0, 0, 0);
+        if (j.dir == 0) rfft2(x, Real::F32, X, row_major(n, n), B, j.oh, j.oh, n, n, 0, 0, 0);
         else irfft2(X, row_major(n, n), y, Real::F32, B, n, n, j.oh, j.oh, j.off, j.off, 1.f / (n * n), nullptr, 1, 0);
       };
       for (int i = 0; i < 3; ++i) go();

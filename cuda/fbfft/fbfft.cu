@@ -1275,13 +1275,25 @@ __device__ __forceinline__ unsigned group_mask() {
   return lanes << ((threadIdx.x & 31) & ~(L - 1));
 }
 
-// The 8 reals of `row` at columns c0 .. c0 + 7 of the window, zero outside the input.
-template <bool Vec4>
+// The 8 reals of `row` at columns c0 .. c0 + 7 of the window, zero outside the input. VW floats
+// per load: 4 (float32, rows and window 4-aligned), 2 (float32, even rows and offset: whole pairs
+// inside or outside the row), else 1.
+template <int VW>
 __device__ __forceinline__ void load_row8(const void* __restrict__ in, Real type, int64_t plane0,
                                           int h, int w, int si, int sj0, float (&v)[8]) {
   const bool row_in = si >= 0 && si < h;
   const int64_t base = plane0 + static_cast<int64_t>(si) * w;
-  if constexpr (Vec4) {
+  if constexpr (VW == 2) {
+    // each lane's 8 columns lie 32 bytes from its neighbour's: pairs halve the load requests
+    const float* f = static_cast<const float*>(in);
+    static_for<4>([&](auto C) {
+      constexpr int c = decltype(C)::value;
+      const int sj = sj0 + 2 * c;
+      float2 t = make_float2(0.f, 0.f);
+      if (row_in && sj >= 0 && sj < w) t = __ldg(reinterpret_cast<const float2*>(f + base + sj));
+      v[2 * c] = t.x; v[2 * c + 1] = t.y;
+    });
+  } else if constexpr (VW == 4) {
     const float* f = static_cast<const float*>(in);
     static_for<2>([&](auto C) {
       constexpr int c = decltype(C)::value;
@@ -1299,7 +1311,7 @@ __device__ __forceinline__ void load_row8(const void* __restrict__ in, Real type
   }
 }
 
-template <int N, bool Vec4>
+template <int N, int VW>
 __device__ __forceinline__ void rfft2_lanes_body(const void* __restrict__ in, Real type,
                                                  float2* __restrict__ out, Strides os,
                                                  int64_t batch, int h, int w, int oy, int ox) {
@@ -1319,8 +1331,8 @@ __device__ __forceinline__ void rfft2_lanes_body(const void* __restrict__ in, Re
   for (int round = 0; round < Cfg::ROUNDS; ++round) {
     const int i0 = 2 * (round * Cfg::GROUPS + group);
     float a[8], bb[8];
-    load_row8<Vec4>(in, type, plane0, h, w, i0 + oy, lane * M + ox, a);
-    load_row8<Vec4>(in, type, plane0, h, w, i0 + 1 + oy, lane * M + ox, bb);
+    load_row8<VW>(in, type, plane0, h, w, i0 + oy, lane * M + ox, a);
+    load_row8<VW>(in, type, plane0, h, w, i0 + 1 + oy, lane * M + ox, bb);
     float2 z[M];
     static_for<M>([&](auto J) {
       constexpr int j = decltype(J)::value;
@@ -1387,15 +1399,12 @@ __device__ __forceinline__ void rfft2_lanes_body(const void* __restrict__ in, Re
   spectrum_io<N, N, Cfg::THREADS, 1, true, 0, CS, Cfg::PAD>(cols, out, os, b, batch);
 }
 
-template <int N>
+// One kernel per load width (one body each: the forward is at the register limit already).
+template <int N, int VW>
 __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_BLOCKS)
     rfft2_lanes(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
-                int64_t batch, int h, int w, int oy, int ox, bool vec4) {
-  if (vec4) {
-    rfft2_lanes_body<N, true>(in, type, out, os, batch, h, w, oy, ox);
-  } else {
-    rfft2_lanes_body<N, false>(in, type, out, os, batch, h, w, oy, ox);
-  }
+                int64_t batch, int h, int w, int oy, int ox) {
+  rfft2_lanes_body<N, VW>(in, type, out, os, batch, h, w, oy, ox);
 }
 
 // Row pass of the inverse: reals of rows 2p, 2p + 1 straight to the output window.
@@ -1733,6 +1742,14 @@ int lane_output_width(const void* out, Real type, int out_w, int ox) {
   return 1;
 }
 
+// Whether the lane kernels' forward reads its rows in float pairs (float32, even rows and offset).
+bool lane_input_pairs(const void* in, Real type, int w, int ox) {
+#ifdef FL_EXP_NOVEC2
+  return false;
+#endif
+  return type == Real::F32 && w % 2 == 0 && ox % 2 == 0 && reinterpret_cast<uintptr_t>(in) % 8 == 0;
+}
+
 bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
   return type == Real::F32 && nw >= 4 && w % 4 == 0 && ((ox % 4) + 4) % 4 == 0 &&
          reinterpret_cast<uintptr_t>(in) % 16 == 0;
@@ -1875,8 +1892,16 @@ std::atomic<int> g_lanes_2d_min{128};
 template <int N>
 void rfft2_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
                        int w, int oy, int ox, cudaStream_t stream) {
-  launch<Lane2Config<N>>(rfft2_lanes<N>, batch, 1, stream, in, type, out, os, batch, h, w, oy, ox,
-                         vec4_window(in, type, N, w, ox));
+  if (vec4_window(in, type, N, w, ox)) {
+    launch<Lane2Config<N>>(rfft2_lanes<N, 4>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
+                           ox);
+  } else if (lane_input_pairs(in, type, w, ox)) {
+    launch<Lane2Config<N>>(rfft2_lanes<N, 2>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
+                           ox);
+  } else {
+    launch<Lane2Config<N>>(rfft2_lanes<N, 1>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
+                           ox);
+  }
 }
 
 template <int N>
