@@ -1730,24 +1730,16 @@ bool vec4_output(const void* out, Real type, int out_w, int ox) {
          reinterpret_cast<uintptr_t>(out) % 16 == 0;
 }
 
-// Floats per store of the 128 x 128 inverse's output rows: 4 where vec4_output allows, 2 where
-// rows and offset are even (whole pairs inside or outside the row), else 1.
-int lane_output_width(const void* out, Real type, int out_w, int ox) {
-  if (vec4_output(out, type, out_w, ox)) return 4;
-#ifndef FL_EXP_NOVEC2
-  if (type == Real::F32 && out_w % 2 == 0 && ox % 2 == 0 &&
-      reinterpret_cast<uintptr_t>(out) % 8 == 0)
-    return 2;
-#endif
-  return 1;
+// float32 rows of even width at an even offset, 8-byte aligned: every float pair of a lane kernel
+// lies wholly inside or wholly outside a row.
+bool float_pairs(const void* p, Real type, int w, int ox) {
+  return type == Real::F32 && w % 2 == 0 && ox % 2 == 0 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
 }
 
-// Whether the lane kernels' forward reads its rows in float pairs (float32, even rows and offset).
-bool lane_input_pairs(const void* in, Real type, int w, int ox) {
-#ifdef FL_EXP_NOVEC2
-  return false;
-#endif
-  return type == Real::F32 && w % 2 == 0 && ox % 2 == 0 && reinterpret_cast<uintptr_t>(in) % 8 == 0;
+// Floats per store of the lane kernels' output rows: 4 where vec4_output allows, 2 for float
+// pairs, else 1.
+int lane_output_width(const void* out, Real type, int out_w, int ox) {
+  return vec4_output(out, type, out_w, ox) ? 4 : float_pairs(out, type, out_w, ox) ? 2 : 1;
 }
 
 bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
@@ -1895,7 +1887,7 @@ void rfft2_lane_launch(const void* in, Real type, float2* out, Strides os, int64
   if (vec4_window(in, type, N, w, ox)) {
     launch<Lane2Config<N>>(rfft2_lanes<N, 4>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
                            ox);
-  } else if (lane_input_pairs(in, type, w, ox)) {
+  } else if (float_pairs(in, type, w, ox)) {
     launch<Lane2Config<N>>(rfft2_lanes<N, 2>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
                            ox);
   } else {
