@@ -1,6 +1,6 @@
 // Variants of the small-channel spectral products (cuda/fft_conv/fft_conv.cu) on L1's shape
 // (C = 3, S = 128, K = 96, 128x128 basis: F = 8320), CUDA-event times, each checked against v0:
-//   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/micro/small_products.cu -o sp && ./sp
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icuda benchmarks/micro/small_products.cu -o sp && ./sp
 // v0 is the loop as it was (starting at threadIdx.y), v1 the loop from a constant 0 (taken for
 // the gradients), v2 explicit groups of U iterations; the forward with and without streaming
 // stores.
@@ -10,15 +10,30 @@
 #include <vector>
 #include <cmath>
 
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
-__device__ __forceinline__ float2 cmul_conj(float2 a, float2 b) {
-  return make_float2(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y);
-}
-__device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+#include "common/complex.h"
+using fastlayers::cadd;
+using fastlayers::cmul;
+using fastlayers::cmul_conj;
 
 constexpr int R = 4;
+
+// The gradient variants' accumulators (R outputs of the large side by C) and their store.
+template <int C>
+__device__ __forceinline__ void zero(float2 (&acc)[R][C]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
+}
+template <int C>
+__device__ __forceinline__ void store(const float2 (&acc)[R][C], float2* __restrict__ out,
+                                      int64_t o0, int rows, int64_t F, int64_t f) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (r < rows) out[((o0 + r) * C + c) * F + f] = acc[r][c];
+}
 
 // V0 (FromZero = false): the kernel as it was with Y = 1, the loop starting at threadIdx.y;
 // V1 (FromZero = true): the loop from a constant 0.
@@ -31,10 +46,7 @@ __global__ void __launch_bounds__(128) v01(const float2* __restrict__ gy, const 
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * R;
   const int rows = static_cast<int>(large - o0 < R ? large - o0 : R);
   float2 acc[R][C];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
+  zero(acc);
   if (live) {
 #pragma unroll 2
     for (int64_t j = FromZero ? 0 : threadIdx.y; j < loop; j += 1) {
@@ -54,11 +66,7 @@ __global__ void __launch_bounds__(128) v01(const float2* __restrict__ gy, const 
     }
   }
   if (!live) return;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-      if (r < rows) out[((o0 + r) * C + c) * F + f] = acc[r][c];
+  store(acc, out, o0, rows, F, f);
 }
 
 // V2: loop from 0, pointers advanced per iteration (no 64-bit index products), unroll U,
@@ -72,10 +80,7 @@ __global__ void __launch_bounds__(128) v2(const float2* __restrict__ gy, const f
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * R;
   const int rows = static_cast<int>(large - o0 < R ? large - o0 : R);
   float2 acc[R][C];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = make_float2(0.f, 0.f);
+  zero(acc);
   // row r's pointer at loop index j: WG: gy + (j*K + o0 + r)*F + f; else gy + ((o0+r)*K + j)*F + f
   const float2* gp[R];
 #pragma unroll
@@ -120,11 +125,7 @@ __global__ void __launch_bounds__(128) v2(const float2* __restrict__ gy, const f
 #pragma unroll
     for (int r = 0; r < R; ++r) gp[r] += gstep;
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-      if (r < rows) out[((o0 + r) * C + c) * F + f] = acc[r][c];
+  store(acc, out, o0, rows, F, f);
 }
 
 // Forward as shipped (for reference); Z0: the loop from 0.
