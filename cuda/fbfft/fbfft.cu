@@ -491,12 +491,55 @@ __device__ __forceinline__ void load_padded(float* rows, const float* __restrict
   __pipeline_wait_prior(0);
 }
 
+// The G images of a block (count floats from src: adjacent in memory) into shared memory as they
+// are, 16 bytes per asynchronous copy: element e lands at stage[a + e], where a = the 4-byte
+// offset of src within its 16-byte unit, so that units align in both memories. The units that
+// straddle either end of the span copy only their floats inside it. Returns a.
+template <int THREADS>
+__device__ __forceinline__ int stage_span(float* stage, const float* __restrict__ src, int count) {
+  const int a = static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 2) & 3);
+  const float* base = src - a;  // 16-byte aligned; read only inside [src, src + count)
+  const int units = (a + count + 3) >> 2;
+  for (int u = threadIdx.x; u < units; u += THREADS) {
+    const int lo = 4 * u - a;  // first float of the unit, relative to src
+    if (lo >= 0 && lo + 4 <= count) {
+      __pipeline_memcpy_async(stage + 4 * u, base + 4 * u, 16);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (lo + k >= 0 && lo + k < count)
+          __pipeline_memcpy_async(stage + 4 * u + k, src + lo + k, 4);
+      }
+    }
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  return a;
+}
+
+// A row pair of a staged padded window (row 1 at r, row 2 at r + w, both inside the input or
+// dropped by live1 / live2): column j of the window is column j + ox of the rows, zero outside
+// [0, w). The column offsets are compile-time after unrolling; one compare and one predicated
+// shared load per element, no zero pass.
+template <int NW>
+__device__ __forceinline__ void load_row_pair_staged(const float* r, int w, int ox, bool live1,
+                                                     bool live2, float2 (&z)[NW]) {
+  const float* p = r + ox;
+  const unsigned uw = static_cast<unsigned>(w);
+  static_for<NW>([&](auto J) {
+    constexpr int j = decltype(J)::value;
+    const bool in = static_cast<unsigned>(j + ox) < uw;
+    z[j] = make_float2(in && live1 ? p[j] : 0.f, in && live2 ? p[w + j] : 0.f);
+  });
+}
+
 // The window of G images of NH x NW at (oy, ox), zero-filled outside the input and past the
 // batch, into the pair-interleaved real rows (coalesced). float32: asynchronous copies, all in
 // flight at once; 16-bit storage: through registers, a chunk of loads in flight per round trip.
-// An input wholly inside the window takes load_padded (every size: at 64 x 64 with staged stores
-// it leaves the kernel's 56 spilled bytes unchanged, and the convolution's zero-padded weights and
-// gradients skip the per-element path: L2 forward transforms 211 -> 193 us on an H200).
+// An input wholly inside the window takes load_padded where rfft2_registers does not stage it
+// (64 x 64 and 1-D; at 64 x 64 with staged stores it leaves the kernel's 56 spilled bytes
+// unchanged, and the convolution's zero-padded weights and gradients skip the per-element path:
+// L2 forward transforms 211 -> 193 us on an H200).
 template <int NH, int NW, int THREADS, int G>
 __device__ __forceinline__ void load_window(float* rows, const void* __restrict__ in, Real type,
                                             int64_t b0, int64_t batch, int h, int w, int oy,
@@ -575,7 +618,24 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   // row-pair thread reads its rows itself, in step 2).
   const bool whole = rows_in_global<NH, NW>() && type == Real::F32 && vec4 && h == NH &&
                      w == NW && oy == 0 && ox == 0;
-  if (!whole) {
+  // An input wholly inside the window (implicit zero padding), rows not 16-byte aligned, up to
+  // 32 x 32: the block's images are staged as they lie in memory, 16 bytes per copy, and each
+  // row-pair thread picks its rows out, instead of load_padded's zero pass and 4-byte copies.
+  // Measured (H200, benchmarks/micro/fm.cu): row-major 13 -> 16 12.9 -> 12.2 us, 27 -> 32 46.6 ->
+  // 44.2 us; the convolution's windows 9 -> 32 39.4 -> 35.1, 7 -> 16 11.5 -> 10.6, 13 -> 16
+  // 36.6 -> 34.0, 3 -> 16 70.8 -> 61.6 us; at 64 x 64 load_padded stays (57 -> 64 182.8
+  // against 188.5 us staged; 9 -> 64 the same).
+  constexpr bool kStageable = NH > 1 && NW <= 32;
+  const bool staged = kStageable && type == Real::F32 && !vec4 && oy <= 0 && ox <= 0 &&
+                      h - oy <= NH && w - ox <= NW;
+  const int plane = h * w;
+  const int live_images = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+  int stage_at = 0;
+  if (staged) {
+    stage_at = stage_span<Cfg::THREADS>(rows, static_cast<const float*>(in) + b0 * plane,
+                                        live_images * plane);
+    __syncthreads();
+  } else if (!whole) {
     load_window<NH, NW, Cfg::THREADS, G>(rows, in, type, b0, batch, h, w, oy, ox, vec4);
     __syncthreads();
   }
@@ -587,6 +647,11 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
     if (whole) {
       load_row_pair_global<NW>(static_cast<const float*>(in) + (b0 * NH + 2 * tid) * NW,
                                b0 + (2 * tid) / NH < batch, z);
+    } else if (staged) {
+      const int g = (2 * tid) / NH, si = (2 * tid) % NH + oy;  // row 1 of the pair in the input
+      const bool live = g < live_images;
+      load_row_pair_staged<NW>(rows + stage_at + g * plane + si * w, w, ox,
+                               live && si >= 0 && si < h, live && si + 1 >= 0 && si + 1 < h, z);
     } else {
       load_row_pair<NW, Cfg::VW, NW>(rows + tid * Cfg::PS, z);
     }
