@@ -95,9 +95,10 @@ def fbfft_cases(dev):
         worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
         print("fbfft 1-D, 2^20 + 1 lines: worst relative error so far %.2e" % worst, flush=True)
     # C = 3: the small-channel products on row-major spectra (128 x 1 threads at 128 x 128, 32 x 8
-    # with shared-memory sums below); C = 6 at 128 x 128 and 32 x 64: staged transposes + GEMMs.
+    # with shared-memory sums below); C = 6 at 128 x 128 and 32 x 64: staged transposes + GEMMs;
+    # C = 6 at 32 x 32: GEMMs over the frequencies without the conjugate rows, filled in after.
     for basis, lanes64, C in ((128, False, 3), (64, False, 3), (64, True, 3), (128, False, 6),
-                              ((32, 64), False, 6), ((32, 64), False, 2)):
+                              ((32, 64), False, 6), ((32, 64), False, 2), (32, False, 6)):
         if dev == "cuda":
             _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)
         x = torch.randn(2, C, 30, 27, generator=g, dtype=torch.float64)

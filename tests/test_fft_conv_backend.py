@@ -145,20 +145,26 @@ def test_workspace_bytes_take_the_backend():
 def test_fbfft_workspace_stages_one_image_per_block_bases():
     """128 x 128 and non-square bases go through a row-major staging buffer (the largest of the
     three spectra) and a transpose; square bases up to 64 write the frequency-major layout; with
-    at most 4 input channels every basis keeps row-major spectra and needs no staging."""
+    at most 4 input channels every basis keeps row-major spectra and needs no staging. Square
+    bases from 4 to 32 on the GEMM path add the GEMMs' operand pointers (3 per frequency: the
+    GEMMs skip the conjugate rows of the DC and Nyquist columns)."""
     from fastlayers import _C
 
     def align(v):
         return (v + 255) // 256 * 256
 
     S, K = 8, 32
-    for basis, C, staged in (((128, 128), 16, True), ((64, 64), 16, False),
-                             ((32, 64), 16, True), ((128, 128), 4, False),
-                             ((32, 64), 3, False), ((128, 128), 5, True), ((16, 16), 2, False)):
+    for basis, C, staged, pointers in (
+            ((128, 128), 16, True, False), ((64, 64), 16, False, False),
+            ((32, 64), 16, True, False), ((128, 128), 4, False, False),
+            ((32, 64), 3, False, False), ((128, 128), 5, True, False),
+            ((16, 16), 2, False, False), ((32, 32), 16, False, True),
+            ((16, 16), 5, False, True), ((4, 4), 8, False, True), ((2, 2), 8, False, False)):
         args = (0, S, C, K, 30, 30, 3, 3, 1, 1, *basis, 4)
         F = basis[0] * (basis[1] // 2 + 1)
         spectra = [n * F * 8 for n in (S * C, K * C, S * K)]
         expected = sum(align(b) for b in spectra) + (align(max(spectra)) if staged else 0)
+        expected += align(3 * F * 8) if pointers else 0
         assert _C.fft_conv2d_workspace_bytes(*args, backend="fbfft") == expected, (basis, C)
 
 

@@ -137,13 +137,69 @@ inline int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// One complex GEMM per frequency, column-major as cuBLAS sees it.
+// A subset of the frequencies for the GEMMs (fbfft_skips_conjugates): rows 0 .. nh/2 whole,
+// then rows nh/2 + 1 .. nh - 1 without their DC and Nyquist bins; `ptrs` holds 3 x kept device
+// pointers.
+struct FreqSubset {
+  int nh, bins;
+  int64_t kept;
+  void** ptrs;
+};
+
+template <typename C>
+__global__ void subset_pointers(const C* a, const C* b, C* c, int64_t sa, int64_t sb, int64_t sc,
+                                int nh, int bins, int64_t kept, void** ptrs) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= kept) return;
+  const int64_t top = static_cast<int64_t>(nh / 2 + 1) * bins;
+  int64_t f = j;
+  if (j >= top) {
+    const int64_t r = (j - top) / (bins - 2), k = (j - top) - r * (bins - 2);
+    f = (nh / 2 + 1 + r) * bins + 1 + k;
+  }
+  ptrs[j] = const_cast<C*>(a + f * sa);
+  ptrs[kept + j] = const_cast<C*>(b + f * sb);
+  ptrs[2 * kept + j] = c + f * sc;
+}
+
+// The frequencies the GEMMs skipped: row i > nh/2 of the DC and Nyquist columns is the conjugate
+// of row nh - i (M values per frequency, frequency-major). Pairs of values (16 bytes) when M is
+// even.
+__global__ void fill_conjugates(float2* c, int64_t M, int nh, int bins) {
+  const int r = blockIdx.y, i = nh / 2 + 1 + r / 2, k = (r % 2) * (bins - 1);
+  const float2* src = c + (static_cast<int64_t>(nh - i) * bins + k) * M;
+  float2* dst = c + (static_cast<int64_t>(i) * bins + k) * M;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (M % 2 == 0) {
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    float4* d4 = reinterpret_cast<float4*>(dst);
+    for (int64_t j = first; j < M / 2; j += step) {
+      const float4 v = s4[j];
+      d4[j] = make_float4(v.x, -v.y, v.z, -v.w);
+    }
+    return;
+  }
+  for (int64_t j = first; j < M; j += step) {
+    const float2 v = src[j];
+    dst[j] = make_float2(v.x, -v.y);
+  }
+}
+
+// One complex GEMM per frequency, column-major as cuBLAS sees it: every frequency (strided), or
+// those of `subset` (pointer arrays).
 template <typename R>
 void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
           int64_t k, const typename Complex<R>::type* A, int64_t lda, const typename Complex<R>::type* B,
           int64_t ldb, typename Complex<R>::type* Cm, int64_t ldc, int64_t batch, bool tf32,
-          cudaStream_t stream) {
+          cudaStream_t stream, const FreqSubset* subset) {
   using C = typename Complex<R>::type;
+  const int64_t sa = ta == CUBLAS_OP_N ? lda * k : lda * m, sb = tb == CUBLAS_OP_N ? ldb * n : ldb * k;
+  if (subset != nullptr) {  // the subset's operand pointers, on the GEMM's stream
+    subset_pointers<C><<<static_cast<unsigned>((subset->kept + 127) / 128), 128, 0, stream>>>(
+        A, B, Cm, sa, sb, ldc * n, subset->nh, subset->bins, subset->kept, subset->ptrs);
+    FL_LAUNCH_CHECK();
+  }
   const bool dbl = sizeof(R) == 8;
   const cudaDataType dt = dbl ? CUDA_C_64F : CUDA_C_32F;
   const cublasComputeType_t ct =
@@ -162,11 +218,20 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   if (current != stream) FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
   FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
   FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-  cublasStatus_t st = cublasGemmStridedBatchedEx(
-      blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"), &one, A, dt,
-      as_int(lda, "lda"), ta == CUBLAS_OP_N ? lda * k : lda * m, B, dt, as_int(ldb, "ldb"),
-      tb == CUBLAS_OP_N ? ldb * n : ldb * k, &zero, Cm, dt, as_int(ldc, "ldc"), ldc * n,
-      as_int(batch, "frequency count"), ct, CUBLAS_GEMM_DEFAULT);
+  cublasStatus_t st;
+  if (subset == nullptr) {
+    st = cublasGemmStridedBatchedEx(
+        blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"), &one, A, dt,
+        as_int(lda, "lda"), sa, B, dt, as_int(ldb, "ldb"), sb, &zero, Cm, dt, as_int(ldc, "ldc"),
+        ldc * n, as_int(batch, "frequency count"), ct, CUBLAS_GEMM_DEFAULT);
+  } else {
+    const int64_t kept = subset->kept;
+    void** p = subset->ptrs;
+    st = cublasGemmBatchedEx(blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"),
+                             as_int(k, "GEMM k"), &one, p, dt, as_int(lda, "lda"), p + kept, dt,
+                             as_int(ldb, "ldb"), &zero, p + 2 * kept, dt, as_int(ldc, "ldc"),
+                             as_int(kept, "frequency count"), ct, CUBLAS_GEMM_DEFAULT);
+  }
   cublasSetMathMode(blas, old_math);
   cublasSetPointerMode(blas, old_ptr);
   FL_CUBLAS_CHECK(st);
@@ -176,20 +241,21 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
 template <typename R>
 void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* at,
                    const typename Complex<R>::type* bt, typename Complex<R>::type* big_c,
-                   int64_t F, bool tf32, cudaStream_t stream, cublasHandle_t blas) {
+                   int64_t F, bool tf32, cudaStream_t stream, cublasHandle_t blas,
+                   const FreqSubset* subset = nullptr) {
   // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
   switch (pass) {
     case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
       gemm<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C, big_c, s.K, F,
-              tf32, stream);
+              tf32, stream, subset);
       break;
     case Pass::InputGrad:  // GX[S,C] = GY[S,K] W[K,C]
       gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.C, s.S, s.K, bt, s.C, at, s.K, big_c, s.C, F,
-              tf32, stream);
+              tf32, stream, subset);
       break;
     case Pass::WeightGrad:  // GW[K,C] = conj(GY[S,K])^T X[S,C]
       gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K, big_c, s.C, F,
-              tf32, stream);
+              tf32, stream, subset);
       break;
   }
 }
@@ -488,6 +554,14 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
       forward(b, p.b, bt);
       if (small) {
         spectral_product_small(pass, s, at, bt, big_c, F, stream);
+      } else if (fbfft_skips_conjugates(s)) {
+        const FreqSubset subset{nh, nw / 2 + 1, conjugate_free_freqs(s),
+                                reinterpret_cast<void**>(base + L.ptrs)};
+        spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas, &subset);
+        const int64_t blocks = std::min<int64_t>((M + 511) / 512, 1024);
+        fill_conjugates<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(nh - 2)), 256,
+                          0, stream>>>(big_c, M, nh, nw / 2 + 1);
+        FL_LAUNCH_CHECK();
       } else {
         spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas);
       }

@@ -1,0 +1,77 @@
+// The per-frequency complex GEMMs of Table 4's L2-L5 (fp32, operands as in fft_conv.cu) over
+// every frequency of the half spectrum against only the non-redundant ones: the rows below n/2
+// of the DC and Nyquist columns are conjugates of rows above, so their products are too.
+//   strided F     cublasGemmStridedBatchedEx over all n (n/2 + 1) frequencies (what runs now)
+//   strided F'    the same over the F' = F - 2 (n/2 - 1) non-redundant ones, as if compacted
+//   pointers F'   cublasGemmBatchedEx over the F' non-redundant ones in the full layout
+//   nvcc -O2 -std=c++17 -arch=sm_90 benchmarks/micro/hermitian_skip.cu -lcublas -o hs && ./hs
+#include <cublas_v2.h>
+#include <cuComplex.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <vector>
+#define CK(x) do { auto s_ = (x); if ((int)s_ != 0) printf("err %d at %s:%d\n", (int)s_, __FILE__, __LINE__); } while (0)
+__global__ void fill(float* x, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = __sinf(0.37f * float(i % 100003));
+}
+struct P { const char* name; int S, C, K, n, pass; };
+int main() {
+  P ps[] = {{"L2", 128, 64, 64, 64, 0}, {"L2", 128, 64, 64, 64, 1}, {"L2", 128, 64, 64, 64, 2},
+            {"L3", 128, 128, 128, 32, 0}, {"L3", 128, 128, 128, 32, 1}, {"L3", 128, 128, 128, 32, 2},
+            {"L4", 128, 128, 128, 16, 0}, {"L4", 128, 128, 128, 16, 1}, {"L4", 128, 128, 128, 16, 2},
+            {"L5", 128, 384, 384, 16, 0}, {"L5", 128, 384, 384, 16, 1}, {"L5", 128, 384, 384, 16, 2}};
+  cublasHandle_t h; CK(cublasCreate(&h));
+  cuComplex *A, *B, *Cm; size_t big = size_t(1) << 30;
+  cudaMalloc(&A, big); cudaMalloc(&B, big); cudaMalloc(&Cm, big);
+  fill<<<1024, 256>>>((float*)A, big / 4); fill<<<1024, 256>>>((float*)B, big / 4);
+  void** ptrs; cudaMalloc(&ptrs, 3 * 4096 * sizeof(void*));
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  const char* pn[] = {"fprop", "bprop", "accGrad"};
+  for (auto& p : ps) {
+    cublasOperation_t ta, tb; int m, n, k, lda, ldb, ldc;
+    if (p.pass == 0) { ta = CUBLAS_OP_C; tb = CUBLAS_OP_N; m = p.K; n = p.S; k = p.C; lda = p.C; ldb = p.C; ldc = p.K; }
+    else if (p.pass == 1) { ta = CUBLAS_OP_N; tb = CUBLAS_OP_N; m = p.C; n = p.S; k = p.K; lda = p.C; ldb = p.K; ldc = p.C; }
+    else { ta = CUBLAS_OP_N; tb = CUBLAS_OP_C; m = p.C; n = p.K; k = p.S; lda = p.C; ldb = p.K; ldc = p.C; }
+    const long long sa = ta == CUBLAS_OP_N ? (long long)lda * k : (long long)lda * m;
+    const long long sb = tb == CUBLAS_OP_N ? (long long)ldb * n : (long long)ldb * k;
+    const long long sc = (long long)ldc * n;
+    const int bins = p.n / 2 + 1, F = p.n * bins;
+    std::vector<int> keep;
+    for (int i = 0; i < p.n; ++i)
+      for (int kk = 0; kk < bins; ++kk)
+        if (!(i > p.n / 2 && (kk == 0 || kk == p.n / 2))) keep.push_back(i * bins + kk);
+    const int Fp = (int)keep.size();
+    std::vector<void*> hp(3 * Fp);
+    for (int j = 0; j < Fp; ++j) {
+      hp[j] = A + keep[j] * sa; hp[Fp + j] = B + keep[j] * sb; hp[2 * Fp + j] = Cm + keep[j] * sc;
+    }
+    cudaMemcpy(ptrs, hp.data(), hp.size() * sizeof(void*), cudaMemcpyHostToDevice);
+    cuComplex one = {1, 0}, zero = {0, 0};
+    auto time = [&](auto fn) {
+      for (int i = 0; i < 3; ++i) fn();
+      float best = 1e30f;
+      for (int t = 0; t < 3; ++t) {
+        cudaEventRecord(e0); for (int i = 0; i < 10; ++i) fn(); cudaEventRecord(e1);
+        cudaEventSynchronize(e1); float ms; cudaEventElapsedTime(&ms, e0, e1);
+        best = std::min(best, ms * 100.f);
+      }
+      return best;  // us per call
+    };
+    auto strided = [&](int count) {
+      return time([&] {
+        cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, A, CUDA_C_32F, lda, sa, B, CUDA_C_32F, ldb, sb,
+                                   &zero, Cm, CUDA_C_32F, ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      });
+    };
+    const float tF = strided(F), tFp = strided(Fp);
+    const float tP = time([&] {
+      cublasGemmBatchedEx(h, ta, tb, m, n, k, &one, (const void* const*)ptrs, CUDA_C_32F, lda,
+                          (const void* const*)(ptrs + Fp), CUDA_C_32F, ldb, &zero, (void* const*)(ptrs + 2 * Fp),
+                          CUDA_C_32F, ldc, Fp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    });
+    printf("%s %-7s F=%4d F'=%4d: strided F %7.1f us, strided F' %7.1f us (%.3fx), pointers F' %7.1f us (%.3fx)\n",
+           p.name, pn[p.pass], F, Fp, tF, tFp, tF / tFp, tP, tF / tP);
+  }
+  printf("%s\n", cudaGetErrorString(cudaGetLastError()));
+}
