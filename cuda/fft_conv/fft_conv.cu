@@ -137,9 +137,8 @@ inline int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// A subset of the frequencies for the GEMMs (fbfft_skips_conjugates): rows 0 .. nh/2 whole,
-// then rows nh/2 + 1 .. nh - 1 without their DC and Nyquist bins; `ptrs` holds 3 x kept device
-// pointers.
+// A subset of the frequencies for the GEMMs (skips_conjugates): rows 0 .. nh/2 whole, then rows
+// nh/2 + 1 .. nh - 1 without their DC and Nyquist bins; `ptrs` holds 3 x kept device pointers.
 struct FreqSubset {
   int nh, bins;
   int64_t kept;
@@ -163,26 +162,30 @@ __global__ void subset_pointers(const C* a, const C* b, C* c, int64_t sa, int64_
 }
 
 // The frequencies the GEMMs skipped: row i > nh/2 of the DC and Nyquist columns is the conjugate
-// of row nh - i (M values per frequency, frequency-major). Pairs of values (16 bytes) when M is
-// even.
-__global__ void fill_conjugates(float2* c, int64_t M, int nh, int bins) {
+// of row nh - i (M values per frequency, frequency-major). float32: pairs of values (16 bytes)
+// when M is even.
+template <typename C>
+__global__ void fill_conjugates(C* c, int64_t M, int nh, int bins) {
   const int r = blockIdx.y, i = nh / 2 + 1 + r / 2, k = (r % 2) * (bins - 1);
-  const float2* src = c + (static_cast<int64_t>(nh - i) * bins + k) * M;
-  float2* dst = c + (static_cast<int64_t>(i) * bins + k) * M;
+  const C* src = c + (static_cast<int64_t>(nh - i) * bins + k) * M;
+  C* dst = c + (static_cast<int64_t>(i) * bins + k) * M;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if (M % 2 == 0) {
-    const float4* s4 = reinterpret_cast<const float4*>(src);
-    float4* d4 = reinterpret_cast<float4*>(dst);
-    for (int64_t j = first; j < M / 2; j += step) {
-      const float4 v = s4[j];
-      d4[j] = make_float4(v.x, -v.y, v.z, -v.w);
+  if constexpr (std::is_same_v<C, float2>) {
+    if (M % 2 == 0) {
+      const float4* s4 = reinterpret_cast<const float4*>(src);
+      float4* d4 = reinterpret_cast<float4*>(dst);
+      for (int64_t j = first; j < M / 2; j += step) {
+        const float4 v = s4[j];
+        d4[j] = make_float4(v.x, -v.y, v.z, -v.w);
+      }
+      return;
     }
-    return;
   }
   for (int64_t j = first; j < M; j += step) {
-    const float2 v = src[j];
-    dst[j] = make_float2(v.x, -v.y);
+    C v = src[j];
+    v.y = -v.y;
+    dst[j] = v;
   }
 }
 
@@ -238,11 +241,16 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
 }
 
 // The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out].
+// ptrs: workspace for the operand pointers when the GEMMs skip the conjugate rows
+// (skips_conjugates), which are then filled in; nullptr: every frequency.
 template <typename R>
 void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* at,
                    const typename Complex<R>::type* bt, typename Complex<R>::type* big_c,
                    int64_t F, bool tf32, cudaStream_t stream, cublasHandle_t blas,
-                   const FreqSubset* subset = nullptr) {
+                   void** ptrs = nullptr) {
+  const int nh = static_cast<int>(s.nh), bins = static_cast<int>(s.nw / 2 + 1);
+  const FreqSubset whole_subset{nh, bins, conjugate_free_freqs(s), ptrs};
+  const FreqSubset* subset = ptrs != nullptr ? &whole_subset : nullptr;
   // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
   switch (pass) {
     case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
@@ -257,6 +265,13 @@ void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* a
       gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K, big_c, s.C, F,
               tf32, stream, subset);
       break;
+  }
+  if (subset != nullptr) {
+    const int64_t M = plan_for(pass, s).n_out;  // values per frequency of the output
+    const int64_t blocks = std::min<int64_t>((M + 511) / 512, 1024);
+    fill_conjugates<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(nh - 2)), 256, 0,
+                      stream>>>(big_c, M, nh, bins);
+    FL_LAUNCH_CHECK();
   }
 }
 
@@ -474,7 +489,9 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
     cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
     transpose<C>(scratch, bt, p.b.n, F, stream);
 
-    spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas);
+    spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas,
+                     skips_conjugates(s, Backend::CuFFT) ? reinterpret_cast<void**>(base + L.ptrs)
+                                                         : nullptr);
     // [F, n_out] -> [n_out, F] -> C2R into `big`.
     transpose<C>(big_c, scratch, F, M, stream);
     cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
@@ -554,16 +571,11 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
       forward(b, p.b, bt);
       if (small) {
         spectral_product_small(pass, s, at, bt, big_c, F, stream);
-      } else if (fbfft_skips_conjugates(s)) {
-        const FreqSubset subset{nh, nw / 2 + 1, conjugate_free_freqs(s),
-                                reinterpret_cast<void**>(base + L.ptrs)};
-        spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas, &subset);
-        const int64_t blocks = std::min<int64_t>((M + 511) / 512, 1024);
-        fill_conjugates<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(nh - 2)), 256,
-                          0, stream>>>(big_c, M, nh, nw / 2 + 1);
-        FL_LAUNCH_CHECK();
       } else {
-        spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas);
+        spectral_gemm<float>(
+            pass, s, at, bt, big_c, F, tf32, stream, blas,
+            skips_conjugates(s, Backend::FbFFT) ? reinterpret_cast<void**>(base + L.ptrs)
+                                                : nullptr);
       }
     }
     // Inverse from [F, n_out] (staged: transposed to [n_out, F] first; few channels: [n_out, F]

@@ -61,14 +61,16 @@ inline bool fbfft_uses_staging(const Shape& s) {
   return fbfft_staged(s.nh, s.nw) && !fbfft_small_channels(s);
 }
 
-// Square bases from 4 x 4 to 32 x 32 on the fbfft backend's GEMM path (frequency-major spectra):
-// the GEMMs skip the rows below n/2 of the DC and Nyquist columns, whose spectra are the
-// conjugates of the rows above (real operands), so their products are too; one small kernel
-// fills them in from their mirror rows for the inverse. 2 (n/2 - 1) of n (n/2 + 1) frequencies:
-// the GEMMs of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x 32 1.04-1.11x, and 64 x
-// 64 (3% fewer) 1.00-1.03x, where it is left out (H200, benchmarks/micro/hermitian_skip.cu).
-inline bool fbfft_skips_conjugates(const Shape& s) {
-  return s.nh == s.nw && s.nh >= 4 && s.nh <= 32 && !fbfft_small_channels(s);
+// Square bases of even side from 4 x 4 to 32 x 32 where the products are GEMMs (either backend;
+// on fbfft not with few channels): the GEMMs skip the rows below n/2 of the DC and Nyquist
+// columns, whose spectra are the conjugates of the rows above (real operands), so their products
+// are too; one small kernel fills them in from their mirror rows for the inverse. 2 (n/2 - 1) of
+// n (n/2 + 1) frequencies: the GEMMs of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x
+// 32 1.04-1.11x, and 64 x 64 (3% fewer) 1.00-1.03x, where it is left out (H200,
+// benchmarks/micro/hermitian_skip.cu).
+inline bool skips_conjugates(const Shape& s, Backend backend) {
+  return s.nh == s.nw && s.nh % 2 == 0 && s.nh >= 4 && s.nh <= 32 &&
+         (backend == Backend::CuFFT || !fbfft_small_channels(s));
 }
 inline int64_t conjugate_free_freqs(const Shape& s) { return s.freqs() - 2 * (s.nh / 2 - 1); }
 
@@ -104,7 +106,7 @@ inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 struct BufferLayout {
   size_t at, bt, big, scratch, work;  // [F, n_a], [F, n_b], padded operands / GEMM output /
                                       // inverse output, transposes, cuFFT work area
-  size_t ptrs;  // fbfft, skipped conjugates: the GEMMs' operand pointers (3 per frequency)
+  size_t ptrs;  // skipped conjugates: the GEMMs' operand pointers (3 per frequency)
   size_t total() const { return work; }
 };
 
@@ -124,13 +126,15 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
     L.scratch = off;
     if (fbfft_uses_staging(s)) off += align_up(std::max(std::max(na, nb), no) * F * cb);
     L.ptrs = off;
-    if (fbfft_skips_conjugates(s)) off += align_up(3 * F * sizeof(void*));
+    if (skips_conjugates(s, backend)) off += align_up(3 * F * sizeof(void*));
     L.work = off;
     return L;
   }
   // `big` holds the padded operands before the GEMM, the GEMM output, then the inverse output.
   L.big = off; off += align_up(std::max(no * F * cb, std::max(na, nb) * plane));
   L.scratch = off; off += align_up(std::max(std::max(na, nb), no) * F * cb);
+  L.ptrs = off;
+  if (skips_conjugates(s, backend)) off += align_up(3 * F * sizeof(void*));
   L.work = off;
   return L;
 }
