@@ -13,6 +13,7 @@
 #ifdef FASTLAYERS_WITH_CUDA
 #include "../cuda/common/cufft_plans.h"
 #include "../cuda/fbfft/fbfft.h"
+#include "../cuda/fft_conv/fft_conv.h"
 #endif
 
 TORCH_LIBRARY(fastlayers, m) {
@@ -194,6 +195,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     TORCH_CHECK(mode >= 0 && mode <= 2, "_fbfft_set_direct_io: `mode` must be 0, 1 or 2, got ",
                 mode);
     fastlayers::fbfft::set_direct_io(mode);
+  });
+  // Test and benchmark hook: whether the convolution's GEMMs skip the conjugate rows of the DC and
+  // Nyquist columns (0 never, 1 where it pays: the default, 2 wherever the basis allows).
+  m.def("_fft_conv_conjugate_skip", &fastlayers::fft_conv::conjugate_skip);
+  m.def("_fft_conv_set_conjugate_skip", [](int mode) {
+    TORCH_CHECK(mode >= 0 && mode <= 2,
+                "_fft_conv_set_conjugate_skip: `mode` must be 0, 1 or 2, got ", mode);
+    fastlayers::fft_conv::set_conjugate_skip(mode);
   });
   // Benchmark hook: threads per block of the 2-D fbfft register kernels (0: the measured choice;
   // 32, 64, 128 or 256 where built).

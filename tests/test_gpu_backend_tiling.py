@@ -137,6 +137,64 @@ def test_fbfft_empty_batch():
     assert gw.shape == (4, 3, 3, 2) and not gw.any()
 
 
+# Square even bases from 4 to 32 with GEMM products (more than 4 input channels on fbfft): the
+# GEMMs may skip the conjugate rows of the DC and Nyquist columns and fill them in afterwards
+# (cuda/fft_conv/layout.h). Problems this small fall under its time rule, so mode 2 forces the
+# skip; mode 0 runs every frequency. Output counts odd and even (the fill's single and paired
+# moves); basis 20 is cuFFT's only.
+SKIP_CASES = [Case(3, 5, 7, 14, 11, 5, 3, 1, 2, (16, 16)),
+              Case(3, 5, 3, 4, 4, 3, 3, 0, 0, (4, 4)),
+              Case(2, 8, 5, 6, 7, 3, 3, 1, 0, (8, 8)),
+              Case(2, 6, 3, 27, 30, 5, 5, 2, 1, (32, 32)),
+              Case(2, 6, 5, 18, 17, 3, 3, 1, 1, (20, 20))]
+
+
+@pytest.fixture
+def conjugate_skip():
+    from fastlayers import _C
+    assert _C._fft_conv_conjugate_skip() == 1  # the default: where it pays
+    yield _C._fft_conv_set_conjugate_skip
+    _C._fft_conv_set_conjugate_skip(1)
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
+@pytest.mark.parametrize("backend", ["cufft", "fbfft"])
+@pytest.mark.parametrize("case", SKIP_CASES, ids=str)
+def test_conjugate_skip_matches_every_frequency(case, backend, tf32, conjugate_skip):
+    if backend == "fbfft" and case.basis[0] & (case.basis[0] - 1):
+        pytest.skip("fbfft takes power-of-two bases")
+    x, w, b, gy = cuda_tensors(case)
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), case.padding)
+    with cudnn_tf32(tf32):
+        native = torch_passes(x, w, b, gy, case.padding)
+    runs = {}
+    for mode in (0, 2):
+        conjugate_skip(mode)
+        runs[mode] = fft_passes(x, w, b, gy, case.padding, case.basis, tf32=tf32, backend=backend)
+    for name, full, skipped, r, n in zip(PASSES, runs[0], runs[2], ref, native):
+        assert_within_bound(skipped, r, n, floor=TF32_FLOOR if tf32 else None, what=name)
+        if not tf32:  # the same products, summed by other GEMM kernels
+            assert rel_err(skipped, full.double()) <= 1e-5, name
+
+
+def test_conjugate_skip_float64_on_cufft(conjugate_skip):
+    case = SKIP_CASES[0]
+    x, w, b, gy = (t.double() for t in cuda_tensors(case))
+    ref = torch_passes(x, w, b, gy, case.padding)
+    conjugate_skip(2)
+    ours = fft_passes(x, w, b, gy, case.padding, case.basis, backend="cufft")
+    for name, out, r in zip(PASSES, ours, ref):
+        assert out.dtype == torch.float64 and rel_err(out, r) <= 1e-10, name
+
+
+def test_conjugate_skip_mode_checked():
+    from fastlayers import _C
+    with pytest.raises(RuntimeError, match=r"_fft_conv_set_conjugate_skip: `mode` must be 0, 1 or "
+                                           r"2, got 3"):
+        _C._fft_conv_set_conjugate_skip(3)
+    assert _C._fft_conv_conjugate_skip() == 1
+
+
 # --- tiling ----------------------------------------------------------------------------------------
 
 # (case with the basis of the tiles, tile of y): partial last tiles, padding, rectangles.

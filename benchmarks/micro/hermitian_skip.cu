@@ -4,6 +4,7 @@
 //   strided F     cublasGemmStridedBatchedEx over all n (n/2 + 1) frequencies (what runs now)
 //   strided F'    the same over the F' = F - 2 (n/2 - 1) non-redundant ones, as if compacted
 //   pointers F'   cublasGemmBatchedEx over the F' non-redundant ones in the full layout
+// each in fp32 (CUBLAS_COMPUTE_32F) and in tf32 (CUBLAS_COMPUTE_32F_FAST_TF32).
 //   nvcc -O2 -std=c++17 -arch=sm_90 benchmarks/micro/hermitian_skip.cu -lcublas -o hs && ./hs
 #include <cublas_v2.h>
 #include <cuComplex.h>
@@ -28,6 +29,7 @@ int main() {
   void** ptrs; cudaMalloc(&ptrs, 3 * 4096 * sizeof(void*));
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
   const char* pn[] = {"fprop", "bprop", "accGrad"};
+  for (cublasComputeType_t ct : {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32})
   for (auto& p : ps) {
     cublasOperation_t ta, tb; int m, n, k, lda, ldb, ldc;
     if (p.pass == 0) { ta = CUBLAS_OP_C; tb = CUBLAS_OP_N; m = p.K; n = p.S; k = p.C; lda = p.C; ldb = p.C; ldc = p.K; }
@@ -61,17 +63,17 @@ int main() {
     auto strided = [&](int count) {
       return time([&] {
         cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, A, CUDA_C_32F, lda, sa, B, CUDA_C_32F, ldb, sb,
-                                   &zero, Cm, CUDA_C_32F, ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                   &zero, Cm, CUDA_C_32F, ldc, sc, count, ct, CUBLAS_GEMM_DEFAULT);
       });
     };
     const float tF = strided(F), tFp = strided(Fp);
     const float tP = time([&] {
       cublasGemmBatchedEx(h, ta, tb, m, n, k, &one, (const void* const*)ptrs, CUDA_C_32F, lda,
                           (const void* const*)(ptrs + Fp), CUDA_C_32F, ldb, &zero, (void* const*)(ptrs + 2 * Fp),
-                          CUDA_C_32F, ldc, Fp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                          CUDA_C_32F, ldc, Fp, ct, CUBLAS_GEMM_DEFAULT);
     });
-    printf("%s %-7s F=%4d F'=%4d: strided F %7.1f us, strided F' %7.1f us (%.3fx), pointers F' %7.1f us (%.3fx)\n",
-           p.name, pn[p.pass], F, Fp, tF, tFp, tF / tFp, tP, tF / tP);
+    printf("%s %s %-7s F=%4d F'=%4d: strided F %7.1f us, strided F' %7.1f us (%.3fx), pointers F' %7.1f us (%.3fx)\n",
+           ct == CUBLAS_COMPUTE_32F ? "fp32" : "tf32", p.name, pn[p.pass], F, Fp, tF, tFp, tF / tFp, tP, tF / tP);
   }
   printf("%s\n", cudaGetErrorString(cudaGetLastError()));
 }

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <string>
 #include <type_traits>
@@ -241,6 +242,17 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
 }
 
 // The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out].
+std::atomic<int> g_conjugate_skip{1};
+
+// Whether a pass's GEMMs skip the conjugate rows (set_conjugate_skip's modes).
+bool skip_conjugates_now(const Shape& s, Backend backend, bool tf32) {
+  switch (g_conjugate_skip.load()) {
+    case 0: return false;
+    case 2: return conjugate_skip_shape(s, backend);
+    default: return skips_conjugates(s, backend, tf32);
+  }
+}
+
 // ptrs: workspace for the operand pointers when the GEMMs skip the conjugate rows
 // (skips_conjugates), which are then filled in; nullptr: every frequency.
 template <typename R>
@@ -490,7 +502,7 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
     transpose<C>(scratch, bt, p.b.n, F, stream);
 
     spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas,
-                     skips_conjugates(s, Backend::CuFFT) ? reinterpret_cast<void**>(base + L.ptrs)
+                     skip_conjugates_now(s, Backend::CuFFT, tf32) ? reinterpret_cast<void**>(base + L.ptrs)
                                                          : nullptr);
     // [F, n_out] -> [n_out, F] -> C2R into `big`.
     transpose<C>(big_c, scratch, F, M, stream);
@@ -500,6 +512,13 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 }
 
 }  // namespace
+
+int conjugate_skip() { return g_conjugate_skip.load(); }
+void set_conjugate_skip(int mode) {
+  if (mode < 0 || mode > 2)
+    throw std::runtime_error("fastlayers: fft_conv conjugate-skip mode must be 0, 1 or 2");
+  g_conjugate_skip.store(mode);
+}
 
 size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, Backend backend) {
   if (backend == Backend::FbFFT) return buffer_layout(pass, s, real_bytes, backend).total();
@@ -574,7 +593,7 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
       } else {
         spectral_gemm<float>(
             pass, s, at, bt, big_c, F, tf32, stream, blas,
-            skips_conjugates(s, Backend::FbFFT) ? reinterpret_cast<void**>(base + L.ptrs)
+            skip_conjugates_now(s, Backend::FbFFT, tf32) ? reinterpret_cast<void**>(base + L.ptrs)
                                                 : nullptr);
       }
     }

@@ -11,7 +11,7 @@
 //
 // Pipeline of each pass:  two operands --(zero-pad at an offset, cast to R)--> [n, nh, nw]
 //   --(R2C, cuFFT)--> [n, F] --(transpose)--> [F, n]  (F = nh * (nw/2 + 1))
-//   --(one complex GEMM per frequency, cuBLAS strided batched)--> [F, n_out]
+//   --(one complex GEMM per frequency, cuBLAS batched)--> [F, n_out]
 //   --(transpose)--> [n_out, F] --(C2R)--> [n_out, nh, nw] --(clip, scale, bias, cast)--> out.
 #pragma once
 
@@ -41,6 +41,12 @@ template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
          size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
          Backend backend = Backend::CuFFT);
+
+// Whether the GEMMs skip the conjugate rows of the DC and Nyquist columns (layout.h): 0 never,
+// 1 where skips_conjugates() says it pays (default), 2 wherever the shape allows it. A test and
+// benchmark switch: every mode computes the same result.
+int conjugate_skip();
+void set_conjugate_skip(int mode);
 
 // The fbfft pipeline of run() (fft_conv_fbfft.cu): rfft2 of each operand straight into the
 // frequency-major [F, n] layout, the GEMMs, one irfft2 that clips, scales, adds bias and casts.

@@ -68,11 +68,22 @@ inline bool fbfft_uses_staging(const Shape& s) {
 // n (n/2 + 1) frequencies: the GEMMs of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x
 // 32 1.04-1.11x, and 64 x 64 (3% fewer) 1.00-1.03x, where it is left out (H200,
 // benchmarks/micro/hermitian_skip.cu).
-inline bool skips_conjugates(const Shape& s, Backend backend) {
+// The shape rule (the workspace keeps room for the pointers whenever it holds):
+inline bool conjugate_skip_shape(const Shape& s, Backend backend) {
   return s.nh == s.nw && s.nh % 2 == 0 && s.nh >= 4 && s.nh <= 32 &&
          (backend == Backend::CuFFT || !fbfft_small_channels(s));
 }
 inline int64_t conjugate_free_freqs(const Shape& s) { return s.freqs() - 2 * (s.nh / 2 - 1); }
+// and the time rule: the GEMM time saved (8 S C K flops per frequency, at 45 TFLOP/s in fp32 and
+// 135 in tf32, these GEMMs' rates on an H200) must beat the ~4 us of the two small kernels the
+// skip adds. Table 4 in tf32: L5 skips (15.6 us saved), L3 and L4 do not (3.7 and 1.7 us; the
+// skip measured 0-8 us slower there).
+inline bool skips_conjugates(const Shape& s, Backend backend, bool tf32) {
+  if (!conjugate_skip_shape(s, backend)) return false;
+  const double skipped = static_cast<double>(s.freqs() - conjugate_free_freqs(s));
+  const double saved_s = 8.0 * s.S * s.C * s.K * skipped / (tf32 ? 135e12 : 45e12);
+  return saved_s > 4e-6;
+}
 
 struct Operand {
   int64_t n, h, w, offh, offw;  // [n, h, w] placed at (offh, offw) of the basis
@@ -126,7 +137,7 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
     L.scratch = off;
     if (fbfft_uses_staging(s)) off += align_up(std::max(std::max(na, nb), no) * F * cb);
     L.ptrs = off;
-    if (skips_conjugates(s, backend)) off += align_up(3 * F * sizeof(void*));
+    if (conjugate_skip_shape(s, backend)) off += align_up(3 * F * sizeof(void*));
     L.work = off;
     return L;
   }
@@ -134,7 +145,7 @@ inline BufferLayout buffer_layout(Pass pass, const Shape& s, int real_bytes,
   L.big = off; off += align_up(std::max(no * F * cb, std::max(na, nb) * plane));
   L.scratch = off; off += align_up(std::max(std::max(na, nb), no) * F * cb);
   L.ptrs = off;
-  if (skips_conjugates(s, backend)) off += align_up(3 * F * sizeof(void*));
+  if (conjugate_skip_shape(s, backend)) off += align_up(3 * F * sizeof(void*));
   L.work = off;
   return L;
 }
