@@ -11,33 +11,25 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <vector>
+#include "table4_gemms.h"
 #define CK(x) do { auto s_ = (x); if ((int)s_ != 0) printf("err %d at %s:%d\n", (int)s_, __FILE__, __LINE__); } while (0)
 __global__ void fill(float* x, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     x[i] = __sinf(0.37f * float(i % 100003));
 }
-struct P { const char* name; int S, C, K, n, pass; };
 int main() {
-  P ps[] = {{"L2", 128, 64, 64, 64, 0}, {"L2", 128, 64, 64, 64, 1}, {"L2", 128, 64, 64, 64, 2},
-            {"L3", 128, 128, 128, 32, 0}, {"L3", 128, 128, 128, 32, 1}, {"L3", 128, 128, 128, 32, 2},
-            {"L4", 128, 128, 128, 16, 0}, {"L4", 128, 128, 128, 16, 1}, {"L4", 128, 128, 128, 16, 2},
-            {"L5", 128, 384, 384, 16, 0}, {"L5", 128, 384, 384, 16, 1}, {"L5", 128, 384, 384, 16, 2}};
   cublasHandle_t h; CK(cublasCreate(&h));
   cuComplex *A, *B, *Cm; size_t big = size_t(1) << 30;
   cudaMalloc(&A, big); cudaMalloc(&B, big); cudaMalloc(&Cm, big);
   fill<<<1024, 256>>>((float*)A, big / 4); fill<<<1024, 256>>>((float*)B, big / 4);
   void** ptrs; cudaMalloc(&ptrs, 3 * 4096 * sizeof(void*));
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  const char* pn[] = {"fprop", "bprop", "accGrad"};
   for (cublasComputeType_t ct : {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32})
-  for (auto& p : ps) {
-    cublasOperation_t ta, tb; int m, n, k, lda, ldb, ldc;
-    if (p.pass == 0) { ta = CUBLAS_OP_C; tb = CUBLAS_OP_N; m = p.K; n = p.S; k = p.C; lda = p.C; ldb = p.C; ldc = p.K; }
-    else if (p.pass == 1) { ta = CUBLAS_OP_N; tb = CUBLAS_OP_N; m = p.C; n = p.S; k = p.K; lda = p.C; ldb = p.K; ldc = p.C; }
-    else { ta = CUBLAS_OP_N; tb = CUBLAS_OP_C; m = p.C; n = p.K; k = p.S; lda = p.C; ldb = p.K; ldc = p.C; }
-    const long long sa = ta == CUBLAS_OP_N ? (long long)lda * k : (long long)lda * m;
-    const long long sb = tb == CUBLAS_OP_N ? (long long)ldb * n : (long long)ldb * k;
-    const long long sc = (long long)ldc * n;
+  for (const Table4Gemm& p : kTable4Gemms) {
+    const GemmArgs g = gemm_args(p);
+    const auto ta = g.ta, tb = g.tb;
+    const int m = g.m, n = g.n, k = g.k, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
+    const long long sa = g.sa, sb = g.sb, sc = g.sc;
     const int bins = p.n / 2 + 1, F = p.n * bins;
     std::vector<int> keep;
     for (int i = 0; i < p.n; ++i)
@@ -73,7 +65,7 @@ int main() {
                           CUDA_C_32F, ldc, Fp, ct, CUBLAS_GEMM_DEFAULT);
     });
     printf("%s %s %-7s F=%4d F'=%4d: strided F %7.1f us, strided F' %7.1f us (%.3fx), pointers F' %7.1f us (%.3fx)\n",
-           ct == CUBLAS_COMPUTE_32F ? "fp32" : "tf32", p.name, pn[p.pass], F, Fp, tF, tFp, tF / tFp, tP, tF / tP);
+           ct == CUBLAS_COMPUTE_32F ? "fp32" : "tf32", p.name, kPassNames[p.pass], F, Fp, tF, tFp, tF / tFp, tP, tF / tP);
   }
   printf("%s\n", cudaGetErrorString(cudaGetLastError()));
 }

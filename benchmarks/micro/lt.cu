@@ -7,13 +7,9 @@
 #include <cuComplex.h>
 #include <cstdio>
 #include <vector>
+#include "table4_gemms.h"
 #define CK(x) do { auto s_ = (x); if ((int)s_ != 0) { printf("err %d at %s:%d\n", (int)s_, __FILE__, __LINE__); } } while (0)
-struct P { const char* name; int S, C, K, F, pass; };
 int main() {
-  P ps[] = {{"L2", 128, 64, 64, 2112, 0}, {"L2", 128, 64, 64, 2112, 1}, {"L2", 128, 64, 64, 2112, 2},
-            {"L3", 128, 128, 128, 544, 0}, {"L3", 128, 128, 128, 544, 1}, {"L3", 128, 128, 128, 544, 2},
-            {"L4", 128, 128, 128, 144, 0}, {"L4", 128, 128, 128, 144, 1}, {"L4", 128, 128, 128, 144, 2},
-            {"L5", 128, 384, 384, 144, 0}, {"L5", 128, 384, 384, 144, 1}, {"L5", 128, 384, 384, 144, 2}};
   cublasHandle_t h; CK(cublasCreate(&h));
   cublasLtHandle_t lt; CK(cublasLtCreate(&lt));
   size_t ws_size = 256 << 20; void* ws; cudaMalloc(&ws, ws_size);
@@ -21,16 +17,12 @@ int main() {
   cudaMalloc(&A, big); cudaMalloc(&B, big); cudaMalloc(&Cm, big);
   cudaMemset(A, 0, big); cudaMemset(B, 0, big);
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  const char* pn[] = {"fprop", "bprop", "accGrad"};
-  for (auto& p : ps) {
-    cublasOperation_t ta, tb; int m, n, k, lda, ldb, ldc;
-    // as in fft_conv.cu spectral_gemm
-    if (p.pass == 0) { ta = CUBLAS_OP_C; tb = CUBLAS_OP_N; m = p.K; n = p.S; k = p.C; lda = p.C; ldb = p.C; ldc = p.K; }
-    else if (p.pass == 1) { ta = CUBLAS_OP_N; tb = CUBLAS_OP_N; m = p.C; n = p.S; k = p.K; lda = p.C; ldb = p.K; ldc = p.C; }
-    else { ta = CUBLAS_OP_N; tb = CUBLAS_OP_C; m = p.C; n = p.K; k = p.S; lda = p.C; ldb = p.K; ldc = p.C; }
-    long long sa = ta == CUBLAS_OP_N ? (long long)lda * k : (long long)lda * m;
-    long long sb = tb == CUBLAS_OP_N ? (long long)ldb * n : (long long)ldb * k;
-    long long sc = (long long)ldc * n;
+  for (const Table4Gemm& p : kTable4Gemms) {
+    const GemmArgs g = gemm_args(p);
+    const auto ta = g.ta, tb = g.tb;
+    const int m = g.m, n = g.n, k = g.k, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
+    const long long sa = g.sa, sb = g.sb, sc = g.sc;
+    const int F = p.freqs();
     cuComplex one = {1, 0}, zero = {0, 0};
     auto time = [&](auto fn) {
       for (int i = 0; i < 3; ++i) fn();
@@ -39,10 +31,10 @@ int main() {
     };
     float t_def = time([&] {
       cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, A, CUDA_C_32F, lda, sa, B, CUDA_C_32F, ldb, sb,
-                                 &zero, Cm, CUDA_C_32F, ldc, sc, p.F, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                 &zero, Cm, CUDA_C_32F, ldc, sc, F, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     });
-    double flop = 8.0 * m * n * k * p.F;
-    printf("%s %-7s m=%d n=%d k=%d F=%d: default %.1f us (%.1f TF/s)\n", p.name, pn[p.pass], m, n, k, p.F, t_def, flop / t_def / 1e6);
+    double flop = 8.0 * m * n * k * F;
+    printf("%s %-7s m=%d n=%d k=%d F=%d: default %.1f us (%.1f TF/s)\n", p.name, kPassNames[p.pass], m, n, k, F, t_def, flop / t_def / 1e6);
     cublasLtMatmulDesc_t desc; CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_C_32F));
     CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
@@ -50,7 +42,7 @@ int main() {
     CK(cublasLtMatrixLayoutCreate(&la, CUDA_C_32F, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
     CK(cublasLtMatrixLayoutCreate(&lb, CUDA_C_32F, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
     CK(cublasLtMatrixLayoutCreate(&lc, CUDA_C_32F, m, n, ldc));
-    int bc = p.F;
+    int bc = F;
     for (auto [l, s] : {std::pair{la, sa}, std::pair{lb, sb}, std::pair{lc, sc}}) {
       CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
       CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof(s)));
