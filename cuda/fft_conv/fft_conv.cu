@@ -198,7 +198,8 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
           int64_t ldb, typename Complex<R>::type* Cm, int64_t ldc, int64_t batch, bool tf32,
           cudaStream_t stream, const FreqSubset* subset) {
   using C = typename Complex<R>::type;
-  const int64_t sa = ta == CUBLAS_OP_N ? lda * k : lda * m, sb = tb == CUBLAS_OP_N ? ldb * n : ldb * k;
+  const int64_t sa = ta == CUBLAS_OP_N ? lda * k : lda * m;
+  const int64_t sb = tb == CUBLAS_OP_N ? ldb * n : ldb * k;
   if (subset != nullptr) {  // the subset's operand pointers, on the GEMM's stream
     subset_pointers<C><<<static_cast<unsigned>((subset->kept + 127) / 128), 128, 0, stream>>>(
         A, B, Cm, sa, sb, ldc * n, subset->nh, subset->bins, subset->kept, subset->ptrs);
@@ -241,7 +242,6 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   FL_CUBLAS_CHECK(st);
 }
 
-// The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out].
 std::atomic<int> g_conjugate_skip{1};
 
 // Whether a pass's GEMMs skip the conjugate rows (set_conjugate_skip's modes).
@@ -253,8 +253,9 @@ bool skip_conjugates_now(const Shape& s, Backend backend, bool tf32) {
   }
 }
 
-// ptrs: workspace for the operand pointers when the GEMMs skip the conjugate rows
-// (skips_conjugates), which are then filled in; nullptr: every frequency.
+// The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out]. ptrs:
+// workspace for the operand pointers when the GEMMs skip the conjugate rows, which are then
+// filled in; nullptr: every frequency.
 template <typename R>
 void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* at,
                    const typename Complex<R>::type* bt, typename Complex<R>::type* big_c,
@@ -501,9 +502,9 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
     cufft_plans::rfft2(big_r, scratch, s.nh, s.nw, p.b.n, work, stream);
     transpose<C>(scratch, bt, p.b.n, F, stream);
 
+    void** ptrs = reinterpret_cast<void**>(base + L.ptrs);
     spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas,
-                     skip_conjugates_now(s, Backend::CuFFT, tf32) ? reinterpret_cast<void**>(base + L.ptrs)
-                                                         : nullptr);
+                     skip_conjugates_now(s, Backend::CuFFT, tf32) ? ptrs : nullptr);
     // [F, n_out] -> [n_out, F] -> C2R into `big`.
     transpose<C>(big_c, scratch, F, M, stream);
     cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
@@ -591,10 +592,9 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
       if (small) {
         spectral_product_small(pass, s, at, bt, big_c, F, stream);
       } else {
-        spectral_gemm<float>(
-            pass, s, at, bt, big_c, F, tf32, stream, blas,
-            skip_conjugates_now(s, Backend::FbFFT, tf32) ? reinterpret_cast<void**>(base + L.ptrs)
-                                                : nullptr);
+        void** ptrs = reinterpret_cast<void**>(base + L.ptrs);
+        spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas,
+                             skip_conjugates_now(s, Backend::FbFFT, tf32) ? ptrs : nullptr);
       }
     }
     // Inverse from [F, n_out] (staged: transposed to [n_out, F] first; few channels: [n_out, F]
