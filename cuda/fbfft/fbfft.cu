@@ -289,10 +289,13 @@ __device__ __forceinline__ void load_row_pair_global(const float* __restrict__ s
 // the batch. Shared layout: IS > 0: row-major per image, image g at g * IS (the register
 // kernels); IS = 0: column k of image g at (g * BINS + k) * CS, row i of a column at i + i / PAD
 // when PAD is given (the lane kernels' padded columns), else at i.
+// implied (load, frequency-major, NH <= 32 only): the rows below NH/2 of the DC and Nyquist
+// columns are not read (conjugates of the rows above, which the caller uses instead: the
+// convolution's GEMMs skip them); zeros land there.
 template <int NH, int NW, int THREADS, int G, bool Store, int IS, int CS = 1, int PAD = 0>
 __device__ __forceinline__ void spectrum_io(
     float2* cols, std::conditional_t<Store, float2*, const float2*> spectrum, const Strides st,
-    int64_t b0, int64_t batch) {
+    int64_t b0, int64_t batch, bool implied = false) {
   constexpr int BINS = NW / 2 + 1, F = NH * BINS;
   const bool images_inner = st.image == 1;
   // Row-major and frequency-major layouts place frequency f = i * BINS + k at f * bin.
@@ -352,8 +355,29 @@ __device__ __forceinline__ void spectrum_io(
       const int64_t step = STEP * st.bin;
       float2* sh = cols + g * IS + threadIdx.x / G;
       auto at = spectrum + (b0 + g) + (threadIdx.x / G) * st.bin;
+      int f = threadIdx.x / G;
+      if constexpr (!Store) {
+        if (implied) {
+          // Rows 0 .. NH/2 whole, then the rows below without bins 0 and NW/2: f's bin k steps
+          // down by one per iteration (square bases: STEP = NH/2 = BINS - 1).
+          constexpr int TOP = (NH / 2 + 1) * BINS;
 #pragma unroll 4
-      for (int f = threadIdx.x / G; f < F; f += STEP, sh += STEP, at += step) {
+          for (; f < TOP; f += STEP, sh += STEP, at += step)
+            __pipeline_memcpy_async(sh, live ? at : spectrum, 8, live ? 0 : 8);
+          int k = f % BINS;
+#pragma unroll 4
+          for (; f < F; f += STEP, sh += STEP, at += step) {
+            const bool read = live && k != 0 && k != BINS - 1;
+            __pipeline_memcpy_async(sh, read ? at : spectrum, 8, read ? 0 : 8);
+            k = k == 0 ? BINS - 1 : k - 1;
+          }
+          __pipeline_commit();
+          __pipeline_wait_prior(0);
+          return;
+        }
+      }
+#pragma unroll 4
+      for (; f < F; f += STEP, sh += STEP, at += step) {
         if constexpr (Store) {
           if (live) *at = *sh;
         } else {
@@ -952,7 +976,7 @@ template <int NH, int NW, bool Direct, int T>
 __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>::MIN_BLOCKS)
     irfft2_registers(const float2* __restrict__ in, Strides is, void* __restrict__ out, Real type,
                      int64_t batch, int out_h, int out_w, int oy, int ox, float scale,
-                     const void* __restrict__ bias, int64_t channels, bool vec4) {
+                     const void* __restrict__ bias, int64_t channels, bool vec4, bool implied) {
   using Cfg = Config<NH, NW, T>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, IS = Cfg::IS, HALF = NW / 2;
   constexpr int LOG_NW = ilog2(NW);
@@ -966,7 +990,8 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   // reads them straight from global memory, consecutive threads on consecutive bins; else into
   // shared memory first, in one coalesced asynchronous pass over the block.
   constexpr bool direct = Direct && NH > 1;
-  if constexpr (!direct) spectrum_io<NH, NW, Cfg::THREADS, G, false, IS>(cols, in, is, b0, batch);
+  if constexpr (!direct)
+    spectrum_io<NH, NW, Cfg::THREADS, G, false, IS>(cols, in, is, b0, batch, implied);
   __syncthreads();
   if constexpr (NH > 1) {
     // Columns, inverse. Thread 0 of an image takes the Hermitian parts of the DC and Nyquist
@@ -1003,11 +1028,15 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
           c[i] = col[i * BINS];
         });
       } else {
-        // the DC column from shared memory, as the direct path has it in registers
+        // the DC column from shared memory, as the direct path has it in registers; implied:
+        // rows below NH/2 as the conjugates of their mirrors (not loaded)
         static_for<NH / 2 + 1>([&](auto I) {
           constexpr int i = decltype(I)::value;
           constexpr int m = (NH - i) & (NH - 1);
-          hermitian_pair(col[i * BINS], col[m * BINS], nyq[i * BINS], nyq[m * BINS], &c[i], &c[m]);
+          const float2 di = col[i * BINS], ni = nyq[i * BINS];
+          const float2 dm = implied ? make_float2(di.x, -di.y) : col[m * BINS];
+          const float2 nm = implied ? make_float2(ni.x, -ni.y) : nyq[m * BINS];
+          hermitian_pair(di, dm, ni, nm, &c[i], &c[m]);
         });
       }
       fft_registers<NH, true>(c);
@@ -1833,17 +1862,17 @@ void rfft2_registers_launch(const void* in, Real type, float2* out, Strides os, 
 template <int NH, int NW, int T>
 void irfft2_registers_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
                              int out_h, int out_w, int oy, int ox, float scale, const void* bias,
-                             int64_t channels, cudaStream_t stream) {
+                             int64_t channels, bool implied, cudaStream_t stream) {
   using Cfg = Config<NH, NW, T>;
   // Direct loads pay off at 16 x 16, and at 8 x 8 from large batches (4.87x against 4.50x staged
   // at 2^20 images, 2.97x against 3.13x at 2^14; the switch is at the geometric middle, 2^17);
   // staged loads move a contiguous spectrum as one span, faster at 32 x 32 and 64 x 64, where
   // direct loads also cost registers (measured, H200).
-  const bool direct =
-      NH > 1 && use_direct(is.bin == 1, NH == 16 || (NH == 8 && batch >= (int64_t{1} << 17)));
+  const bool direct = NH > 1 && !implied &&
+                      use_direct(is.bin == 1, NH == 16 || (NH == 8 && batch >= (int64_t{1} << 17)));
   launch<Cfg>(direct ? irfft2_registers<NH, NW, true, T> : irfft2_registers<NH, NW, false, T>,
               batch, Cfg::G, stream, in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
-              channels, vec4_output(out, type, out_w, ox));
+              channels, vec4_output(out, type, out_w, ox), implied);
 }
 
 std::atomic<int> g_block_threads{0};
@@ -1908,14 +1937,14 @@ void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batc
 template <int NH, int NW>
 void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
                  int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
-                 cudaStream_t stream) {
+                 bool implied, cudaStream_t stream) {
   const int t = register_threads<NH>(is.image == 1, NH == 8 ? 64 : NH == 64 ? 128 : 32);
   switch (t) {
 #define FL_CASE(T)                                                                          \
   case T:                                                                                   \
     if constexpr (block_threads_built<NH, T>()) {                                           \
       return irfft2_registers_launch<NH, NW, T>(in, is, out, type, batch, out_h, out_w, oy, \
-                                                ox, scale, bias, channels, stream);         \
+                                                ox, scale, bias, channels, implied, stream); \
     }                                                                                       \
     break;
     FL_CASE(32) FL_CASE(64) FL_CASE(128) FL_CASE(256)
@@ -2044,8 +2073,12 @@ void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, in
 
 void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, int nh, int nw,
             int out_h, int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
-            cudaStream_t stream) {
+            cudaStream_t stream, bool implied_conjugates) {
   check_sizes(nh, nw);
+  if (implied_conjugates &&
+      !(nh == nw && nh >= 4 && nh <= 32 && is.image == 1 && is.row == (nw / 2 + 1) * is.bin))
+    throw std::runtime_error("fastlayers: fbfft irfft2 with implied conjugates needs a square "
+                             "basis from 4 to 32 and a frequency-major spectrum");
   if (batch == 0 || out_h * out_w == 0) return;
   if (bias != nullptr && channels < 1)
     throw std::runtime_error("fastlayers: fbfft bias needs channels >= 1");
@@ -2062,7 +2095,7 @@ void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, i
 #define FL_CASE(H, W)                                                                   \
   if (nh == H && nw == W) {                                                             \
     irfft2_fast<H, W>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels, \
-                      stream);                                                          \
+                      implied_conjugates, stream);                                      \
     return;                                                                             \
   }
   FL_FBFFT_FAST_SIZES(FL_CASE)

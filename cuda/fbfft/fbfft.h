@@ -47,9 +47,12 @@ void rfft2(const void* in, Real type, float2* out, Strides out_strides, int64_t 
 // spectrum at `in` -> out [batch, out_h, out_w] (`type`): the inverse at (i + oy, j + ox) times
 // `scale` (0 outside the nh x nw basis), plus bias[b % channels] when `bias` (of `type`) is given.
 // The imaginary parts of the DC and Nyquist bins of the halved dimension are ignored.
+// implied_conjugates (square bases 4..32, frequency-major spectra; throws otherwise): the rows
+// below nh/2 of the DC and Nyquist columns are not read, but taken as the conjugates of the rows
+// nh - i above them (what a real image's spectrum holds there).
 void irfft2(const float2* in, Strides in_strides, void* out, Real type, int64_t batch, int nh,
             int nw, int out_h, int out_w, int oy, int ox, float scale, const void* bias,
-            int64_t channels, cudaStream_t stream);
+            int64_t channels, cudaStream_t stream, bool implied_conjugates = false);
 
 // The smallest square 2-D size served by the lane kernels instead of the register kernels
 // (64 or 128, default 128). A benchmarking switch: both compute the same transform.

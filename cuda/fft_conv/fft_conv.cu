@@ -255,12 +255,13 @@ bool skip_conjugates_now(const Shape& s, Backend backend, bool tf32) {
 
 // The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out]. ptrs:
 // workspace for the operand pointers when the GEMMs skip the conjugate rows, which are then
-// filled in; nullptr: every frequency.
+// filled in (for cuFFT's C2R; fbfft's inverse takes them as implied instead: fill = false);
+// nullptr: every frequency.
 template <typename R>
 void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* at,
                    const typename Complex<R>::type* bt, typename Complex<R>::type* big_c,
                    int64_t F, bool tf32, cudaStream_t stream, cublasHandle_t blas,
-                   void** ptrs = nullptr) {
+                   void** ptrs = nullptr, bool fill = true) {
   const int nh = static_cast<int>(s.nh), bins = static_cast<int>(s.nw / 2 + 1);
   const FreqSubset whole_subset{nh, bins, conjugate_free_freqs(s), ptrs};
   const FreqSubset* subset = ptrs != nullptr ? &whole_subset : nullptr;
@@ -279,7 +280,7 @@ void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* a
               tf32, stream, subset);
       break;
   }
-  if (subset != nullptr) {
+  if (subset != nullptr && fill) {
     const int64_t M = plan_for(pass, s).n_out;  // values per frequency of the output
     const int64_t blocks = std::min<int64_t>((M + 511) / 512, 1024);
     fill_conjugates<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(nh - 2)), 256, 0,
@@ -565,6 +566,8 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     // GEMMs' frequency-major layout, written directly, or on a staged basis row-major and
     // transposed to and from it.
     const bool small = fbfft_small_channels(s), staged = fbfft_uses_staging(s);
+    // GEMMs without the conjugate rows, which the inverse then takes as implied (no fill)
+    const bool skip = skip_conjugates_now(s, Backend::FbFFT, tf32);
     // An operand through a window at minus its offset in the basis (implicit zero padding) into
     // its spectrum: row-major (few channels), or the GEMMs' frequency-major layout, directly or
     // row-major and then transposed.
@@ -594,7 +597,7 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
       } else {
         void** ptrs = reinterpret_cast<void**>(base + L.ptrs);
         spectral_gemm<float>(pass, s, at, bt, big_c, F, tf32, stream, blas,
-                             skip_conjugates_now(s, Backend::FbFFT, tf32) ? ptrs : nullptr);
+                             skip ? ptrs : nullptr, /*fill=*/false);
       }
     }
     // Inverse from [F, n_out] (staged: transposed to [n_out, F] first; few channels: [n_out, F]
@@ -609,7 +612,8 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     }
     fbfft::irfft2(spectrum, strides, out, type, M, nh, nw, static_cast<int>(p.oh),
                   static_cast<int>(p.ow), static_cast<int>(p.offh), static_cast<int>(p.offw),
-                  1.f / static_cast<float>(s.nh * s.nw), bias, s.K, stream);
+                  1.f / static_cast<float>(s.nh * s.nw), bias, s.K, stream,
+                  skip && p.a.n != 0 && p.b.n != 0);
   }
 }
 

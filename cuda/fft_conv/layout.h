@@ -64,7 +64,8 @@ inline bool fbfft_uses_staging(const Shape& s) {
 // Square bases of even side from 4 x 4 to 32 x 32 where the products are GEMMs (either backend;
 // on fbfft not with few channels): the GEMMs skip the rows below n/2 of the DC and Nyquist
 // columns, whose spectra are the conjugates of the rows above (real operands), so their products
-// are too; one small kernel fills them in from their mirror rows for the inverse. 2 (n/2 - 1) of
+// are too; fbfft's inverse takes them as implied (not read), and before cuFFT's one small kernel
+// fills them in from their mirror rows. 2 (n/2 - 1) of
 // n (n/2 + 1) frequencies: the GEMMs of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x
 // 32 1.04-1.11x, and 64 x 64 (3% fewer) 1.00-1.03x, where it is left out (H200,
 // benchmarks/micro/hermitian_skip.cu).
@@ -75,8 +76,8 @@ inline bool conjugate_skip_shape(const Shape& s, Backend backend) {
 }
 inline int64_t conjugate_free_freqs(const Shape& s) { return s.freqs() - 2 * (s.nh / 2 - 1); }
 // and the time rule: the GEMM time saved (8 S C K flops per frequency, at 45 TFLOP/s in fp32 and
-// 135 in tf32, these GEMMs' rates on an H200) must beat the ~4 us of the two small kernels the
-// skip adds. Table 4 in tf32: L5 skips (15.6 us saved), L3 and L4 do not (3.7 and 1.7 us; the
+// 135 in tf32, these GEMMs' rates on an H200) must beat the ~4 us of the small kernels the skip
+// adds (the operand pointers; the fill, on cuFFT). Table 4 in tf32: L5 skips (15.6 us saved), L3 and L4 do not (3.7 and 1.7 us; the
 // skip measured 0-8 us slower there).
 inline bool skips_conjugates(const Shape& s, Backend backend, bool tf32) {
   if (!conjugate_skip_shape(s, backend)) return false;
