@@ -30,7 +30,7 @@ int main() {
     const auto ta = g.ta, tb = g.tb;
     const int m = g.m, n = g.n, k = g.k, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
     const long long sa = g.sa, sb = g.sb, sc = g.sc;
-    const int bins = p.n / 2 + 1, F = p.n * bins;
+    const int bins = p.n / 2 + 1, F = p.freqs();
     std::vector<int> keep;
     for (int i = 0; i < p.n; ++i)
       for (int kk = 0; kk < bins; ++kk)

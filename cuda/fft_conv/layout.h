@@ -64,11 +64,10 @@ inline bool fbfft_uses_staging(const Shape& s) {
 // Square bases of even side from 4 x 4 to 32 x 32 where the products are GEMMs (either backend;
 // on fbfft not with few channels): the GEMMs skip the rows below n/2 of the DC and Nyquist
 // columns, whose spectra are the conjugates of the rows above (real operands), so their products
-// are too; fbfft's inverse takes them as implied (not read), and before cuFFT's one small kernel
-// fills them in from their mirror rows. 2 (n/2 - 1) of
-// n (n/2 + 1) frequencies: the GEMMs of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x
-// 32 1.04-1.11x, and 64 x 64 (3% fewer) 1.00-1.03x, where it is left out (H200,
-// benchmarks/micro/hermitian_skip.cu).
+// are too. fbfft's inverse takes those rows as implied (not read); before cuFFT's C2R one small
+// kernel fills them in from their mirror rows. 2 (n/2 - 1) of n (n/2 + 1) frequencies: the GEMMs
+// of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x 32 1.04-1.11x, and 64 x 64 (3%
+// fewer) 1.00-1.03x, where it is left out (H200, benchmarks/micro/hermitian_skip.cu).
 // The shape rule (the workspace keeps room for the pointers whenever it holds):
 inline bool conjugate_skip_shape(const Shape& s, Backend backend) {
   return s.nh == s.nw && s.nh % 2 == 0 && s.nh >= 4 && s.nh <= 32 &&
@@ -76,9 +75,10 @@ inline bool conjugate_skip_shape(const Shape& s, Backend backend) {
 }
 inline int64_t conjugate_free_freqs(const Shape& s) { return s.freqs() - 2 * (s.nh / 2 - 1); }
 // and the time rule: the GEMM time saved (8 S C K flops per frequency, at 45 TFLOP/s in fp32 and
-// 135 in tf32, these GEMMs' rates on an H200) must beat the ~4 us of the small kernels the skip
-// adds (the operand pointers; the fill, on cuFFT). Table 4 in tf32: L5 skips (15.6 us saved), L3 and L4 do not (3.7 and 1.7 us; the
-// skip measured 0-8 us slower there).
+// 135 in tf32, these GEMMs' rates on an H200) must beat about 4 us for the small kernels the skip
+// adds. The 4 us was measured with both the pointer and the fill kernel (Table 4 in tf32: L3 and
+// L4, 3.7 and 1.7 us saved, ran 0-8 us slower with the skip; L5 saves 15.6 us and keeps it); fbfft
+// has since dropped the fill and the bound was left as measured.
 inline bool skips_conjugates(const Shape& s, Backend backend, bool tf32) {
   if (!conjugate_skip_shape(s, backend)) return false;
   const double skipped = static_cast<double>(s.freqs() - conjugate_free_freqs(s));
