@@ -9,6 +9,12 @@ Method:
   kernel of its own after cuFFT's, which a program calling cuFFT directly (unnormalized C2R) does
   not run; torch.fft.irfft2 / irfft with norm="forward" leaves the inverse unscaled, and fbfft
   runs with normalized=False. "x unscaled" is that pair's ratio.
+- cuFFT is also called directly ("x direct"): one cufftExec on a cached plan (fastlayers' plan
+  cache, the one its cuFFT convolution uses), no framework around it and nothing torch adds: no
+  clone of the C2R input (torch clones it because cuFFT's C2R overwrites its input; the direct
+  call lets it), no normalization kernel. Both sides unnormalized for C2R; a padded read pads
+  with a copy first, as a cuFFT user must. The overwritten spectrum holds garbage after the first
+  call, which costs a transform the same time (checked against torch.fft on a fresh copy first).
 - Every candidate is timed twice: "eager" (one call between two CUDA events, median of trials,
   host overhead included when the kernel is shorter than the launch path) and "graph" (ten calls
   captured in a CUDA graph and replayed, median per call: device time only, as if cuFFT were called
@@ -123,6 +129,26 @@ def measure(kind, dims, n, h, B, copy_cache):
         row["cufft_unscaled_graph_ms"] = time_graph(cu_u)
         row["fbfft_unscaled_graph_ms"] = time_graph(fb_u)
         row["ratio_unscaled"] = row["cufft_unscaled_graph_ms"] / row["fbfft_unscaled_graph_ms"]
+    # cuFFT called directly (nh = 1: a 1-D plan)
+    nh = n if dims == 2 else 1
+    if kind == "r2c":
+        if h == n:
+            cu_d = lambda: _C._cufft_direct_rfft2(x, nh, n)  # noqa: E731
+        else:
+            pad = (0, n - h, 0, n - h) if dims == 2 else (0, n - h)
+            cu_d = lambda: _C._cufft_direct_rfft2(  # noqa: E731
+                torch.nn.functional.pad(x, pad), nh, n)
+        got_d, ref_d = cu_d(), ref
+    else:
+        got_d = _C._cufft_direct_irfft2_(X.clone(), nh, n)
+        ref_d = ref_u
+        X_scratch = X.clone()  # overwritten by every call
+        cu_d = lambda: _C._cufft_direct_irfft2_(X_scratch, nh, n)  # noqa: E731
+    err_d = ((got_d - ref_d).abs().max() / ref_d.abs().max().clamp_min(1e-30)).item()
+    assert err_d < 1e-5, ("cuFFT called directly disagrees with torch.fft", kind, dims, n, h, err_d)
+    row["cufft_direct_graph_ms"] = time_graph(cu_d)
+    row["ratio_direct"] = row["cufft_direct_graph_ms"] / (
+        row["fbfft_graph_ms"] if kind == "r2c" else row["fbfft_unscaled_graph_ms"])
     if nbytes not in copy_cache:
         copy_cache[nbytes] = copy_gbps(nbytes)
     row["copy_GBps"] = copy_cache[nbytes]
@@ -162,8 +188,9 @@ def main():
     print("ratio x = cuFFT time / fbfft time (CUDA-graph replay, device time); "
           "%copy = fbfft GB/s / device-to-device copy GB/s of the same bytes")
     print("| dims | n (input) | B | kind | cuFFT ms | fbfft ms | x | fbfft GB/s | % copy | "
-          "eager cuFFT ms | eager fbfft ms | max rel err | x unscaled |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "eager cuFFT ms | eager fbfft ms | max rel err | x unscaled | cuFFT direct ms | "
+          "x direct |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for dims, n, h, B in cases:
         for kind in ("r2c", "c2r"):
             if kind == "c2r" and h != n:
@@ -193,11 +220,12 @@ def main():
                 rows.append(r)
                 unscaled = "%.2f" % r["ratio_unscaled"] if "ratio_unscaled" in r else ""
                 print("| %d | %d (%d)%s | %d | %s | %.4f | %.4f | %.2f | %.0f | %.0f | %.4f | "
-                      "%.4f | %.1e | %s |" % (dims, n, h, " " + kernel if kernel else "", B, kind,
-                                              r["cufft_graph_ms"], r["fbfft_graph_ms"],
-                                              r["ratio"], r["fbfft_GBps"], r["fbfft_pct_copy"],
-                                              r["cufft_eager_ms"], r["fbfft_eager_ms"],
-                                              r["max_rel_err"], unscaled))
+                      "%.4f | %.1e | %s | %.4f | %.2f |" % (
+                          dims, n, h, " " + kernel if kernel else "", B, kind,
+                          r["cufft_graph_ms"], r["fbfft_graph_ms"], r["ratio"], r["fbfft_GBps"],
+                          r["fbfft_pct_copy"], r["cufft_eager_ms"], r["fbfft_eager_ms"],
+                          r["max_rel_err"], unscaled, r["cufft_direct_graph_ms"],
+                          r["ratio_direct"]))
                 torch.cuda.empty_cache()
     if args.out:
         path = Path(args.out) / "fbfft-bench.json"

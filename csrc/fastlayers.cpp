@@ -5,9 +5,11 @@
 #include <ATen/autocast_mode.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>  // the at::Tensor caster of the benchmark hooks
 #include <torch/library.h>
 
 #include "../cuda/fft_conv/layout.h"
+#include "fbfft/fbfft.h"
 #include "fft_conv/fft_conv.h"
 
 #ifdef FASTLAYERS_WITH_CUDA
@@ -204,6 +206,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 "_fft_conv_set_conjugate_skip: `mode` must be 0, 1 or 2, got ", mode);
     fastlayers::fft_conv::set_conjugate_skip(mode);
   });
+  // Benchmark references: cuFFT called directly (cached plan, unnormalized, no framework); the
+  // inverse overwrites its input, as cuFFT's C2R does. nh = 1: 1-D over the last dimension.
+  m.def("_cufft_direct_rfft2", &fastlayers::fbfft_host::cufft_direct_rfft2, pybind11::arg("x"),
+        pybind11::arg("nh"), pybind11::arg("nw"));
+  m.def("_cufft_direct_irfft2_", &fastlayers::fbfft_host::cufft_direct_irfft2_,
+        pybind11::arg("spectrum"), pybind11::arg("nh"), pybind11::arg("nw"));
   // Benchmark hook: threads per block of the 2-D fbfft register kernels (0: the measured choice;
   // 32, 64, 128 or 256 where built).
   m.def("_fbfft_block_threads", &fastlayers::fbfft::block_threads);

@@ -36,5 +36,11 @@ at::Tensor fbfft_rfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::In
 at::Tensor fbfft_irfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef out_size,
                             at::IntArrayRef offset, bool transposed, bool normalized);
 
+// Benchmark references (CUDA builds): cuFFT called directly, one cufftExec on a cached plan,
+// unnormalized; nh = 1 is a 1-D transform of [B, nw], else [B, nh, nw]. The inverse overwrites
+// `spectrum`, as cuFFT's C2R does.
+at::Tensor cufft_direct_rfft2(const at::Tensor& x, int64_t nh, int64_t nw);
+at::Tensor cufft_direct_irfft2_(const at::Tensor& spectrum, int64_t nh, int64_t nw);
+
 }  // namespace fbfft_host
 }  // namespace fastlayers

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "../../cuda/common/cufft_plans.h"
 #include "../../cuda/fbfft/fbfft.h"
 #include "fbfft.h"
 
@@ -109,7 +110,56 @@ at::Tensor fbfft_irfft2_cuda(const at::Tensor& input, at::IntArrayRef size,
                  offset[1], transposed, normalized, 2);
 }
 
+// Benchmark reference: cuFFT called directly (one cufftExec on a cached plan, no framework around
+// it). `x` [B, n] (nh = 1: 1-D) or [B, nh, nw], float32, CUDA.
+void check_direct(const char* op, const at::Tensor& t, at::ScalarType type, int64_t nh,
+                  int64_t nw, int64_t last) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == type, op, ": `input` must be a CUDA ", type,
+              " tensor, got ", t.scalar_type(), " on ", t.device());
+  TORCH_CHECK(nh >= 1 && nw >= 2, op, ": `size` must be positive (nw >= 2), got ", nh, "x", nw);
+  TORCH_CHECK(t.dim() == (nh == 1 ? 2 : 3) && t.size(-1) == last &&
+                  (nh == 1 || t.size(1) == nh) && t.size(0) >= 1,
+              op, ": `input` must be [B, ", nh == 1 ? "" : std::to_string(nh) + ", ", last,
+              "] for this size, got ", t.sizes());
+  TORCH_CHECK(t.is_contiguous(), op, ": `input` must be contiguous");
+}
+
+at::Tensor work_area(cufft_plans::Transform t, int64_t nh, int64_t nw, int64_t batch,
+                     const at::Tensor& like) {
+  const size_t bytes = cufft_plans::work_bytes(t, nh, nw, batch);
+  return at::empty({static_cast<int64_t>(bytes > 0 ? bytes : 1)}, like.options().dtype(at::kByte));
+}
+
 }  // namespace
+
+at::Tensor cufft_direct_rfft2(const at::Tensor& x, int64_t nh, int64_t nw) {
+  check_direct("_cufft_direct_rfft2", x, at::kFloat, nh, nw, nw);
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t batch = x.size(0);
+  auto shape = x.sizes().vec();
+  shape.back() = nw / 2 + 1;
+  auto out = at::empty(shape, x.options().dtype(at::kComplexFloat));
+  auto work = work_area(cufft_plans::Transform::R2C_F32, nh, nw, batch, x);
+  cufft_plans::rfft2(x.const_data_ptr<float>(),
+                     reinterpret_cast<float2*>(out.mutable_data_ptr<c10::complex<float>>()), nh,
+                     nw, batch, work.mutable_data_ptr(), at::cuda::getCurrentCUDAStream());
+  return out;
+}
+
+at::Tensor cufft_direct_irfft2_(const at::Tensor& spectrum, int64_t nh, int64_t nw) {
+  check_direct("_cufft_direct_irfft2_", spectrum, at::kComplexFloat, nh, nw, nw / 2 + 1);
+  c10::cuda::CUDAGuard guard(spectrum.device());
+  const int64_t batch = spectrum.size(0);
+  auto shape = spectrum.sizes().vec();
+  shape.back() = nw;
+  auto out = at::empty(shape, spectrum.options().dtype(at::kFloat));
+  auto work = work_area(cufft_plans::Transform::C2R_F32, nh, nw, batch, spectrum);
+  cufft_plans::irfft2(
+      reinterpret_cast<float2*>(spectrum.mutable_data_ptr<c10::complex<float>>()),
+      out.mutable_data_ptr<float>(), nh, nw, batch, work.mutable_data_ptr(),
+      at::cuda::getCurrentCUDAStream());
+  return out;
+}
 
 TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("fbfft_rfft", &fbfft_rfft_cuda);

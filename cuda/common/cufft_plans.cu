@@ -59,9 +59,11 @@ class Cache {
     FL_CUFFT_CHECK(cufftCreate(&p.handle));
     try {
       FL_CUFFT_CHECK(cufftSetAutoAllocation(p.handle, 0));
+      // nh = 1: a batched 1-D plan (the same transform as a 2-D one with a single row)
       long long n[2] = {k.nh, k.nw};
-      FL_CUFFT_CHECK(cufftMakePlanMany64(p.handle, 2, n, nullptr, 1, 0, nullptr, 1, 0,
-                                         cufft_type(k.t), k.batch, &p.work));
+      const int rank = k.nh == 1 ? 1 : 2;
+      FL_CUFFT_CHECK(cufftMakePlanMany64(p.handle, rank, n + (2 - rank), nullptr, 1, 0, nullptr,
+                                         1, 0, cufft_type(k.t), k.batch, &p.work));
     } catch (...) {
       cufftDestroy(p.handle);
       throw;

@@ -1,5 +1,6 @@
-// A process-wide LRU cache of batched 2-D cuFFT plans. Plans are created without their own
-// work area; the caller passes one (from whatever allocator it owns) at execution time.
+// A process-wide LRU cache of batched 2-D cuFFT plans (nh = 1: 1-D plans). Plans are created
+// without their own work area; the caller passes one (from whatever allocator it owns) at
+// execution time.
 #pragma once
 
 #include <cuda_runtime.h>
