@@ -269,7 +269,7 @@ def test_cuda_whole_images(n, batch, direct_io):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [8, 16, 32, 64])
 def test_cuda_whole_lines_large_batch(n):
-    """1-D whole lines from 2^20 on (the register kernels' span loads), an odd batch."""
+    """1-D whole lines from 2^20 on (the register kernels, both ways), an odd batch."""
     x = torch.randn((1 << 20) + 3, n, dtype=torch.float64)
     got = fbfft.rfft(x.float().cuda(), n)
     ref = fbfft.rfft(x, n)
@@ -277,6 +277,9 @@ def test_cuda_whole_lines_large_batch(n):
     X = torch.randn(*ref.shape, dtype=torch.complex128)
     got = fbfft.irfft(X.to(torch.complex64).cuda(), n, n)
     assert rel(got.cpu().double(), fbfft.irfft(X, n, n)) <= 1e-5
+    # clipped at an offset, unnormalized
+    got = fbfft.irfft(X.to(torch.complex64).cuda(), n, n - 3, 2, False)
+    assert rel(got.cpu().double(), fbfft.irfft(X, n, n - 3, 2, False)) <= 1e-5
 
 
 @pytest.mark.gpu
@@ -446,3 +449,31 @@ def test_cuda_opcheck(name, make):
     args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in make(False))
     torch.library.opcheck(getattr(torch.ops.fastlayers, name).default, args,
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+# --- The benchmark's reference: cuFFT called directly -----------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nh,nw", [(1, 8), (1, 256), (8, 8), (16, 16), (64, 64), (16, 32)])
+def test_cuda_cufft_direct_matches_torch(nh, nw):
+    from fastlayers import _C
+
+    shape = (37, nw) if nh == 1 else (37, nh, nw)
+    dims = (-1,) if nh == 1 else (-2, -1)
+    x = torch.randn(*shape, device="cuda")
+    ref = torch.fft.rfftn(x, dim=dims)
+    assert rel(_C._cufft_direct_rfft2(x, nh, nw), ref) <= 1e-5
+    X = ref.clone()
+    y = _C._cufft_direct_irfft2_(X, nh, nw)  # unnormalized; overwrites X
+    assert rel(y, torch.fft.irfftn(ref, s=shape[1:], dim=dims, norm="forward")) <= 1e-5
+
+
+@pytest.mark.gpu
+def test_cuda_cufft_direct_bad_arguments():
+    from fastlayers import _C
+
+    with pytest.raises(RuntimeError, match="`input` must be \\[B, 8, 8\\]"):
+        _C._cufft_direct_rfft2(torch.randn(4, 8, 6, device="cuda"), 8, 8)
+    with pytest.raises(RuntimeError, match="`input` must be a CUDA ComplexFloat"):
+        _C._cufft_direct_irfft2_(torch.randn(4, 8, 5, device="cuda"), 8, 8)

@@ -2007,9 +2007,9 @@ bool lanes_2d(int nh, int nw) {
   X(1, 2) X(1, 4) X(2, 2) X(4, 4) X(8, 8) X(16, 16) X(32, 32) X(64, 64)
 // The 1-D sizes the lane kernels serve.
 #define FL_FBFFT_LANE_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256)
-// 1-D forward sizes that go back to the register kernels (a line pair per thread) at large
-// batches: with enough lines to fill the GPU many times over they stream faster than the lane
-// kernels (measured, H200: 95-99% against 78-85% of the copy anchor at 0.1-0.25 GiB).
+// 1-D sizes that go back to the register kernels (a line pair per thread) at large batches: with
+// enough lines to fill the GPU many times over they stream faster than the lane kernels
+// (measured, H200: forward 95-99% against 78-85% of the copy anchor at 0.1-0.25 GiB).
 #define FL_FBFFT_1D_REGISTER_SIZES(X) X(8) X(16) X(32) X(64)
 constexpr int64_t kRegisters1dMinBatch = int64_t{1} << 20;
 
@@ -2099,6 +2099,14 @@ void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, i
     return;                                                                             \
   }
   FL_FBFFT_FAST_SIZES(FL_CASE)
+#undef FL_CASE
+#define FL_CASE(N)                                                                            \
+  if (nh == 1 && nw == N && batch >= kRegisters1dMinBatch) {                                  \
+    irfft2_fast<1, N>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,  \
+                      false, stream);                                                         \
+    return;                                                                                   \
+  }
+  FL_FBFFT_1D_REGISTER_SIZES(FL_CASE)
 #undef FL_CASE
 #define FL_CASE(N)                                                                          \
   if (nh == 1 && nw == N) {                                                                 \
