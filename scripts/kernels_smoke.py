@@ -88,11 +88,14 @@ def fbfft_cases(dev):
             worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
         print("fbfft, inputs inside the window: worst relative error so far %.2e" % worst,
               flush=True)
-        # 1-D forward at a batch that takes the register kernels
+        # 1-D forward and clipped inverse at a batch that takes the register kernels
         x = torch.randn((1 << 20) + 1, 7, generator=g, dtype=torch.float64)
         ref = fbfft.rfft(x, 8, -1)
         out = fbfft.rfft(x.float().to(dev), 8, -1).cpu().to(ref.dtype)
         worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
+        y_ref = fbfft.irfft(ref, 8, 5, 1)
+        y = fbfft.irfft(ref.to(torch.complex64).to(dev), 8, 5, 1).cpu().to(y_ref.dtype)
+        worst = max(worst, ((y - y_ref).abs().max() / y_ref.abs().max()).item())
         print("fbfft 1-D, 2^20 + 1 lines: worst relative error so far %.2e" % worst, flush=True)
     # C = 3: the small-channel products on row-major spectra (128 x 1 threads at 128 x 128, 32 x 8
     # with shared-memory sums below); C = 6 at 128 x 128 and 32 x 64: staged transposes + GEMMs;
