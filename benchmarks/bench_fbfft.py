@@ -1,6 +1,6 @@
 """fbfft against cuFFT, batched real 1-D and 2-D transforms, one process, one device.
 
-    python3 benchmarks/bench_fbfft.py [--out DIR] [--quick] [--ab]
+    python3 benchmarks/bench_fbfft.py [--out DIR] [--quick] [--ab] [--dims 1|2]
 
 Method:
 - cuFFT runs through torch.fft (rfft2/irfft2, rfft/irfft); with implicit padding (an h x h input
@@ -166,6 +166,8 @@ def main():
     ap.add_argument("--ab", action="store_true",
                     help="also time each kernel with its spectrum always staged through shared "
                          "memory and always moved directly")
+    ap.add_argument("--dims", type=int, choices=(1, 2), default=None,
+                    help="only the 1-D or only the 2-D transforms")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: the fbfft benchmark compares CUDA kernels and has nothing to run")
@@ -191,6 +193,7 @@ def main():
           "eager cuFFT ms | eager fbfft ms | max rel err | x unscaled | cuFFT direct ms | "
           "x direct |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cases = [c for c in cases if args.dims is None or c[0] == args.dims]
     for dims, n, h, B in cases:
         for kind in ("r2c", "c2r"):
             if kind == "c2r" and h != n:

@@ -267,6 +267,23 @@ def test_cuda_whole_images(n, batch, direct_io):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [8, 16, 32, 64, 128, 256])
+@pytest.mark.parametrize("batch", [1, 3, 129, 1000, 16389])
+def test_cuda_whole_lines(n, batch, direct_io):
+    """1-D whole lines below 2^20 (the lane kernels' span stores), scaled and not, and a spectrum
+    that starts 8 bytes past a 16-byte boundary."""
+    X = torch.randn(batch, n // 2 + 1, dtype=torch.complex128)
+    flat = torch.empty(X.numel() + 1, dtype=torch.complex64, device="cuda")
+    shifted = flat[1:].view(X.shape)
+    shifted.copy_(X.to(torch.complex64))
+    for spectrum in (X.to(torch.complex64).cuda(), shifted):
+        for normalized in (True, False):
+            got = fbfft.irfft(spectrum, n, n, 0, normalized)
+            ref = fbfft.irfft(X, n, n, 0, normalized)
+            assert got.shape == ref.shape and rel(got.cpu().double(), ref) <= 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n", [8, 16, 32, 64])
 def test_cuda_whole_lines_large_batch(n):
     """1-D whole lines from 2^20 on (the register kernels, both ways), an odd batch."""

@@ -1337,6 +1337,12 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
   __syncthreads();
 
   const int live = static_cast<int>(batch - b0 < G ? batch - b0 : G);
+  // Whole lines in float32, no bias: the block's lines are one contiguous span, 16 bytes a store.
+  if (type == Real::F32 && vec4 && bias == nullptr && out_h == 1 && out_w == N && oy == 0 &&
+      ox == 0) {
+    store_full<1, N, Cfg::THREADS, G>(rows, static_cast<float*>(out), b0, live, scale);
+    return;
+  }
   store_window_as<1, N, Cfg::THREADS>(type, rows, out, b0, live, out_h, out_w, oy, ox, scale, bias,
                                       channels, vec4);
 }
