@@ -29,6 +29,10 @@ int main() {
     {"rm   16 <- 13", 16384, 16, 13, 0, false, true}, {"rm   32 <- 27", 16384, 32, 27, 0, false, true},
     {"rm   64 <- 57", 16384, 64, 57, 0, false, true}, {"rm   16 <- 16", 16384, 16, 16, 0, false, true},
     {"rm   64 <- 64", 16384, 64, 64, 0, false, true},
+    // row-major whole images both ways, the B = 16384 rows of bench_fbfft.py
+    {"rm    8 <- 8", 16384, 8, 8, 0, false, true}, {"rm    8 -> 8", 16384, 8, 0, 8, true, true},
+    {"rm   16 -> 16", 16384, 16, 0, 16, true, true}, {"rm   32 <- 32", 16384, 32, 32, 0, false, true},
+    {"rm   32 -> 32", 16384, 32, 0, 32, true, true}, {"rm   64 -> 64", 16384, 64, 0, 64, true, true},
   };
   float *x; float2* X;
   cudaMalloc(&x, size_t(1) << 30); cudaMalloc(&X, size_t(1) << 31);

@@ -103,25 +103,20 @@ __device__ __forceinline__ void static_for(F&& f) {
 struct ScaledTwiddle {
   float scale, ratio;
 };
-template <int SIZE>
-struct ScaledTable {
-  ScaledTwiddle t[SIZE];
-};
 __host__ __device__ constexpr bool scaled_by_cos(int m) { return m <= 32 || m >= 96; }
 
-template <int SIZE>
-constexpr ScaledTable<SIZE> make_scaled_twiddles() {
-  ScaledTable<SIZE> t{};
-  for (int m = 0; m < SIZE; ++m) {
-    const double a = 2.0 * kPi * m / 256.0, c = series_cos(a), s = -series_sin(a);
-    t.t[m].scale = static_cast<float>(scaled_by_cos(m) ? c : s);
-    t.t[m].ratio = static_cast<float>(scaled_by_cos(m) ? s / c : c / s);
-  }
-  return t;
+constexpr ScaledTwiddle scaled_twiddle(int m) {
+  const double a = 2.0 * kPi * m / 256.0, c = series_cos(a), s = -series_sin(a);
+  return ScaledTwiddle{static_cast<float>(scaled_by_cos(m) ? c : s),
+                       static_cast<float>(scaled_by_cos(m) ? s / c : c / s)};
 }
-// Half the circle in the constant bank: the register kernels index it with compile-time
-// constants only.
-__constant__ ScaledTable<128> kScaled = make_scaled_twiddles<128>();
+// Each twiddle is a compile-time constant of the instruction that uses it (an immediate
+// operand), not a constant-bank load: in short kernels every SM's first warps would otherwise
+// wait on constant-cache misses, and they wait together (NOTES, fbfft v9).
+template <int M>
+struct Scaled {
+  static constexpr ScaledTwiddle value = scaled_twiddle(M);
+};
 
 // One radix-2 decimation-in-time stage of half-span H over N registers, then the stages below
 // it. Natural order in, bit-reversed order out: group g of 2H registers takes the single twiddle
@@ -141,7 +136,7 @@ __device__ __forceinline__ void dit_stages(float2 (&x)[N]) {
         x[lo] = make_float2(a.x + t2.x, a.y + t2.y);
         x[hi] = make_float2(a.x - t2.x, a.y - t2.y);
       } else {
-        const float sc = kScaled.t[m].scale, r = kScaled.t[m].ratio;
+        constexpr float sc = Scaled<m>::value.scale, r = Scaled<m>::value.ratio;
         float2 u;
         if constexpr (scaled_by_cos(m)) {  // w = sc (1 + i r); the inverse's conj: sc (1 - i r)
           u = Inverse ? make_float2(fmaf(r, b.y, b.x), fmaf(-r, b.x, b.y))
@@ -160,7 +155,7 @@ __device__ __forceinline__ void dit_stages(float2 (&x)[N]) {
 
 // In-register radix-2 FFT of N points (N <= 256): natural order in, bit-reversed order out
 // (x[bit_reverse(k)] = X[k]). Every index is a compile-time constant after unrolling, so x stays
-// in registers and each twiddle is a constant-bank operand.
+// in registers and each twiddle is an immediate operand.
 template <int N, bool Inverse>
 __device__ __forceinline__ void fft_registers(float2 (&x)[N]) {
   if constexpr (N >= 2) dit_stages<N, N / 2, Inverse>(x);
