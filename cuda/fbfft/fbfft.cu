@@ -620,10 +620,16 @@ __device__ __forceinline__ void load_window(float* rows, const void* __restrict_
 
 // Direct: the spectrum is row-major with bin stride 1 (checked by the launcher); the column pass
 // writes it straight to global memory instead of through shared memory.
-template <int NH, int NW, bool Direct, int T>
+// Whole (8 x 8 only): the launcher found the input to be whole float32 images, 16-byte aligned;
+// the kernel then holds that path alone (1424 SASS instructions against 4328). Its code runs
+// straight through, where the general kernel jumps past the other loads, and a kernel this short
+// waits on instruction fetch at its start (Nsight Compute: 20% of stall samples). B = 16384,
+// H200: 3.8 -> 3.6 us per call, graph-replayed (benchmarks/micro/fm.cu).
+template <int NH, int NW, bool Direct, int T, bool Whole = false>
 __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>::MIN_BLOCKS)
     rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
                     int64_t batch, int h, int w, int oy, int ox, bool vec4) {
+  static_assert(!Whole || rows_in_global<NH, NW>(), "whole-image kernels are 8 x 8 only");
   using Cfg = Config<NH, NW, T>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, IS = Cfg::IS;
   constexpr int LOG_NW = ilog2(NW);
@@ -635,8 +641,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
 
   // 1. The window of G images into the pair-interleaved real rows (whole 8 x 8 images: each
   // row-pair thread reads its rows itself, in step 2).
-  const bool whole = rows_in_global<NH, NW>() && type == Real::F32 && vec4 && h == NH &&
-                     w == NW && oy == 0 && ox == 0;
+  constexpr bool whole = Whole;
   // An input wholly inside the window (implicit zero padding), rows not 16-byte aligned, up to
   // 32 x 32: the block's images are staged as they lie in memory, 16 bytes per copy, and each
   // row-pair thread picks its rows out, instead of load_padded's zero pass and 4-byte copies.
@@ -645,8 +650,8 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   // 36.6 -> 34.0, 3 -> 16 70.8 -> 61.6 us; at 64 x 64 load_padded stays (57 -> 64 182.8
   // against 188.5 us staged; 9 -> 64 the same).
   constexpr bool kStageable = NH > 1 && NW <= 32;
-  const bool staged = kStageable && type == Real::F32 && !vec4 && oy <= 0 && ox <= 0 &&
-                      h - oy <= NH && w - ox <= NW;
+  const bool staged = !Whole && kStageable && type == Real::F32 && !vec4 && oy <= 0 &&
+                      ox <= 0 && h - oy <= NH && w - ox <= NW;
   const int plane = h * w;
   const int live_images = static_cast<int>(batch - b0 < G ? batch - b0 : G);
   int stage_at = 0;
@@ -1856,6 +1861,14 @@ void rfft2_registers_launch(const void* in, Real type, float2* out, Strides os, 
                             int h, int w, int oy, int ox, bool vec4, bool direct,
                             cudaStream_t stream) {
   using Cfg = Config<NH, NW, T>;
+  if constexpr (rows_in_global<NH, NW>()) {
+    if (type == Real::F32 && vec4 && h == NH && w == NW && oy == 0 && ox == 0) {
+      launch<Cfg>(direct ? rfft2_registers<NH, NW, true, T, true>
+                         : rfft2_registers<NH, NW, false, T, true>,
+                  batch, Cfg::G, stream, in, type, out, os, batch, h, w, oy, ox, vec4);
+      return;
+    }
+  }
   launch<Cfg>(direct ? rfft2_registers<NH, NW, true, T> : rfft2_registers<NH, NW, false, T>,
               batch, Cfg::G, stream, in, type, out, os, batch, h, w, oy, ox, vec4);
 }
@@ -1871,6 +1884,8 @@ void irfft2_registers_launch(const float2* in, Strides is, void* out, Real type,
   // direct loads also cost registers (measured, H200).
   const bool direct = NH > 1 && !implied &&
                       use_direct(is.bin == 1, NH == 16 || (NH == 8 && batch >= (int64_t{1} << 17)));
+  // (A kernel holding only the whole-image store, as the forward's Whole, measured the same at
+  // 8 x 8: 3.9 us either way, B = 16384, H200.)
   launch<Cfg>(direct ? irfft2_registers<NH, NW, true, T> : irfft2_registers<NH, NW, false, T>,
               batch, Cfg::G, stream, in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
               channels, vec4_output(out, type, out_w, ox), implied);
