@@ -490,7 +490,9 @@ def test_cuda_cufft_direct_matches_torch(nh, nw):
 def test_cuda_cufft_direct_bad_arguments():
     from fastlayers import _C
 
-    with pytest.raises(RuntimeError, match="`input` must be \\[B, 8, 8\\]"):
+    with pytest.raises(RuntimeError, match="`x` must be \\[B, 8, 8\\]"):
         _C._cufft_direct_rfft2(torch.randn(4, 8, 6, device="cuda"), 8, 8)
-    with pytest.raises(RuntimeError, match="`input` must be a CUDA ComplexFloat"):
+    with pytest.raises(RuntimeError, match="`spectrum` must be a CUDA ComplexFloat"):
         _C._cufft_direct_irfft2_(torch.randn(4, 8, 5, device="cuda"), 8, 8)
+    with pytest.raises(RuntimeError, match="`nh` must be >= 1 and `nw` >= 2"):
+        _C._cufft_direct_rfft2(torch.randn(4, 8, 8, device="cuda"), 0, 8)

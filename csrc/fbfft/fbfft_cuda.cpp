@@ -112,16 +112,17 @@ at::Tensor fbfft_irfft2_cuda(const at::Tensor& input, at::IntArrayRef size,
 
 // Benchmark reference: cuFFT called directly (one cufftExec on a cached plan, no framework around
 // it). `x` [B, n] (nh = 1: 1-D) or [B, nh, nw], float32, CUDA.
-void check_direct(const char* op, const at::Tensor& t, at::ScalarType type, int64_t nh,
-                  int64_t nw, int64_t last) {
-  TORCH_CHECK(t.is_cuda() && t.scalar_type() == type, op, ": `input` must be a CUDA ", type,
+void check_direct(const char* op, const char* arg, const at::Tensor& t, at::ScalarType type,
+                  int64_t nh, int64_t nw, int64_t last) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == type, op, ": `", arg, "` must be a CUDA ", type,
               " tensor, got ", t.scalar_type(), " on ", t.device());
-  TORCH_CHECK(nh >= 1 && nw >= 2, op, ": `size` must be positive (nw >= 2), got ", nh, "x", nw);
+  TORCH_CHECK(nh >= 1 && nw >= 2, op, ": `nh` must be >= 1 and `nw` >= 2, got ", nh, " and ",
+              nw);
   TORCH_CHECK(t.dim() == (nh == 1 ? 2 : 3) && t.size(-1) == last &&
                   (nh == 1 || t.size(1) == nh) && t.size(0) >= 1,
-              op, ": `input` must be [B, ", nh == 1 ? "" : std::to_string(nh) + ", ", last,
+              op, ": `", arg, "` must be [B, ", nh == 1 ? "" : std::to_string(nh) + ", ", last,
               "] for this size, got ", t.sizes());
-  TORCH_CHECK(t.is_contiguous(), op, ": `input` must be contiguous");
+  TORCH_CHECK(t.is_contiguous(), op, ": `", arg, "` must be contiguous");
 }
 
 at::Tensor work_area(cufft_plans::Transform t, int64_t nh, int64_t nw, int64_t batch,
@@ -133,7 +134,7 @@ at::Tensor work_area(cufft_plans::Transform t, int64_t nh, int64_t nw, int64_t b
 }  // namespace
 
 at::Tensor cufft_direct_rfft2(const at::Tensor& x, int64_t nh, int64_t nw) {
-  check_direct("_cufft_direct_rfft2", x, at::kFloat, nh, nw, nw);
+  check_direct("_cufft_direct_rfft2", "x", x, at::kFloat, nh, nw, nw);
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t batch = x.size(0);
   auto shape = x.sizes().vec();
@@ -147,7 +148,8 @@ at::Tensor cufft_direct_rfft2(const at::Tensor& x, int64_t nh, int64_t nw) {
 }
 
 at::Tensor cufft_direct_irfft2_(const at::Tensor& spectrum, int64_t nh, int64_t nw) {
-  check_direct("_cufft_direct_irfft2_", spectrum, at::kComplexFloat, nh, nw, nw / 2 + 1);
+  check_direct("_cufft_direct_irfft2_", "spectrum", spectrum, at::kComplexFloat, nh, nw,
+               nw / 2 + 1);
   c10::cuda::CUDAGuard guard(spectrum.device());
   const int64_t batch = spectrum.size(0);
   auto shape = spectrum.sizes().vec();
