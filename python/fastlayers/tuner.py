@@ -43,7 +43,7 @@ __all__ = [
 FORMAT = 2  # 2: labels name the transform backend and the tile
 PASSES = ("forward", "input_grad", "weight_grad")
 MODES = ("tune", "cache", "off")
-_VERSION = "0.1.0"
+from ._version import __version__ as _VERSION
 try:  # the digest of the sources and flags the extension was built from (setup.py writes it)
     from ._build_info import SOURCES as _SOURCES
 except ImportError:  # a tree whose extension was not built by setup.py
