@@ -179,39 +179,46 @@ def _check4(t: Tensor, op: str, name: str) -> None:
     torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D")
 
 
+def _fake_result(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str, shape) -> Tensor:
+    """An empty result of shape `shape()` after the checks every pass makes: both operands 4-D,
+    one dtype."""
+    _check4(a, op, a_name)
+    _check4(b, op, b_name)
+    torch._check(a.dtype == b.dtype, lambda: f"{op}: dtype mismatch")
+    return a.new_empty(shape())
+
+
 @torch.library.register_fake("fastlayers::fft_conv2d")
 def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False, backend="cufft",
                      tile=(0, 0)):
-    _check4(input, "fft_conv2d", "input")
-    _check4(weight, "fft_conv2d", "weight")
-    torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
-    torch._check(input.dtype == weight.dtype, lambda: "fft_conv2d: dtype mismatch")
-    ph, pw = padding
-    oh = input.shape[2] + 2 * ph - weight.shape[2] + 1
-    ow = input.shape[3] + 2 * pw - weight.shape[3] + 1
-    return input.new_empty((input.shape[0], weight.shape[0], oh, ow))
+    def shape():
+        torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
+        ph, pw = padding
+        return (input.shape[0], weight.shape[0], input.shape[2] + 2 * ph - weight.shape[2] + 1,
+                input.shape[3] + 2 * pw - weight.shape[3] + 1)
+    return _fake_result("fft_conv2d", input, "input", weight, "weight", shape)
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d_input_grad")
 def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32=False,
                                 backend="cufft", tile=(0, 0)):
-    _check4(grad_output, "fft_conv2d_input_grad", "grad_output")
-    _check4(weight, "fft_conv2d_input_grad", "weight")
-    torch._check(grad_output.dtype == weight.dtype, lambda: "fft_conv2d_input_grad: dtype mismatch")
-    h, w = _input_hw_of_grad(grad_output, weight, padding)
-    return grad_output.new_empty((grad_output.shape[0], weight.shape[1], h, w))
+    def shape():
+        return (grad_output.shape[0], weight.shape[1],
+                *_input_hw_of_grad(grad_output, weight, padding))
+    return _fake_result("fft_conv2d_input_grad", grad_output, "grad_output", weight, "weight",
+                        shape)
 
 
 @torch.library.register_fake("fastlayers::fft_conv2d_weight_grad")
 def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32=False,
                                  backend="cufft", tile=(0, 0)):
-    _check4(grad_output, "fft_conv2d_weight_grad", "grad_output")
-    _check4(input, "fft_conv2d_weight_grad", "input")
-    torch._check(grad_output.dtype == input.dtype, lambda: "fft_conv2d_weight_grad: dtype mismatch")
-    ph, pw = padding
-    kh = input.shape[2] + 2 * ph - grad_output.shape[2] + 1
-    kw = input.shape[3] + 2 * pw - grad_output.shape[3] + 1
-    return grad_output.new_empty((grad_output.shape[1], input.shape[1], kh, kw))
+    def shape():
+        ph, pw = padding
+        return (grad_output.shape[1], input.shape[1],
+                input.shape[2] + 2 * ph - grad_output.shape[2] + 1,
+                input.shape[3] + 2 * pw - grad_output.shape[3] + 1)
+    return _fake_result("fft_conv2d_weight_grad", grad_output, "grad_output", input, "input",
+                        shape)
 
 
 # ---------------------------------------------------------------------------------------------

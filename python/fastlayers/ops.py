@@ -4,20 +4,10 @@ Each feature keeps its wrappers, fake kernels and autograd formulas in its own m
 (fft_conv.py; fbfft.py for the transforms); this module re-exports the convolution ops and the
 helpers around them.
 """
+from . import fft_conv
 from ._common import conv_tf32_allowed
-from .fft_conv import (BACKENDS, FBFFT_MAX_BASIS, _tile_chunk_limit, conv2d, default_basis,  # noqa: F401
-                       fft_conv2d, fft_conv2d_input_grad, fft_conv2d_weight_grad, good_fft_size,
-                       next_pow2)
+from .fft_conv import (BACKENDS, FBFFT_MAX_BASIS, conv2d, default_basis, fft_conv2d,
+                       fft_conv2d_input_grad, fft_conv2d_weight_grad, good_fft_size, next_pow2)
+from .fft_conv import _basis_for, _tile_chunk_limit  # noqa: F401  (tests)
 
-__all__ = [
-    "fft_conv2d",
-    "fft_conv2d_input_grad",
-    "fft_conv2d_weight_grad",
-    "conv2d",
-    "good_fft_size",
-    "default_basis",
-    "next_pow2",
-    "conv_tf32_allowed",
-    "BACKENDS",
-    "FBFFT_MAX_BASIS",
-]
+__all__ = fft_conv.__all__ + ["conv_tf32_allowed"]
