@@ -73,15 +73,16 @@ class Conv2d(nn.Conv2d):
     ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
     """
 
-    _fl_forced: Optional[Tuple[Optional[Choice], ...]] = None  # pinned choice per pass (None: the
-    # tuner's), or None when nothing is pinned
+    # The pinned label per pass (None: the tuner's), or None when nothing is pinned. Labels rather
+    # than Choices: they are part of every call's plan key, and strings hash without Python code.
+    _fl_forced: Optional[Tuple[Optional[str], ...]] = None
     _fl_plans: Optional[Dict] = None  # this module's plans per input signature
 
     def force_algorithms(self, forward: Optional[str] = None, input_grad: Optional[str] = None,
                          weight_grad: Optional[str] = None) -> "Conv2d":
         """Pins labels per pass (None: that pass stays with the tuner); ValueError naming a label
         no algorithm family knows. Returns the module."""
-        forced = tuple(None if v is None else algorithms.parse(v)
+        forced = tuple(None if v is None else algorithms.parse(v).label
                        for v in (forward, input_grad, weight_grad))
         self._fl_forced = None if forced == (None, None, None) else forced
         return self
@@ -132,7 +133,7 @@ class Conv2d(nn.Conv2d):
         out = []
         for i, pass_ in enumerate(_tuner.PASSES):
             if forced is not None and forced[i] is not None:
-                choice = forced[i]
+                choice = algorithms.parse(forced[i])
                 if p is not None:
                     _tuner.record_forced(p, pass_, choice.label)
             elif compiling or (pass_ != "forward" and not need_backward):
