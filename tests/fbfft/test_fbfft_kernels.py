@@ -12,7 +12,7 @@ from fbfft_samples import check_transform, torch_irfft, torch_irfft2, torch_rfft
 pytestmark = pytest.mark.gpu
 
 
-def testing():
+def hooks():
     from fastlayers import _C
     return _C.testing
 
@@ -47,7 +47,7 @@ def test_fast_kernels_every_batch_tail(n, dims, batch, direct_io):
     """The register kernels hold several images per block and pair rows across images; the lane
     kernels spread lines over lanes (1-D: several line pairs per block): batches that leave
     partial blocks and odd pairs, every layout, both directions, windows that cross the input."""
-    T = testing()
+    T = hooks()
     size, offset = ((n, n), (-1, 1)) if dims == 2 else ((n,), (-1,))
     x = real(batch, n + 1, n - 1) if dims == 2 else real(batch, n + 1)
     what = "n=%d dims=%d batch=%d direct_io=%d" % (n, dims, batch, direct_io)
@@ -79,7 +79,7 @@ def test_whole_images(n, batch, direct_io):
     at 8 x 8 the row pairs read straight from global memory and the warp-local steps; both
     directions, scaled and not, and an inverse whose spectrum starts 8 bytes past a 16-byte
     boundary."""
-    T = testing()
+    T = hooks()
     what = "%dx%d batch=%d direct_io=%d" % (n, n, batch, direct_io)
     x = real(batch, n, n)
     got = T.fbfft_rfft2(x, (n, n), (0, 0), False, direct_io=direct_io)
@@ -98,7 +98,7 @@ def test_whole_images(n, batch, direct_io):
 def test_whole_lines(n, batch, direct_io):
     """1-D whole lines below 2^20 (the lane kernels' span stores), scaled and not, and a spectrum
     that starts 8 bytes past a 16-byte boundary."""
-    T = testing()
+    T = hooks()
     X = spectrum(batch, n // 2 + 1)
     for name, spec in (("aligned", X), ("shifted", shifted_copy(X))):
         for normalized in (True, False):
@@ -113,7 +113,7 @@ def test_whole_lines(n, batch, direct_io):
 def test_input_inside_the_window(n, batch, direct_io):
     """An input wholly inside the window (implicit zero padding, the convolution's case) is
     copied in as one contiguous span per block: batch tails, every layout, 1-D and 2-D."""
-    T = testing()
+    T = hooks()
     what = "n=%d batch=%d direct_io=%d" % (n, batch, direct_io)
     x = real(batch, max(1, n - 3), max(1, n - 1))
     for transposed in (False, True):
@@ -125,7 +125,7 @@ def test_input_inside_the_window(n, batch, direct_io):
 
 
 def test_direct_io_mode_checked():
-    T = testing()
+    T = hooks()
     x, X = real(2, 8, 8), spectrum(2, 8, 5)
     for call in (lambda: T.fbfft_rfft(x, 8, 0, direct_io=3),
                  lambda: T.fbfft_irfft(X, 8, 8, 0, True, direct_io=-1),
@@ -197,7 +197,7 @@ def test_implicit_padding_large_batch(n, h):
 
 @pytest.mark.parametrize("nh,nw", [(1, 8), (1, 256), (8, 8), (16, 16), (64, 64), (16, 32)])
 def test_cufft_direct_matches_torch(nh, nw):
-    T = testing()
+    T = hooks()
     shape = (37, nw) if nh == 1 else (37, nh, nw)
     dims = (-1,) if nh == 1 else (-2, -1)
     x = real(*shape)
@@ -211,7 +211,7 @@ def test_cufft_direct_matches_torch(nh, nw):
 
 
 def test_cufft_direct_bad_arguments():
-    T = testing()
+    T = hooks()
     with pytest.raises(RuntimeError, match="`x` must be \\[B, 8, 8\\]"):
         T.cufft_direct_rfft2(real(4, 8, 6), 8, 8)
     with pytest.raises(RuntimeError, match="`spectrum` must be a CUDA ComplexFloat"):

@@ -163,7 +163,7 @@ def test_backward_keeps_backend_and_tile():
 # --- chunks of samples -----------------------------------------------------------------------------
 
 
-def testing():
+def hooks():
     return _C.testing
 
 
@@ -185,7 +185,7 @@ def test_chunks_match_pytorch(device, pass_, backend, precision):
     arithmetic per sample; the weight gradient sums the chunks in another order)."""
     if device == "cpu" and backend == "fbfft":
         pytest.skip("the CPU runs one pipeline for both backends (test_cpu_runs_one_pipeline)")
-    T = testing()
+    T = hooks()
     case, tile, i = CHUNK_CASE, CHUNK_TILE, PASSES.index(pass_)
     x, w, b, gy = make_tensors(case, DTYPES[precision], device)
     a, bb, bias = {"forward": (x, w, b), "input_grad": (gy, w, None),
@@ -219,7 +219,7 @@ def test_chunks_match_pytorch(device, pass_, backend, precision):
 def test_chunked_weight_grad_accumulates_half_precision_in_float(device):
     case = Case(6, 2, 3, 10, 10, 3, 3, 1, 1, (8, 8))
     x, w, b, gy = make_tensors(case, torch.bfloat16, device)
-    out = testing().fft_conv2d_pass(2, gy, x, None, list(case.padding), list(case.basis), False,
+    out = hooks().fft_conv2d_pass(2, gy, x, None, list(case.padding), list(case.basis), False,
                                     "cufft", [6, 6], tile_chunk_bytes=1)
     assert out.dtype == torch.bfloat16
     check_passes(only("weight_grad", out), x, w, b, gy, case.padding, "bfloat16",
@@ -229,7 +229,7 @@ def test_chunked_weight_grad_accumulates_half_precision_in_float(device):
 def test_workspace_bytes_of_a_tiled_pass():
     """A large image tiled needs far less than untiled, one chunk at most the bound; a smaller
     bound gives chunks of fewer samples whose bytes stay under it."""
-    T = testing()
+    T = hooks()
     args = (0, 64, 32, 32, 256, 256, 3, 3, 1, 1)
     untiled = _C.fft_conv2d_workspace_bytes(*args, 256, 256, 4)
     tiled = _C.fft_conv2d_workspace_bytes(*args, 32, 32, 4, "fbfft", 30, 30)
