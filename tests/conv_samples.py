@@ -11,7 +11,7 @@ from fastlayers.ops import conv_tf32_allowed, default_basis, good_fft_size
 
 PASSES = ("forward", "input_grad", "weight_grad")
 
-# --- The tolerance rule ----------------------------------------------------------------------------
+# --- The tolerance rule --------------------------------------------------------------------------
 #
 # A result's relative L2 error against the float64 result may be at most ERROR_FACTOR[precision]
 # times the error of PyTorch's own computation in the same precision (DESIGN.md, "Precision
@@ -127,7 +127,7 @@ def cudnn_tf32(enabled: bool):
         torch.backends.cudnn.allow_tf32 = old
 
 
-# --- Sample problems -------------------------------------------------------------------------------
+# --- Sample problems -----------------------------------------------------------------------------
 
 
 class Case(NamedTuple):
@@ -266,7 +266,7 @@ def skip_unless_supported(device: str, precision: str, backend: str = "cufft") -
                     "(test_fbfft_rejects_float64_on_cuda)")
 
 
-# --- PyTorch references ----------------------------------------------------------------------------
+# --- PyTorch references --------------------------------------------------------------------------
 
 
 def torch_passes(x, w, b, gy, padding):
@@ -362,7 +362,38 @@ def check_passes(ours, x, w, b, gy, padding, precision: str, basis=None, mutatio
             assert_mutation_rejected(out, r, bound, precision, where)
 
 
-# --- opcheck ---------------------------------------------------------------------------------------
+# --- recording op calls --------------------------------------------------------------------------
+
+
+class RecordOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the fastlayers ops that run: (name, args); trailing default arguments are not
+    recorded, so read them with backend_of / tile_of."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "fastlayers":
+            self.calls.append((func._opname, args))
+        return func(*args, **(kwargs or {}))
+
+
+def backend_of(args) -> str:
+    return next((a for a in args if isinstance(a, str)), "cufft")
+
+
+def tile_of(args):
+    i = next((i for i, a in enumerate(args) if isinstance(a, str)), None)
+    return list(args[i + 1]) if i is not None and i + 1 < len(args) else [0, 0]
+
+
+def case_tile_id(spec) -> str:
+    case, tile = spec
+    return "%s-t%dx%d" % (case, *tile)
+
+
+# --- opcheck -------------------------------------------------------------------------------------
 
 
 def opcheck_specs(dtypes=(torch.float32,)):
@@ -399,7 +430,7 @@ def opcheck_args(variant, case, dtype, grads, device="cpu", backend="cufft", til
     }[variant]
 
 
-# --- modules ---------------------------------------------------------------------------------------
+# --- modules -------------------------------------------------------------------------------------
 
 
 def module_fft_label(m, hw) -> str:
@@ -429,7 +460,7 @@ def assert_training_matches(ref, fast, batch, hw, device="cpu", steps=5):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
 
 
-# --- measuring the rule ----------------------------------------------------------------------------
+# --- measuring the rule --------------------------------------------------------------------------
 
 
 def measure(device: str = "cpu", precisions=("float32",), backend: str = "cufft") -> None:

@@ -153,7 +153,7 @@ def test_lane_kernels_row_widths(side):
                         offset, what="irfft2 out=%s offset=%s" % (out, offset))
 
 
-# --- large batches (the ops' default kernels) ------------------------------------------------------
+# --- large batches (the ops' default kernels) ----------------------------------------------------
 
 
 @pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64, 128, 256])
@@ -189,10 +189,11 @@ def test_rfft_1d_large_batch(n):
 @pytest.mark.parametrize("n,h", [(16, 13), (32, 27), (64, 57)])
 def test_implicit_padding_large_batch(n, h):
     x = real(16384, h, h)
-    check_transform(fbfft.rfft2(x, (n, n)), torch_rfft2, x, (n, n), what="rfft2 %d from %d" % (n, h))
+    check_transform(fbfft.rfft2(x, (n, n)), torch_rfft2, x, (n, n),
+                    what="rfft2 %d from %d" % (n, h))
 
 
-# --- cuFFT called directly: the benchmarks' reference ----------------------------------------------
+# --- cuFFT called directly: the benchmarks' reference --------------------------------------------
 
 
 @pytest.mark.parametrize("nh,nw", [(1, 8), (1, 256), (8, 8), (16, 16), (64, 64), (16, 32)])

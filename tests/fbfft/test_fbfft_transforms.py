@@ -7,7 +7,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 from fastlayers import fbfft
 from fbfft_samples import (SIZES_1D, SIZES_2D, check_transform, torch_irfft, torch_irfft2,
-                           torch_rfft, torch_rfft2, window_ref)
+                           torch_rfft, torch_rfft2)
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -137,7 +137,7 @@ def test_window_outside_the_input_is_zero(device):
     assert fbfft.rfft(x, 8, -8).abs().max() == 0
 
 
-# --- gradients -------------------------------------------------------------------------------------
+# --- gradients -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("transposed", [False, True])
@@ -200,7 +200,7 @@ def test_gradient_of_half_input_has_its_dtype(device):
     assert x.grad.dtype == torch.float16
 
 
-# --- opcheck ---------------------------------------------------------------------------------------
+# --- opcheck -------------------------------------------------------------------------------------
 
 OPCHECK_CASES = [
     ("fbfft_rfft", lambda g: (torch.randn(3, 6, requires_grad=g), 8, -1)),
@@ -223,7 +223,7 @@ def test_opcheck(device, name, make, grad):
     torch.library.opcheck(getattr(torch.ops.fastlayers, name).default, args, **utils)
 
 
-# --- argument checks -------------------------------------------------------------------------------
+# --- argument checks -----------------------------------------------------------------------------
 
 BAD_ARGUMENTS = {
     "n-not-pow2": (lambda d: fbfft.rfft(real(3, 5, device=d), 12), "`n` must be a power of two"),

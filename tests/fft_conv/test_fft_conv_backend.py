@@ -2,10 +2,11 @@
 through the wrappers and autograd, workspace sizes, and the CUDA GEMMs' conjugate-row skip."""
 import pytest
 import torch
-import torch.nn.functional as F
 
+import fastlayers
 from fastlayers import _C, ops
-from conv_samples import (DTYPES, PASSES, Case, check_passes, fft_passes, make_tensors, rel_err)
+from conv_samples import (DTYPES, PASSES, Case, RecordOps, backend_of, check_passes, fft_passes,
+                          make_tensors, rel_err)
 
 fl = torch.ops.fastlayers
 
@@ -18,24 +19,6 @@ def test_default_backend_is_cufft(device):
            fl.fft_conv2d_weight_grad(gy, x, case.padding, case.basis))
     for name, g, want in zip(PASSES, got, fft_passes(x, w, b, gy, case.padding, case.basis)):
         torch.testing.assert_close(g, want, rtol=0, atol=0, msg=name)
-
-
-class RecordOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records the fastlayers ops that run, with their arguments."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "fastlayers":
-            self.calls.append((func._opname, args))
-        return func(*args, **(kwargs or {}))
-
-
-def backend_of(args):
-    """The `backend` of a recorded call (trailing default arguments are not recorded)."""
-    return next(a for a in args if isinstance(a, str))
 
 
 def basis_of(name, args):
@@ -73,6 +56,23 @@ def test_backward_uses_the_same_backend():
     assert set(names) == {"fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad"}
     assert len(names) >= 5
     assert all(backend_of(args) == "fbfft" for _, args in rec.calls), rec.calls
+
+
+def test_module_runs_fbfft_labels():
+    """fbfft labels of fastlayers.Conv2d call the ops with backend "fbfft" in every pass."""
+    ref = torch.nn.Conv2d(3, 4, 3, padding=1).double()
+    m = fastlayers.Conv2d(3, 4, 3, padding=1).double()
+    m.load_state_dict(ref.state_dict())
+    m.force_algorithms(forward="fbfft:16x16", input_grad="fbfft:16x16", weight_grad="fbfft:16x16")
+    x = torch.randn(2, 3, 9, 11, dtype=torch.float64, requires_grad=True)
+    with RecordOps() as rec:
+        m(x).backward(torch.ones(2, 4, 9, 11, dtype=torch.float64))
+    assert {name for name, _ in rec.calls} == {"fft_conv2d", "fft_conv2d_input_grad",
+                                               "fft_conv2d_weight_grad"}
+    assert all(backend_of(args) == "fbfft" for _, args in rec.calls), rec.calls
+    xr = x.detach().requires_grad_()
+    ref(xr).backward(torch.ones(2, 4, 9, 11, dtype=torch.float64))
+    assert rel_err(x.grad, xr.grad) <= 1e-10 and rel_err(m.weight.grad, ref.weight.grad) <= 1e-10
 
 
 def test_fbfft_takes_float64_on_cpu():
@@ -129,7 +129,7 @@ def test_fbfft_workspace_stages_one_image_per_block_bases():
         assert _C.fft_conv2d_workspace_bytes(*args, backend="fbfft") == expected, (basis, C)
 
 
-# --- the GEMMs' conjugate-row skip (CUDA) ----------------------------------------------------------
+# --- the GEMMs' conjugate-row skip (CUDA) --------------------------------------------------------
 
 # Square even bases from 4 to 32 with GEMM products (more than 4 input channels on fbfft): the
 # GEMMs may skip the conjugate rows of the DC and Nyquist columns and fill them in afterwards

@@ -57,7 +57,7 @@ def test_good_fft_size():
         1, 1, 7, 12, 14, 18, 98, 125]
 
 
-# --- the F.conv2d-like wrapper ---------------------------------------------------------------------
+# --- the F.conv2d-like wrapper -------------------------------------------------------------------
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
@@ -88,7 +88,7 @@ def test_conv2d_explicit_basis(device):
         ops.conv2d(x, w, padding=1, basis=(10, 12))
 
 
-# --- autocast --------------------------------------------------------------------------------------
+# --- autocast ------------------------------------------------------------------------------------
 
 
 def test_autocast(device):
@@ -136,7 +136,7 @@ def test_autocast_backward(device):
         assert_within_bound(go, r, gn, gf.float(), precision, what="autocast grad " + name)
 
 
-# --- layouts and edge cases ------------------------------------------------------------------------
+# --- layouts and edge cases ----------------------------------------------------------------------
 
 
 def _relayout(t, layout):

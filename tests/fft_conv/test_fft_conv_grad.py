@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch.autograd import gradcheck, gradgradcheck
 
 from fastlayers.ops import default_basis
-from conv_samples import (PASSES, Case, assert_within_bound, cudnn_tf32, fbfft_cases,
+from conv_samples import (PASSES, Case, assert_within_bound, case_tile_id, cudnn_tf32, fbfft_cases,
                           fft_reference, make_tensors, rel_err, sample_cases)
 
 SMALL = list(sample_cases("small"))
@@ -45,13 +45,8 @@ TILED_GRAD_CASES = [
 ]
 
 
-def tiled_id(spec):
-    case, tile = spec
-    return "%s-t%dx%d" % (case, *tile)
-
-
 @pytest.mark.parametrize("pass_", PASSES)
-@pytest.mark.parametrize("spec", TILED_GRAD_CASES, ids=tiled_id)
+@pytest.mark.parametrize("spec", TILED_GRAD_CASES, ids=case_tile_id)
 def test_gradcheck_tiled(device, pass_, spec):
     case, tile = spec
     fn, args = pass_function(pass_, case, *make_tensors(case, torch.float64, device, True),
@@ -71,7 +66,7 @@ def test_autograd_matches_pytorch(device):
         assert rel_err(g_ours, g_ref) <= 1e-10, name
 
 
-# --- the CUDA fbfft backward (float32 only) -------------------------------------------------------
+# --- the CUDA fbfft backward (float32 only) ------------------------------------------------------
 
 FBFFT_GRAD_CASES = ([(case, (0, 0)) for case in fbfft_cases("small")]
                     + [(Case(3, 5, 6, 14, 11, 5, 3, 1, 2, (16, 16)), (0, 0)),
@@ -89,7 +84,7 @@ def _first_and_second_derivatives(conv, x, w, b, gy, vx, vw):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("spec", FBFFT_GRAD_CASES, ids=tiled_id)
+@pytest.mark.parametrize("spec", FBFFT_GRAD_CASES, ids=case_tile_id)
 def test_fbfft_backward_on_cuda_within_pytorch_error(spec):
     """float64 is refused by fbfft on CUDA, so no gradcheck: the gradients its autograd formulas
     give (fbfft ops all through, first and second order) against F.conv2d's in float64, within

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from fastlayers import _C, ops
-from conv_samples import DTYPES, PASSES, Case, check_passes, make_tensors, rel_err
+from conv_samples import (DTYPES, PASSES, Case, RecordOps, backend_of, case_tile_id,
+                          check_passes, make_tensors, rel_err, tile_of)
 
 fl = torch.ops.fastlayers
 
@@ -101,14 +102,9 @@ TILED_PRECISION = [
 ]
 
 
-def precision_id(spec):
-    case, tile = spec
-    return "%s-t%dx%d" % (case, *tile)
-
-
 @pytest.mark.parametrize("backend", ["cufft", "fbfft"])
 @pytest.mark.parametrize("precision", ["float32", "tf32", "float16", "bfloat16"])
-@pytest.mark.parametrize("spec", TILED_PRECISION, ids=precision_id)
+@pytest.mark.parametrize("spec", TILED_PRECISION, ids=case_tile_id)
 def test_tiled_within_pytorch_error(device, precision, backend, spec):
     case, tile = spec
     if device == "cpu":
@@ -142,25 +138,41 @@ def test_backward_keeps_backend_and_tile():
     """The autograd formulas call the other passes with the forward's backend and tile."""
     case = Case(2, 2, 3, 9, 8, 3, 3, 1, 1, (8, 8))
     x, w, b, gy = make_tensors(case, torch.float64, requires_grad=True)
-    seen = []
-
-    class Record(torch.utils._python_dispatch.TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.namespace == "fastlayers":
-                seen.append((func._opname, args[-2], list(args[-1])))
-            return func(*args, **(kwargs or {}))
-
-    with Record():
+    with RecordOps() as rec:
         y = fl.fft_conv2d(x, w, b, case.padding, case.basis, False, "fbfft", [6, 5])
         gx, gw = torch.autograd.grad(y, (x, w), gy)
-    assert sorted(seen) == sorted([("fft_conv2d", "fbfft", [6, 5]),
-                                   ("fft_conv2d_input_grad", "fbfft", [6, 5]),
-                                   ("fft_conv2d_weight_grad", "fbfft", [6, 5])])
+    assert sorted((name, backend_of(args), tile_of(args)) for name, args in rec.calls) == [
+        ("fft_conv2d", "fbfft", [6, 5]), ("fft_conv2d_input_grad", "fbfft", [6, 5]),
+        ("fft_conv2d_weight_grad", "fbfft", [6, 5])]
     ref = torch.autograd.grad(F.conv2d(x, w, b, padding=case.padding), (x, w), gy)
     assert rel_err(gx, ref[0]) <= 1e-10 and rel_err(gw, ref[1]) <= 1e-10
 
 
-# --- chunks of samples -----------------------------------------------------------------------------
+def test_compile_fullgraph_tiled():
+    """Tiled ops of both backends in one graph under torch.compile(fullgraph=True), forward and
+    backward (the autograd formulas' tiles through the fake kernels), as eager."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 3, 13, 11, dtype=torch.float64)
+    w1 = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    w2 = torch.randn(5, 4, 3, 4, dtype=torch.float64)
+    b1 = torch.randn(4, dtype=torch.float64)
+
+    def net(x, w1, b1, w2):
+        h = fl.fft_conv2d(x, w1, b1, [1, 1], [8, 8], False, "fbfft", [6, 6]).relu()
+        return fl.fft_conv2d(h, w2, None, [1, 2], [16, 16], False, "cufft", [10, 9])
+
+    def run(fn):
+        leaves = [t.clone().requires_grad_() for t in (x, w1, b1, w2)]
+        y = fn(*leaves)
+        y.pow(2).sum().backward()
+        return [y.detach()] + [t.grad for t in leaves]
+
+    compiled = torch.compile(net, fullgraph=True, backend="aot_eager")
+    for name, e, g in zip(("y", "x", "w1", "b1", "w2"), run(net), run(compiled)):
+        torch.testing.assert_close(g, e, msg=name)
+
+
+# --- chunks of samples ---------------------------------------------------------------------------
 
 
 def hooks():
