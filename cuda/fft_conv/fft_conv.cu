@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <string>
 #include <type_traits>
@@ -242,17 +241,6 @@ void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64
   FL_CUBLAS_CHECK(st);
 }
 
-std::atomic<int> g_conjugate_skip{1};
-
-// Whether a pass's GEMMs skip the conjugate rows (set_conjugate_skip's modes).
-bool skip_conjugates_now(const Shape& s, Backend backend, bool tf32) {
-  switch (g_conjugate_skip.load()) {
-    case 0: return false;
-    case 2: return conjugate_skip_shape(s, backend);
-    default: return skips_conjugates(s, backend, tf32);
-  }
-}
-
 // The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out]. ptrs:
 // workspace for the operand pointers when the GEMMs skip the conjugate rows, which are then
 // filled in (for cuFFT's C2R; fbfft's inverse takes them as implied instead: fill = false);
@@ -471,7 +459,8 @@ Layout layout_for(Pass pass, const Shape& s, int real_bytes) {
 
 template <typename T>
 void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* ws,
-              size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+              size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+              const Options& options) {
   using R = typename Real<T>::type;
   using C = typename Complex<R>::type;
   const Plan p = plan_for(pass, s);
@@ -505,7 +494,8 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 
     void** ptrs = reinterpret_cast<void**>(base + L.ptrs);
     spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas,
-                     skip_conjugates_now(s, Backend::CuFFT, tf32) ? ptrs : nullptr);
+                     skip_conjugates(options.conjugate_skip, s, Backend::CuFFT, tf32) ? ptrs
+                                                                                     : nullptr);
     // [F, n_out] -> [n_out, F] -> C2R into `big`.
     transpose<C>(big_c, scratch, F, M, stream);
     cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
@@ -515,32 +505,15 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 
 }  // namespace
 
-int conjugate_skip() { return g_conjugate_skip.load(); }
-void set_conjugate_skip(int mode) {
-  if (mode < 0 || mode > 2)
-    throw std::runtime_error("fastlayers: fft_conv conjugate-skip mode must be 0, 1 or 2");
-  g_conjugate_skip.store(mode);
-}
-
 size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, Backend backend) {
   if (backend == Backend::FbFFT) return buffer_layout(pass, s, real_bytes, backend).total();
   return layout_for(pass, s, real_bytes).total;
 }
 
 template <typename T>
-void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
-         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
-         Backend backend) {
-  if (backend == Backend::FbFFT) {
-    run_fbfft<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
-    return;
-  }
-  run_impl<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
-}
-
-template <typename T>
 void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* ws,
-               size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+               size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+               const Options& options) {
   if constexpr (std::is_same_v<T, double>) {
     throw std::runtime_error("fastlayers: the fbfft backend computes in float32; float64 runs on "
                              "the cuFFT backend");
@@ -567,7 +540,7 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     // transposed to and from it.
     const bool small = fbfft_small_channels(s), staged = fbfft_uses_staging(s);
     // GEMMs without the conjugate rows, which the inverse then takes as implied (no fill)
-    const bool skip = skip_conjugates_now(s, Backend::FbFFT, tf32);
+    const bool skip = skip_conjugates(options.conjugate_skip, s, Backend::FbFFT, tf32);
     // An operand through a window at minus its offset in the basis (implicit zero padding) into
     // its spectrum: row-major (few channels), or the GEMMs' frequency-major layout, directly or
     // row-major and then transposed.
@@ -617,15 +590,25 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   }
 }
 
-template void run<float>(Pass, const Shape&, const float*, const float*, const float*, float*,
-                         void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
-template void run<double>(Pass, const Shape&, const double*, const double*, const double*, double*,
-                          void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
-template void run<__half>(Pass, const Shape&, const __half*, const __half*, const __half*, __half*,
-                          void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
-template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*, const __nv_bfloat16*,
-                                 const __nv_bfloat16*, __nv_bfloat16*, void*, size_t, cudaStream_t,
-                                 cublasHandle_t, bool, Backend);
+template <typename T>
+void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
+         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+         Backend backend, const Options& options) {
+  if (backend == Backend::FbFFT) {
+    run_fbfft<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32, options);
+    return;
+  }
+  run_impl<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32, options);
+}
+
+#define FL_INSTANTIATE(T)                                                                     \
+  template void run<T>(Pass, const Shape&, const T*, const T*, const T*, T*, void*, size_t,       \
+                       cudaStream_t, cublasHandle_t, bool, Backend, const Options&);
+FL_INSTANTIATE(float)
+FL_INSTANTIATE(double)
+FL_INSTANTIATE(__half)
+FL_INSTANTIATE(__nv_bfloat16)
+#undef FL_INSTANTIATE
 
 }  // namespace fft_conv
 }  // namespace fastlayers
