@@ -23,11 +23,11 @@ std::vector<int64_t> lead(const at::Tensor& t, int64_t dims) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end() - dims);
 }
 
-fbfft::Real real_type(at::ScalarType t) {
+Real real_type(at::ScalarType t) {
   switch (t) {
-    case at::kHalf: return fbfft::Real::F16;
-    case at::kBFloat16: return fbfft::Real::BF16;
-    default: return fbfft::Real::F32;
+    case at::kHalf: return Real::F16;
+    case at::kBFloat16: return Real::BF16;
+    default: return Real::F32;
   }
 }
 
@@ -89,7 +89,7 @@ at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   const int ih = static_cast<int>(nh), iw = static_cast<int>(nw);
   fbfft::irfft2(reinterpret_cast<const float2*>(X.const_data_ptr<c10::complex<float>>()),
                 transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw),
-                out.mutable_data_ptr<float>(), fbfft::Real::F32, batch, ih, iw,
+                out.mutable_data_ptr<float>(), Real::F32, batch, ih, iw,
                 static_cast<int>(out_h), static_cast<int>(out_w), static_cast<int>(oy),
                 static_cast<int>(ox), scale, nullptr, 1, at::cuda::getCurrentCUDAStream(), false,
                 opt);

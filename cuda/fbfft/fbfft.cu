@@ -12,29 +12,11 @@
 
 #include "../common/check.h"
 #include "../common/complex.h"
+#include "../common/storage.h"
 
 namespace fastlayers {
 namespace fbfft {
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Storage conversions (the storage type is a runtime argument: one kernel per size, not per type)
-
-__device__ __forceinline__ float load_real(const void* p, int64_t i, Real t) {
-  switch (t) {
-    case Real::F16: return __half2float(static_cast<const __half*>(p)[i]);
-    case Real::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_real(void* p, int64_t i, float v, Real t) {
-  switch (t) {
-    case Real::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case Real::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Twiddles: w[m] = exp(-2 pi i m / 256), m < SIZE, computed at compile time in double.
@@ -797,17 +779,6 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   }
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 // The inverse's last step when the window is the whole result (out_h = NH, out_w = NW,
 // oy = ox = 0), float32 with 16-byte aligned rows and no bias: the block's images are one
 // contiguous span of the output, written 16 bytes at a time, consecutive threads on consecutive
@@ -900,17 +871,17 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
   const int64_t plane = static_cast<int64_t>(out_h) * out_w;
   auto row = [&](int g, int i) {
     const int si = i + oy;
-    const float add = bias != nullptr ? to_float(bias[(b0 + g) % channels]) : 0.f;
+    const float add = bias != nullptr ? to_compute(bias[(b0 + g) % channels]) : 0.f;
     T* dst = out + (b0 + g) * plane + static_cast<int64_t>(i) * out_w;
     if (si >= 0 && si < NH) {
       const float* src = rows + real_row_offset<NW>(g * NH + si);
       for (int j = lane; j < out_w; j += lanes) {
         const int sj = j + ox;
         const float v = sj >= 0 && sj < NW ? src[sj] * scale : 0.f;
-        dst[j] = from_float<T>(v + add);
+        dst[j] = from_compute<T>(v + add);
       }
     } else {
-      for (int j = lane; j < out_w; j += lanes) dst[j] = from_float<T>(add);
+      for (int j = lane; j < out_w; j += lanes) dst[j] = from_compute<T>(add);
     }
   };
   if (out_h >= groups) {  // the rows of one image keep every group busy
@@ -1567,7 +1538,7 @@ __device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restr
           if (!done) {
             static_for<4>([&](auto U) {
               constexpr int u = decltype(U)::value;
-              if (oj + u >= 0 && oj + u < out_w) dst[oj + u] = from_float<T>(v[u]);
+              if (oj + u >= 0 && oj + u < out_w) dst[oj + u] = from_compute<T>(v[u]);
             });
           }
         });
@@ -1579,7 +1550,7 @@ __device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restr
     for (int e = tid; e < out_h * out_w; e += Cfg::THREADS) {
       const int i = e / out_w, j = e - i * out_w;
       const int si = i + oy, sj = j + ox;
-      if (si < 0 || si >= N || sj < 0 || sj >= N) out[plane0 + e] = from_float<T>(add);
+      if (si < 0 || si >= N || sj < 0 || sj >= N) out[plane0 + e] = from_compute<T>(add);
     }
   }
 }
@@ -1641,14 +1612,14 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
   switch (type) {
     case Real::F16: {
       const float add =
-          bias != nullptr ? __half2float(static_cast<const __half*>(bias)[b % channels]) : 0.f;
+          bias != nullptr ? to_compute(static_cast<const __half*>(bias)[b % channels]) : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__half*>(out), b, out_h, out_w, oy, ox, scale, add,
                            1);
       break;
     }
     case Real::BF16: {
       const float add =
-          bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[b % channels])
+          bias != nullptr ? to_compute(static_cast<const __nv_bfloat16*>(bias)[b % channels])
                           : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__nv_bfloat16*>(out), b, out_h, out_w, oy, ox, scale,
                            add, 1);

@@ -20,13 +20,14 @@
 
 #include <cstdint>
 
+#include "../common/storage.h"
 #include "limits.h"
 
 namespace fastlayers {
 namespace fbfft {
 
-// Storage type of a real operand; arithmetic is float32 throughout.
-enum class Real : int { F32 = 0, F16 = 1, BF16 = 2 };
+// Real operands are stored as a Real (../common/storage.h: float32, float16, bfloat16); arithmetic
+// is float32 throughout.
 
 // Where spectrum element (image b, row i < nh, bin k <= nw/2) lives, in complex elements:
 // b * image + i * row + k * bin.
