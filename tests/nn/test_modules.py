@@ -102,6 +102,20 @@ def twins(config, **kwargs):
     return ref, m
 
 
+def match_float64(ref, m, x, variant):
+    """Sets the variant's algorithms on `m`, runs forward and backward of `ref` and `m` on `x` with
+    one grad_output and checks each of m's results against ref's to float64 accuracy. Returns m's
+    results and the fastlayers ops that ran."""
+    set_algorithms(m, variant, x)
+    gy = torch.randn_like(ref(x))
+    expected = forward_backward(ref, x, gy)
+    with CountOps() as counter:
+        got = forward_backward(m, x, gy)
+    for e, g in zip(expected, got):
+        assert g.shape == e.shape and rel_err(g, e) <= 1e-10
+    return got, set(counter.calls)
+
+
 def forward_backward(m, x, gy):
     x = x.detach().requires_grad_()
     y = m(x)
@@ -167,15 +181,8 @@ def test_state_dict_round_trip(config):
 def test_forward_backward_match_nn_conv2d(config, variant, device):
     ref, m = twins(config, dtype=torch.float64, device=device)
     x = torch.randn(2, config["in_channels"], *INPUT_HW, dtype=torch.float64, device=device)
-    set_algorithms(m, variant, x)
-    gy = torch.randn_like(ref(x))
-    expected = forward_backward(ref, x, gy)
-    with CountOps() as counter:
-        got = forward_backward(m, x, gy)
-    for e, g in zip(expected, got):
-        assert g.shape == e.shape and rel_err(g, e) <= 1e-10
-    used = {op for op, a in zip(FL_OPS, ALGORITHMS[variant] or ("fft",) * 3) if a == "fft"}
-    assert set(counter.calls) == used
+    _, ran = match_float64(ref, m, x, variant)
+    assert ran == {op for op, a in zip(FL_OPS, ALGORITHMS[variant] or ("fft",) * 3) if a == "fft"}
     sources = {d["source"] for d in tuner.decisions()}
     assert sources == ({"file"} if ALGORITHMS[variant] is None else {"forced"})
 
@@ -205,15 +212,8 @@ def test_unbatched_input(config, variant):
     config = CONFIGS[config]
     ref, m = twins(config, dtype=torch.float64)
     x = torch.randn(config["in_channels"], *INPUT_HW, dtype=torch.float64)
-    set_algorithms(m, variant, x)
-    gy = torch.randn_like(ref(x))
-    expected = forward_backward(ref, x, gy)
-    with CountOps() as counter:
-        got = forward_backward(m, x, gy)
-    assert set(counter.calls) == set(FL_OPS)
-    assert got[0].dim() == 3
-    for e, g in zip(expected, got):
-        assert g.shape == e.shape and rel_err(g, e) <= 1e-10
+    got, ran = match_float64(ref, m, x, variant)
+    assert ran == set(FL_OPS) and got[0].dim() == 3
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -222,15 +222,8 @@ def test_channels_last_input_keeps_its_layout(variant, device):
     ref, m = twins(CONFIGS["k3-pad1"], dtype=torch.float64, device=device)
     x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64, device=device)
     x = x.contiguous(memory_format=torch.channels_last)
-    set_algorithms(m, variant, x)
-    gy = torch.randn_like(ref(x))
-    expected = forward_backward(ref, x, gy)
-    with CountOps() as counter:
-        got = forward_backward(m, x, gy)
-    assert set(counter.calls) == set(FL_OPS)
-    assert got[0].is_contiguous(memory_format=torch.channels_last)
-    for e, g in zip(expected, got):
-        assert g.shape == e.shape and rel_err(g, e) <= 1e-10
+    got, ran = match_float64(ref, m, x, variant)
+    assert ran == set(FL_OPS) and got[0].is_contiguous(memory_format=torch.channels_last)
 
 
 @pytest.mark.parametrize("device", DEVICES)
