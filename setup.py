@@ -5,7 +5,7 @@ Environment:
   TORCH_CUDA_ARCH_LIST       CUDA architectures (default "9.0")
   MAX_JOBS                   parallel compile jobs (default: cores, bounded by free memory)
   FASTLAYERS_DEBUG=1         -O0 -g (and -G -lineinfo for device code)
-  FASTLAYERS_FBFFT_BLOCK_SWEEP=1  build the fbfft register kernels at every block size (benchmarks)
+  NVCC_THREADS               nvcc's own threads per compile job (--threads)
 """
 import glob
 import os
@@ -79,8 +79,6 @@ def extensions():
     cxx = ["-std=c++17", "-O0" if debug else "-O3"] + (["-g"] if debug else [])
     nvcc = ["-std=c++17", "-O0" if debug else "-O3", "--expt-relaxed-constexpr"]
     nvcc += ["-G", "-lineinfo"] if debug else ["-lineinfo"]
-    if _env_flag("FASTLAYERS_FBFFT_BLOCK_SWEEP"):
-        nvcc += ["-DFL_FBFFT_BLOCK_SWEEP"]  # every block size of the fbfft register kernels
     # the code-generating flags (not nvcc's own thread count) go into the digest
     _write_build_info((with_cuda, os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else "", cxx, nvcc))
     if os.environ.get("NVCC_THREADS"):

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""A tiny run of every fastlayers CUDA kernel: the three FFT-convolution ops and the fbfft
+"""A tiny run of every fastlayers CUDA kernel: the three FFT-convolution passes and the fbfft
 transforms (fp32, small shapes), checked against PyTorch on the CPU. Meant to run under
 compute-sanitizer (scripts/gpu-check: memcheck, initcheck, racecheck): it touches cuDNN nowhere,
-so the sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS.
+so the sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS. The passes run through
+fastlayers._C.testing with the GEMMs' conjugate skip forced wherever the basis allows, and the
+fbfft transforms with each spectrum movement, so that every kernel path runs.
 
     python3 scripts/kernels_smoke.py [--device cuda|cpu]
 """
@@ -16,6 +18,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import fastlayers  # noqa: E402,F401
+from fastlayers import _C  # noqa: E402
+
+testing = _C.testing
 
 # S, C, K, H, W, kh, kw, padding, basis (None: the default basis)
 CASES = [
@@ -27,19 +32,23 @@ CASES = [
 ]
 
 
+def conv_pass(pass_, a, b, bias, padding, basis, backend="cufft"):
+    """One pass as its op computes it, the GEMMs without the conjugate rows wherever the basis
+    allows (square, even, 4..32), regardless of the time rule that keeps these tiny problems off
+    it: the sanitizers then see the pointer and fill kernels (cuFFT) and the inverse that takes the
+    rows as implied (fbfft)."""
+    return testing.fft_conv2d_pass(pass_, a, b, bias, list(padding), list(basis), False, backend,
+                                   [0, 0], conjugate_skip=2)
+
+
 def fbfft_cases(dev):
-    """Each fbfft transform once per size class, with padding, windows and both layouts; 64 x 64
-    on both of its kernels; the convolution on fbfft at bases 64 and 128 (the frequency-major
-    layout, the clipped inverse with bias)."""
-    from fastlayers import _C, fbfft
+    """Each fbfft transform once per size class, with padding, windows and both layouts; the
+    convolution on fbfft at bases 32, 64 and 128 (the frequency-major layout, the clipped inverse
+    with bias)."""
+    from fastlayers import fbfft
     worst = 0.0
     g = torch.Generator().manual_seed(1)
-    sizes = [(n, False) for n in (2, 4, 8, 16, 32, 64, 128)]
-    if dev == "cuda":
-        sizes.append((64, True))
-    for n, lanes64 in sizes:
-        if dev == "cuda":
-            _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)
+    for n in (2, 4, 8, 16, 32, 64, 128):
         x = torch.randn(3, max(1, n - 3), n + 1, generator=g, dtype=torch.float64)
         for transposed in (False, True):
             X = fbfft.rfft2(x, (n, n), (-1, 1), transposed)
@@ -55,31 +64,30 @@ def fbfft_cases(dev):
                 out = out.cpu().to(ref.dtype)
                 err = ((out - ref).abs().max() / ref.abs().max()).item()
                 worst = max(worst, err)
-        print("fbfft n=%d%s: worst relative error so far %.2e"
-              % (n, " (lane kernel)" if lanes64 else "", worst), flush=True)
+        print("fbfft n=%d: worst relative error so far %.2e" % (n, worst), flush=True)
     if dev == "cuda":  # spectra always staged through shared memory (0), always direct (2)
         for mode in (0, 2):
-            _C._fbfft_set_direct_io(mode)
             for n in (8, 16, 64, 256):
                 x = torch.randn(5, n - 1, generator=g, dtype=torch.float64)
                 X1 = fbfft.rfft(x, n, -1)
                 y1 = fbfft.irfft(X1, n, n - 2, 1)
-                got = [fbfft.rfft(x.float().to(dev), n, -1),
-                       fbfft.irfft(X1.to(torch.complex64).to(dev), n, n - 2, 1)]
+                got = [testing.fbfft_rfft(x.float().to(dev), n, -1, direct_io=mode),
+                       testing.fbfft_irfft(X1.to(torch.complex64).to(dev), n, n - 2, 1,
+                                           direct_io=mode)]
                 refs = [X1, y1]
                 if n <= 64:  # 2-D, a 16-byte aligned window
                     x2 = torch.randn(3, n, n + 4, generator=g, dtype=torch.float64)
                     X2 = fbfft.rfft2(x2, (n, n), (0, 4))
                     refs += [X2, fbfft.irfft2(X2, (n, n), (n, n + 4), (0, -4))]
-                    got += [fbfft.rfft2(x2.float().to(dev), (n, n), (0, 4)),
-                            fbfft.irfft2(X2.to(torch.complex64).to(dev), (n, n), (n, n + 4),
-                                         (0, -4))]
+                    got += [testing.fbfft_rfft2(x2.float().to(dev), (n, n), (0, 4),
+                                                direct_io=mode),
+                            testing.fbfft_irfft2(X2.to(torch.complex64).to(dev), (n, n),
+                                                 (n, n + 4), (0, -4), direct_io=mode)]
                 for out, ref in zip(got, refs):
                     out = out.cpu().to(ref.dtype)
                     worst = max(worst, ((out - ref).abs().max() / ref.abs().max()).item())
             print("fbfft, spectra %s: worst relative error so far %.2e"
                   % ("staged" if mode == 0 else "direct", worst), flush=True)
-        _C._fbfft_set_direct_io(1)
         # inputs wholly inside the window (implicit zero padding), row-major spectra
         for n in (8, 16, 32, 64):
             x = torch.randn(3, n - 3, n - 5, generator=g, dtype=torch.float64)
@@ -101,10 +109,7 @@ def fbfft_cases(dev):
     # with shared-memory sums below); C = 6 at 128 x 128 and 32 x 64: staged transposes + GEMMs;
     # C = 6 at 32 x 32: GEMMs over the frequencies without the conjugate rows, which the inverse
     # takes as implied.
-    for basis, lanes64, C in ((128, False, 3), (64, False, 3), (64, True, 3), (128, False, 6),
-                              ((32, 64), False, 6), ((32, 64), False, 2), (32, False, 6)):
-        if dev == "cuda":
-            _C._fbfft_set_lanes_2d_min(64 if lanes64 else 128)
+    for basis, C in ((128, 3), (64, 3), (128, 6), ((32, 64), 6), ((32, 64), 2), (32, 6)):
         x = torch.randn(2, C, 30, 27, generator=g, dtype=torch.float64)
         w = torch.randn(4, C, 3, 5, generator=g, dtype=torch.float64)
         b = torch.randn(4, generator=g, dtype=torch.float64)
@@ -112,17 +117,15 @@ def fbfft_cases(dev):
         ref = (F.conv2d(x, w, b, 1, (1, 2)),) + tuple(torch.ops.aten.convolution_backward(
             gy, x, w, None, [1, 1], [1, 2], [1, 1], False, [0, 0], 1, [True, True, False])[:2])
         xd, wd, bd, gyd = (t.float().to(dev) for t in (x, w, b, gy))
-        fl, nb = torch.ops.fastlayers, list(basis) if isinstance(basis, tuple) else [basis, basis]
-        got = (fl.fft_conv2d(xd, wd, bd, [1, 2], nb, False, "fbfft"),
-               fl.fft_conv2d_input_grad(gyd, wd, [1, 2], nb, False, "fbfft"),
-               fl.fft_conv2d_weight_grad(gyd, xd, [1, 2], nb, False, "fbfft"))
+        nb = list(basis) if isinstance(basis, tuple) else [basis, basis]
+        got = (conv_pass(0, xd, wd, bd, (1, 2), nb, "fbfft"),
+               conv_pass(1, gyd, wd, None, (1, 2), nb, "fbfft"),
+               conv_pass(2, gyd, xd, None, (1, 2), nb, "fbfft"))
         for out, r in zip(got, ref):
             out = out.double().cpu()
             worst = max(worst, ((out - r).norm() / r.norm()).item())
-        print("fbfft convolution at %dx%d, C = %d%s: worst relative error so far %.2e"
-              % (nb[0], nb[1], C, " (lane kernel)" if lanes64 else "", worst), flush=True)
-    if dev == "cuda":
-        _C._fbfft_set_lanes_2d_min(128)
+        print("fbfft convolution at %dx%d, C = %d: worst relative error so far %.2e"
+              % (nb[0], nb[1], C, worst), flush=True)
     return worst
 
 
@@ -135,13 +138,6 @@ def main():
     dev = args.device
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    if dev == "cuda":
-        # GEMMs without the conjugate rows wherever the basis allows (square, even, 4..32),
-        # regardless of the time rule that keeps these tiny problems off it: the sanitizers then
-        # see the pointer and fill kernels (cuFFT) and the inverse that takes the rows as implied
-        # (fbfft).
-        from fastlayers import _C
-        _C._fft_conv_set_conjugate_skip(2)
     worst = 0.0
     for S, C, K, H, W, kh, kw, pad, basis in (CASES if args.only != "fbfft" else ()):
         g = torch.Generator().manual_seed(0)
@@ -157,11 +153,9 @@ def main():
             gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1, [True, True, False])
         xd, wd, bd, gyd = (t.float().to(dev) for t in (x, w, b, gy))
         got = {
-            "fft_conv2d": (torch.ops.fastlayers.fft_conv2d(xd, wd, bd, list(pad), list(basis), False), ref_y),
-            "fft_conv2d_input_grad": (torch.ops.fastlayers.fft_conv2d_input_grad(
-                gyd, wd, list(pad), list(basis), False), ref_gx),
-            "fft_conv2d_weight_grad": (torch.ops.fastlayers.fft_conv2d_weight_grad(
-                gyd, xd, list(pad), list(basis), False), ref_gw),
+            "fft_conv2d": (conv_pass(0, xd, wd, bd, pad, basis), ref_y),
+            "fft_conv2d_input_grad": (conv_pass(1, gyd, wd, None, pad, basis), ref_gx),
+            "fft_conv2d_weight_grad": (conv_pass(2, gyd, xd, None, pad, basis), ref_gw),
         }
         if dev == "cuda":
             torch.cuda.synchronize()

@@ -13,12 +13,14 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "../../cuda/fbfft/limits.h"
 
 namespace fastlayers {
 namespace fbfft_host {
 
-constexpr int64_t kMax1d = 256;  // 1-D sizes: powers of two 2..256
-constexpr int64_t kMax2d = 128;  // 2-D sizes: powers of two 2..128 per dimension
+// Sizes: powers of two 2..fbfft::kMax1d in 1-D, 2..fbfft::kMax2d per side in 2-D.
 
 // Argument checks shared by the CPU and CUDA kernels (`dims`: 1 or 2; sizes and offsets have
 // `dims` values).
@@ -28,6 +30,18 @@ void check_inverse(const char* op, const at::Tensor& input, at::IntArrayRef size
                    at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
                    int64_t dims);
 
+// The kernels of the four ops on one device, registered for its dispatch key with register_ops.
+struct Kernels {
+  at::Tensor (*rfft)(const at::Tensor& input, int64_t n, int64_t offset);
+  at::Tensor (*irfft)(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
+                      bool normalized);
+  at::Tensor (*rfft2)(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
+                      bool transposed);
+  at::Tensor (*irfft2)(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef out_size,
+                       at::IntArrayRef offset, bool transposed, bool normalized);
+};
+void register_ops(torch::Library& m, const Kernels& kernels);
+
 at::Tensor fbfft_rfft_cpu(const at::Tensor& input, int64_t n, int64_t offset);
 at::Tensor fbfft_irfft_cpu(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
                            bool normalized);
@@ -35,6 +49,18 @@ at::Tensor fbfft_rfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::In
                            bool transposed);
 at::Tensor fbfft_irfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef out_size,
                             at::IntArrayRef offset, bool transposed, bool normalized);
+
+// The CUDA kernels (CUDA builds) with fbfft's spectrum movement explicit: `direct_io` is an
+// fbfft::DirectIo (0 always through shared memory, 1 the measured choice, which the ops take,
+// 2 always direct). The same checks and results as the ops.
+at::Tensor fbfft_rfft_cuda(const at::Tensor& input, int64_t n, int64_t offset, int direct_io);
+at::Tensor fbfft_irfft_cuda(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
+                            bool normalized, int direct_io);
+at::Tensor fbfft_rfft2_cuda(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
+                            bool transposed, int direct_io);
+at::Tensor fbfft_irfft2_cuda(const at::Tensor& input, at::IntArrayRef size,
+                             at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
+                             bool normalized, int direct_io);
 
 // Benchmark references (CUDA builds): cuFFT called directly, one cufftExec on a cached plan,
 // unnormalized; nh = 1 is a 1-D transform of [B, nw], else [B, nh, nw]. The inverse overwrites

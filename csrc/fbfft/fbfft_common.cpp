@@ -4,10 +4,8 @@ namespace fastlayers {
 namespace fbfft_host {
 namespace {
 
-bool pow2_in(int64_t n, int64_t max) { return n >= 2 && n <= max && (n & (n - 1)) == 0; }
-
 void check_size(const char* op, const char* name, int64_t n, int64_t max) {
-  TORCH_CHECK(pow2_in(n, max), op, ": `", name, "` must be a power of two from 2 to ", max,
+  TORCH_CHECK(fbfft::pow2_in(n, max), op, ": `", name, "` must be a power of two from 2 to ", max,
               ", got ", n);
 }
 
@@ -34,7 +32,7 @@ void check_sizes(const char* op, at::IntArrayRef size, at::IntArrayRef offset, i
               " values, got ", size);
   TORCH_CHECK(static_cast<int64_t>(offset.size()) == dims, op, ": `offset` must have ", dims,
               " values, got ", offset);
-  for (int64_t n : size) check_size(op, name, n, dims == 1 ? kMax1d : kMax2d);
+  for (int64_t n : size) check_size(op, name, n, dims == 1 ? fbfft::kMax1d : fbfft::kMax2d);
 }
 
 }  // namespace
@@ -64,6 +62,33 @@ void check_inverse(const char* op, const at::Tensor& input, at::IntArrayRef size
                 ", got ", input.sizes());
   }
 }
+
+void register_ops(torch::Library& m, const Kernels& kernels) {
+  m.impl("fbfft_rfft", kernels.rfft);
+  m.impl("fbfft_irfft", kernels.irfft);
+  m.impl("fbfft_rfft2", kernels.rfft2);
+  m.impl("fbfft_irfft2", kernels.irfft2);
+}
+
+#ifndef FASTLAYERS_WITH_CUDA
+// Builds without CUDA: the CUDA kernels' entries exist for the test hooks and say so.
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  TORCH_CHECK(false, op, ": fastlayers was built without CUDA");
+}
+}  // namespace
+at::Tensor fbfft_rfft_cuda(const at::Tensor&, int64_t, int64_t, int) { no_cuda("fbfft_rfft"); }
+at::Tensor fbfft_irfft_cuda(const at::Tensor&, int64_t, int64_t, int64_t, bool, int) {
+  no_cuda("fbfft_irfft");
+}
+at::Tensor fbfft_rfft2_cuda(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, bool, int) {
+  no_cuda("fbfft_rfft2");
+}
+at::Tensor fbfft_irfft2_cuda(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef,
+                             bool, bool, int) {
+  no_cuda("fbfft_irfft2");
+}
+#endif
 
 }  // namespace fbfft_host
 }  // namespace fastlayers

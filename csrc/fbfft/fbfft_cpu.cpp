@@ -60,10 +60,7 @@ at::Tensor fbfft_irfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::I
 }
 
 TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
-  m.impl("fbfft_rfft", &fbfft_rfft_cpu);
-  m.impl("fbfft_irfft", &fbfft_irfft_cpu);
-  m.impl("fbfft_rfft2", &fbfft_rfft2_cpu);
-  m.impl("fbfft_irfft2", &fbfft_irfft2_cpu);
+  register_ops(m, {&fbfft_rfft_cpu, &fbfft_irfft_cpu, &fbfft_rfft2_cpu, &fbfft_irfft2_cpu});
 }
 
 }  // namespace fbfft_host

@@ -23,11 +23,11 @@ std::vector<int64_t> lead(const at::Tensor& t, int64_t dims) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end() - dims);
 }
 
-fbfft::Real real_type(at::ScalarType t) {
+Real real_type(at::ScalarType t) {
   switch (t) {
-    case at::kHalf: return fbfft::Real::F16;
-    case at::kBFloat16: return fbfft::Real::BF16;
-    default: return fbfft::Real::F32;
+    case at::kHalf: return Real::F16;
+    case at::kBFloat16: return Real::BF16;
+    default: return Real::F32;
   }
 }
 
@@ -37,10 +37,19 @@ int64_t count(const std::vector<int64_t>& shape) {
   return n;
 }
 
+fbfft::Options options(const char* op, int direct_io) {
+  TORCH_CHECK(direct_io >= 0 && direct_io <= 2, op, ": `direct_io` must be 0, 1 or 2, got ",
+              direct_io);
+  fbfft::Options o;
+  o.direct_io = static_cast<fbfft::DirectIo>(direct_io);
+  return o;
+}
+
 // input [..., h, w] (dims = 2) or [..., w] (dims = 1, one row) -> spectrum.
 at::Tensor forward(const char* op, const at::Tensor& input, int64_t nh, int64_t nw, int64_t oy,
-                   int64_t ox, bool transposed, int64_t dims) {
+                   int64_t ox, bool transposed, int64_t dims, int direct_io) {
   check_float32(op, input);
+  const fbfft::Options opt = options(op, direct_io);
   c10::cuda::CUDAGuard guard(input.device());
   const auto x = input.contiguous();
   auto shape = lead(x, dims);
@@ -59,14 +68,15 @@ at::Tensor forward(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   fbfft::rfft2(x.const_data_ptr(), real_type(x.scalar_type()), dst,
                transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw), batch,
                static_cast<int>(h), static_cast<int>(w), ih, iw, static_cast<int>(oy),
-               static_cast<int>(ox), at::cuda::getCurrentCUDAStream());
+               static_cast<int>(ox), at::cuda::getCurrentCUDAStream(), opt);
   return out;
 }
 
 at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t nw, int64_t out_h,
                    int64_t out_w, int64_t oy, int64_t ox, bool transposed, bool normalized,
-                   int64_t dims) {
+                   int64_t dims, int direct_io) {
   check_float32(op, input);
+  const fbfft::Options opt = options(op, direct_io);
   c10::cuda::CUDAGuard guard(input.device());
   const auto X = input.contiguous();
   auto shape = lead(X, dims);
@@ -79,35 +89,11 @@ at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   const int ih = static_cast<int>(nh), iw = static_cast<int>(nw);
   fbfft::irfft2(reinterpret_cast<const float2*>(X.const_data_ptr<c10::complex<float>>()),
                 transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw),
-                out.mutable_data_ptr<float>(), fbfft::Real::F32, batch, ih, iw,
+                out.mutable_data_ptr<float>(), Real::F32, batch, ih, iw,
                 static_cast<int>(out_h), static_cast<int>(out_w), static_cast<int>(oy),
-                static_cast<int>(ox), scale, nullptr, 1, at::cuda::getCurrentCUDAStream());
+                static_cast<int>(ox), scale, nullptr, 1, at::cuda::getCurrentCUDAStream(), false,
+                opt);
   return out;
-}
-
-at::Tensor fbfft_rfft_cuda(const at::Tensor& input, int64_t n, int64_t offset) {
-  check_forward("fbfft_rfft", input, {n}, {offset}, 1);
-  return forward("fbfft_rfft", input, 1, n, 0, offset, false, 1);
-}
-
-at::Tensor fbfft_irfft_cuda(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
-                            bool normalized) {
-  check_inverse("fbfft_irfft", input, {n}, {out_size}, {offset}, false, 1);
-  return inverse("fbfft_irfft", input, 1, n, 1, out_size, 0, offset, false, normalized, 1);
-}
-
-at::Tensor fbfft_rfft2_cuda(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
-                            bool transposed) {
-  check_forward("fbfft_rfft2", input, size, offset, 2);
-  return forward("fbfft_rfft2", input, size[0], size[1], offset[0], offset[1], transposed, 2);
-}
-
-at::Tensor fbfft_irfft2_cuda(const at::Tensor& input, at::IntArrayRef size,
-                             at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
-                             bool normalized) {
-  check_inverse("fbfft_irfft2", input, size, out_size, offset, transposed, 2);
-  return inverse("fbfft_irfft2", input, size[0], size[1], out_size[0], out_size[1], offset[0],
-                 offset[1], transposed, normalized, 2);
 }
 
 // Benchmark reference: cuFFT called directly (one cufftExec on a cached plan, no framework around
@@ -131,10 +117,56 @@ at::Tensor work_area(cufft_plans::Transform t, int64_t nh, int64_t nw, int64_t b
   return at::empty({static_cast<int64_t>(bytes > 0 ? bytes : 1)}, like.options().dtype(at::kByte));
 }
 
+// The ops' kernels: the measured spectrum movement.
+constexpr int kMeasured = static_cast<int>(fbfft::DirectIo::Measured);
+
+at::Tensor rfft_op(const at::Tensor& input, int64_t n, int64_t offset) {
+  return fbfft_rfft_cuda(input, n, offset, kMeasured);
+}
+at::Tensor irfft_op(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
+                    bool normalized) {
+  return fbfft_irfft_cuda(input, n, out_size, offset, normalized, kMeasured);
+}
+at::Tensor rfft2_op(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
+                    bool transposed) {
+  return fbfft_rfft2_cuda(input, size, offset, transposed, kMeasured);
+}
+at::Tensor irfft2_op(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef out_size,
+                     at::IntArrayRef offset, bool transposed, bool normalized) {
+  return fbfft_irfft2_cuda(input, size, out_size, offset, transposed, normalized, kMeasured);
+}
+
 }  // namespace
 
+at::Tensor fbfft_rfft_cuda(const at::Tensor& input, int64_t n, int64_t offset, int direct_io) {
+  check_forward("fbfft_rfft", input, {n}, {offset}, 1);
+  return forward("fbfft_rfft", input, 1, n, 0, offset, false, 1, direct_io);
+}
+
+at::Tensor fbfft_irfft_cuda(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
+                            bool normalized, int direct_io) {
+  check_inverse("fbfft_irfft", input, {n}, {out_size}, {offset}, false, 1);
+  return inverse("fbfft_irfft", input, 1, n, 1, out_size, 0, offset, false, normalized, 1,
+                 direct_io);
+}
+
+at::Tensor fbfft_rfft2_cuda(const at::Tensor& input, at::IntArrayRef size, at::IntArrayRef offset,
+                            bool transposed, int direct_io) {
+  check_forward("fbfft_rfft2", input, size, offset, 2);
+  return forward("fbfft_rfft2", input, size[0], size[1], offset[0], offset[1], transposed, 2,
+                 direct_io);
+}
+
+at::Tensor fbfft_irfft2_cuda(const at::Tensor& input, at::IntArrayRef size,
+                             at::IntArrayRef out_size, at::IntArrayRef offset, bool transposed,
+                             bool normalized, int direct_io) {
+  check_inverse("fbfft_irfft2", input, size, out_size, offset, transposed, 2);
+  return inverse("fbfft_irfft2", input, size[0], size[1], out_size[0], out_size[1], offset[0],
+                 offset[1], transposed, normalized, 2, direct_io);
+}
+
 at::Tensor cufft_direct_rfft2(const at::Tensor& x, int64_t nh, int64_t nw) {
-  check_direct("_cufft_direct_rfft2", "x", x, at::kFloat, nh, nw, nw);
+  check_direct("cufft_direct_rfft2", "x", x, at::kFloat, nh, nw, nw);
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t batch = x.size(0);
   auto shape = x.sizes().vec();
@@ -148,7 +180,7 @@ at::Tensor cufft_direct_rfft2(const at::Tensor& x, int64_t nh, int64_t nw) {
 }
 
 at::Tensor cufft_direct_irfft2_(const at::Tensor& spectrum, int64_t nh, int64_t nw) {
-  check_direct("_cufft_direct_irfft2_", "spectrum", spectrum, at::kComplexFloat, nh, nw,
+  check_direct("cufft_direct_irfft2_", "spectrum", spectrum, at::kComplexFloat, nh, nw,
                nw / 2 + 1);
   c10::cuda::CUDAGuard guard(spectrum.device());
   const int64_t batch = spectrum.size(0);
@@ -164,10 +196,7 @@ at::Tensor cufft_direct_irfft2_(const at::Tensor& spectrum, int64_t nh, int64_t 
 }
 
 TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
-  m.impl("fbfft_rfft", &fbfft_rfft_cuda);
-  m.impl("fbfft_irfft", &fbfft_irfft_cuda);
-  m.impl("fbfft_rfft2", &fbfft_rfft2_cuda);
-  m.impl("fbfft_irfft2", &fbfft_irfft2_cuda);
+  register_ops(m, {&rfft_op, &irfft_op, &rfft2_op, &irfft2_op});
 }
 
 }  // namespace fbfft_host

@@ -137,5 +137,23 @@ std::vector<int64_t> output_shape(Pass pass, const Geometry& g) {
   return {};
 }
 
+at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
+                    const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+                    at::IntArrayRef basis, bool tf32, c10::string_view backend,
+                    at::IntArrayRef tile, const RunOptions& options) {
+  TORCH_CHECK(options.tile_chunk_bytes > 0, op_name(pass), ": the tile chunk bound must be > 0");
+  if (a.is_cuda()) {
+#ifdef FASTLAYERS_WITH_CUDA
+    return DeviceOps<&untiled_cuda>::run(pass, a, b, bias, padding, basis, tf32, backend, tile,
+                                         options);
+#else
+    TORCH_CHECK(false, op_name(pass), ": fastlayers was built without CUDA");
+#endif
+  }
+  TORCH_CHECK(a.is_cpu(), op_name(pass), ": runs on CPU and CUDA tensors, got ", a.device());
+  return DeviceOps<&untiled_cpu>::run(pass, a, b, bias, padding, basis, tf32, backend, tile,
+                                      options);
+}
+
 }  // namespace fft_conv_host
 }  // namespace fastlayers

@@ -32,9 +32,13 @@ at::ScalarType compute_type(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// One untiled pass of the checked geometry `g`.
-at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, bool /*tf32*/) {
+}  // namespace
+
+// One untiled pass of the checked geometry `g` (tf32 and the conjugate skip concern the CUDA
+// GEMMs only).
+at::Tensor untiled_cpu(Pass pass, const Geometry& g, const at::Tensor& a, const at::Tensor& b,
+                       const std::optional<at::Tensor>& bias, bool /*tf32*/,
+                       const RunOptions& /*options*/) {
   const auto out_shape = output_shape(pass, g);
   const auto ct = compute_type(a);
   at::Tensor out;
@@ -66,14 +70,7 @@ at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a, const at::
   return out.to(a.scalar_type()).contiguous();
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
-  using Ops = DeviceOps<&untiled>;
-  m.impl("fft_conv2d", &Ops::forward);
-  m.impl("fft_conv2d_input_grad", &Ops::input_grad);
-  m.impl("fft_conv2d_weight_grad", &Ops::weight_grad);
-}
+TORCH_LIBRARY_IMPL(fastlayers, CPU, m) { DeviceOps<&untiled_cpu>::register_ops(m); }
 
 }  // namespace fft_conv_host
 }  // namespace fastlayers

@@ -11,11 +11,11 @@
 
 namespace fastlayers {
 namespace fft_conv_host {
-namespace {
 
 // One untiled pass of the checked geometry `g`.
-at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a_in, const at::Tensor& b_in,
-                   const std::optional<at::Tensor>& bias_in, bool tf32) {
+at::Tensor untiled_cuda(Pass pass, const Geometry& g, const at::Tensor& a_in,
+                        const at::Tensor& b_in, const std::optional<at::Tensor>& bias_in,
+                        bool tf32, const RunOptions& options) {
   c10::cuda::CUDAGuard guard(a_in.device());
   const auto a = a_in.contiguous();
   const auto b = b_in.contiguous();
@@ -25,33 +25,25 @@ at::Tensor untiled(Pass pass, const Geometry& g, const at::Tensor& a_in, const a
   if (out.numel() == 0) return out;
 
   const fft_conv::Shape s = g.shape();
-  const auto fpass = static_cast<fft_conv::Pass>(static_cast<int>(pass));
   const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
-  const size_t ws_bytes = fft_conv::workspace_bytes(fpass, s, real_bytes, g.backend);
+  const size_t ws_bytes = fft_conv::workspace_bytes(pass, s, real_bytes, g.backend);
   auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "fft_conv2d_cuda", [&] {
     using T = typename DeviceType<scalar_t>::type;
-    fft_conv::run<T>(fpass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+    fft_conv::run<T>(pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
                      reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
                      bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
                                     : nullptr,
                      reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(),
-                     ws_bytes, stream, blas, tf32, g.backend);
+                     ws_bytes, stream, blas, tf32, g.backend, {options.conjugate_skip});
   });
   return out;
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
-  using Ops = DeviceOps<&untiled>;
-  m.impl("fft_conv2d", &Ops::forward);
-  m.impl("fft_conv2d_input_grad", &Ops::input_grad);
-  m.impl("fft_conv2d_weight_grad", &Ops::weight_grad);
-}
+TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) { DeviceOps<&untiled_cuda>::register_ops(m); }
 
 }  // namespace fft_conv_host
 }  // namespace fastlayers

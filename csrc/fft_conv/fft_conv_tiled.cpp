@@ -4,15 +4,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "fft_conv.h"
 
 namespace fastlayers {
 namespace fft_conv_host {
 namespace {
-
-std::atomic<int64_t> g_tile_chunk_bytes{kTileChunkBytes};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -44,12 +41,6 @@ at::ScalarType accumulate_type(const at::Tensor& t) {
 
 }  // namespace
 
-int64_t tile_chunk_bytes() { return g_tile_chunk_bytes.load(); }
-
-void set_tile_chunk_bytes(int64_t bytes) {
-  g_tile_chunk_bytes.store(bytes > 0 ? bytes : kTileChunkBytes);
-}
-
 int64_t tiles_per_sample(Pass pass, const Geometry& g) {
   const auto [rh, rw] = result_hw(pass, g);
   return ceil_div(rh, g.th) * ceil_div(rw, g.tw);
@@ -77,9 +68,8 @@ Geometry tile_geometry(Pass pass, const Geometry& g, int64_t samples) {
 
 size_t chunk_bytes(Pass pass, const Geometry& g, int64_t samples, int real_bytes) {
   const Geometry t = tile_geometry(pass, g, samples);
-  const auto p = static_cast<fft_conv::Pass>(static_cast<int>(pass));
-  size_t bytes = fft_conv::buffer_layout(p, t.shape(), real_bytes, g.backend).total();
-  const fft_conv::Plan plan = fft_conv::plan_for(p, t.shape());
+  size_t bytes = fft_conv::buffer_layout(pass, t.shape(), real_bytes, g.backend).total();
+  const fft_conv::Plan plan = fft_conv::plan_for(pass, t.shape());
   // The tile copies of the operands (the weight is used as it is) and the chunk's output.
   const size_t rb = static_cast<size_t>(real_bytes);
   bytes += static_cast<size_t>(plan.a.n * plan.a.h * plan.a.w) * rb;
@@ -88,8 +78,8 @@ size_t chunk_bytes(Pass pass, const Geometry& g, int64_t samples, int real_bytes
   return bytes;
 }
 
-int64_t chunk_samples(Pass pass, const Geometry& g, int real_bytes) {
-  const size_t bound = static_cast<size_t>(tile_chunk_bytes());
+int64_t chunk_samples(Pass pass, const Geometry& g, int real_bytes, int64_t bound_bytes) {
+  const size_t bound = static_cast<size_t>(bound_bytes);
   int64_t lo = 1, hi = std::max<int64_t>(g.S, 1);  // the answer lies in [lo, hi]
   if (chunk_bytes(pass, g, hi, real_bytes) <= bound) return hi;
   while (lo < hi) {  // bytes grow with the sample count
@@ -100,21 +90,19 @@ int64_t chunk_samples(Pass pass, const Geometry& g, int real_bytes) {
 }
 
 size_t workspace_bytes(Pass pass, const Geometry& g, int real_bytes) {
-  if (!g.tiled()) {
-    const auto p = static_cast<fft_conv::Pass>(static_cast<int>(pass));
-    return fft_conv::buffer_layout(p, g.shape(), real_bytes, g.backend).total();
-  }
+  if (!g.tiled()) return fft_conv::buffer_layout(pass, g.shape(), real_bytes, g.backend).total();
   return chunk_bytes(pass, g, chunk_samples(pass, g, real_bytes), real_bytes);
 }
 
 at::Tensor run_tiled(Pass pass, const Geometry& g, const at::Tensor& a, const at::Tensor& b,
-                     const std::optional<at::Tensor>& bias, bool tf32, UntiledKernel untiled) {
+                     const std::optional<at::Tensor>& bias, bool tf32, UntiledKernel untiled,
+                     const RunOptions& options) {
   const auto [rh, rw] = result_hw(pass, g);
   const int64_t nth = ceil_div(rh, g.th), ntw = ceil_div(rw, g.tw);
   const int64_t eh = nth * g.th, ew = ntw * g.tw;  // the result extended to whole tiles
   const auto out_shape = output_shape(pass, g);
   const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
-  const int64_t step = chunk_samples(pass, g, real_bytes);
+  const int64_t step = chunk_samples(pass, g, real_bytes, options.tile_chunk_bytes);
 
   if (g.S == 0) {  // no tiles: an empty result, or a weight gradient of zeros
     return pass == Pass::WeightGrad ? at::zeros(out_shape, a.options())
@@ -138,7 +126,7 @@ at::Tensor run_tiled(Pass pass, const Geometry& g, const at::Tensor& a, const at
             a.narrow(0, s0, n),
             {g.pw, ew + g.kw - 1 - g.W - g.pw, g.ph, eh + g.kh - 1 - g.H - g.ph}, 0);
         const auto tiles = cut(x, g.th + g.kh - 1, g.tw + g.kw - 1, g.th, g.tw);
-        const auto r = untiled(pass, t, tiles, b, bias, tf32);  // [n * T, K, th, tw]
+        const auto r = untiled(pass, t, tiles, b, bias, tf32, options);  // [n * T, K, th, tw]
         out.narrow(0, s0, n).copy_(assemble(r, n, nth, ntw).narrow(2, 0, rh).narrow(3, 0, rw));
         break;
       }
@@ -152,7 +140,7 @@ at::Tensor run_tiled(Pass pass, const Geometry& g, const at::Tensor& a, const at
             gy.narrow(0, s0, n),
             {left, ew + g.kw - 1 - left - gy.size(3), top, eh + g.kh - 1 - top - gy.size(2)}, 0);
         const auto tiles = cut(y, g.th + g.kh - 1, g.tw + g.kw - 1, g.th, g.tw);
-        const auto r = untiled(pass, t, tiles, b, std::nullopt, tf32);  // [n * T, C, th, tw]
+        const auto r = untiled(pass, t, tiles, b, std::nullopt, tf32, options);  // [n * T, C, th, tw]
         out.narrow(0, s0, n).copy_(assemble(r, n, nth, ntw).narrow(2, 0, rh).narrow(3, 0, rw));
         break;
       }
@@ -164,7 +152,7 @@ at::Tensor run_tiled(Pass pass, const Geometry& g, const at::Tensor& a, const at
         const auto y = at::constant_pad_nd(gy.narrow(0, s0, n), {0, ew - rw, 0, eh - rh}, 0);
         const auto x_tiles = cut(x, g.th + g.kh - 1, g.tw + g.kw - 1, g.th, g.tw);
         const auto y_tiles = cut(y, g.th, g.tw, g.th, g.tw);
-        auto r = untiled(pass, t, y_tiles, x_tiles, std::nullopt, tf32);  // [K, C, kh, kw]
+        auto r = untiled(pass, t, y_tiles, x_tiles, std::nullopt, tf32, options);  // [K, C, kh, kw]
         if (!acc.defined()) return r;  // a single chunk
         acc.add_(r);
         break;

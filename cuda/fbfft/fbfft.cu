@@ -5,7 +5,6 @@
 #include <cuda_pipeline.h>
 
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 #include <utility>
 #include <stdexcept>
@@ -13,29 +12,11 @@
 
 #include "../common/check.h"
 #include "../common/complex.h"
+#include "../common/storage.h"
 
 namespace fastlayers {
 namespace fbfft {
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Storage conversions (the storage type is a runtime argument: one kernel per size, not per type)
-
-__device__ __forceinline__ float load_real(const void* p, int64_t i, Real t) {
-  switch (t) {
-    case Real::F16: return __half2float(static_cast<const __half*>(p)[i]);
-    case Real::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_real(void* p, int64_t i, float v, Real t) {
-  switch (t) {
-    case Real::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case Real::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Twiddles: w[m] = exp(-2 pi i m / 256), m < SIZE, computed at compile time in double.
@@ -798,17 +779,6 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   }
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 // The inverse's last step when the window is the whole result (out_h = NH, out_w = NW,
 // oy = ox = 0), float32 with 16-byte aligned rows and no bias: the block's images are one
 // contiguous span of the output, written 16 bytes at a time, consecutive threads on consecutive
@@ -901,17 +871,17 @@ __device__ __forceinline__ void store_window(const float* rows, T* __restrict__ 
   const int64_t plane = static_cast<int64_t>(out_h) * out_w;
   auto row = [&](int g, int i) {
     const int si = i + oy;
-    const float add = bias != nullptr ? to_float(bias[(b0 + g) % channels]) : 0.f;
+    const float add = bias != nullptr ? to_compute(bias[(b0 + g) % channels]) : 0.f;
     T* dst = out + (b0 + g) * plane + static_cast<int64_t>(i) * out_w;
     if (si >= 0 && si < NH) {
       const float* src = rows + real_row_offset<NW>(g * NH + si);
       for (int j = lane; j < out_w; j += lanes) {
         const int sj = j + ox;
         const float v = sj >= 0 && sj < NW ? src[sj] * scale : 0.f;
-        dst[j] = from_float<T>(v + add);
+        dst[j] = from_compute<T>(v + add);
       }
     } else {
-      for (int j = lane; j < out_w; j += lanes) dst[j] = from_float<T>(add);
+      for (int j = lane; j < out_w; j += lanes) dst[j] = from_compute<T>(add);
     }
   };
   if (out_h >= groups) {  // the rows of one image keep every group busy
@@ -1347,8 +1317,8 @@ __global__ void __launch_bounds__(LaneConfig<N>::THREADS)
                                       channels, vec4);
 }
 
-// 2-D lane kernels (n x n, n = 64, 128): one image per block of 256 threads, each line over
-// L = n / 8 lanes, 8 points per lane. The real rows are read from and written to global memory
+// 2-D lane kernels (n x n; they serve 128 x 128): one image per block of 256 threads, each line
+// over L = n / 8 lanes, 8 points per lane. The real rows are read from and written to global memory
 // directly (no staging), so shared memory holds only the half spectrum, column-major: column k
 // at k * CS, row i at i + i / 16. The padding makes both the row pass's writes (one row, L
 // consecutive columns) and the column pass's strided accesses free of bank conflicts; CS is
@@ -1357,7 +1327,7 @@ template <int N>
 struct Lane2Config {
   static constexpr int M = 8, L = N / M;
   static constexpr int THREADS = 256;
-  static constexpr int MIN_BLOCKS = N == 128 ? 3 : 4;  // what shared memory allows at 128
+  static constexpr int MIN_BLOCKS = 3;                // what shared memory allows at 128
   static constexpr int GROUPS = THREADS / L;          // lines in flight per block
   static constexpr int ROUNDS = (N / 2) / GROUPS;     // row pairs (and columns) per group
   static constexpr int PAD = 16;
@@ -1568,7 +1538,7 @@ __device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restr
           if (!done) {
             static_for<4>([&](auto U) {
               constexpr int u = decltype(U)::value;
-              if (oj + u >= 0 && oj + u < out_w) dst[oj + u] = from_float<T>(v[u]);
+              if (oj + u >= 0 && oj + u < out_w) dst[oj + u] = from_compute<T>(v[u]);
             });
           }
         });
@@ -1580,7 +1550,7 @@ __device__ __forceinline__ void irfft2_lanes_rows(const float2* cols, T* __restr
     for (int e = tid; e < out_h * out_w; e += Cfg::THREADS) {
       const int i = e / out_w, j = e - i * out_w;
       const int si = i + oy, sj = j + ox;
-      if (si < 0 || si >= N || sj < 0 || sj >= N) out[plane0 + e] = from_float<T>(add);
+      if (si < 0 || si >= N || sj < 0 || sj >= N) out[plane0 + e] = from_compute<T>(add);
     }
   }
 }
@@ -1642,14 +1612,14 @@ __global__ void __launch_bounds__(Lane2Config<N>::THREADS, Lane2Config<N>::MIN_B
   switch (type) {
     case Real::F16: {
       const float add =
-          bias != nullptr ? __half2float(static_cast<const __half*>(bias)[b % channels]) : 0.f;
+          bias != nullptr ? to_compute(static_cast<const __half*>(bias)[b % channels]) : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__half*>(out), b, out_h, out_w, oy, ox, scale, add,
                            1);
       break;
     }
     case Real::BF16: {
       const float add =
-          bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[b % channels])
+          bias != nullptr ? to_compute(static_cast<const __nv_bfloat16*>(bias)[b % channels])
                           : 0.f;
       irfft2_lanes_rows<N>(cols, static_cast<__nv_bfloat16*>(out), b, out_h, out_w, oy, ox, scale,
                            add, 1);
@@ -1797,11 +1767,6 @@ int log2i(int n) {
   return b;
 }
 
-void check_sizes(int nh, int nw) {
-  if (nh < 1 || nw < 2 || (nh & (nh - 1)) || (nw & (nw - 1)) || nh * nw > 16384)
-    throw std::runtime_error("fastlayers: fbfft sizes must be powers of two with nh * nw <= 16384");
-}
-
 unsigned grid_for(int64_t batch, int per_block) {
   const int64_t blocks = (batch + per_block - 1) / per_block;
   if (blocks > 0x7fffffff) throw std::runtime_error("fastlayers: fbfft batch too large");
@@ -1815,13 +1780,11 @@ void allow_smem(Kernel kernel, size_t smem) {
                                        static_cast<int>(smem)));
 }
 
-std::atomic<int> g_direct_io{kDirectMeasured};
-
 // Whether a kernel whose spectrum has bin stride 1 moves it directly: where `measured` says so,
-// unless the switch says never or always.
-bool use_direct(bool bin_stride_1, bool measured) {
-  const int mode = g_direct_io.load();
-  return bin_stride_1 && (mode == kDirectAlways || (mode == kDirectMeasured && measured));
+// unless `mode` says never or always.
+bool use_direct(DirectIo mode, bool bin_stride_1, bool measured) {
+  return bin_stride_1 &&
+         (mode == DirectIo::Always || (mode == DirectIo::Measured && measured));
 }
 
 // float32 output rows and window aligned to 4 floats: 16-byte stores.
@@ -1856,240 +1819,216 @@ void launch(Kernel kernel, int64_t batch, int per_block, cudaStream_t stream, Ar
   FL_LAUNCH_CHECK();
 }
 
+// The arguments of one transform as rfft2 / irfft2 take them (fbfft.h), for the launchers of every
+// family.
+struct ForwardArgs {
+  const void* in;
+  Real type;
+  float2* out;
+  Strides os;
+  int64_t batch;
+  int h, w, nh, nw, oy, ox;
+  cudaStream_t stream;
+  DirectIo direct_io;
+};
+struct InverseArgs {
+  const float2* in;
+  Strides is;
+  void* out;
+  Real type;
+  int64_t batch;
+  int nh, nw, out_h, out_w, oy, ox;
+  float scale;
+  const void* bias;
+  int64_t channels;
+  bool implied;
+  cudaStream_t stream;
+  DirectIo direct_io;
+};
+
+// Threads per block of the 2-D register kernels (T / (n/2) images per block) for a row-major (or
+// transposed) spectrum: 64 at 8 x 8, one warp from 16 x 16 except the 64 x 64 inverse (128); 128
+// below 8 x 8 and for 1-D. A frequency-major spectrum (images adjacent in memory: the
+// convolution) takes 128, whose 4 or more images per block fill 32-byte sectors. Measured choices:
+// docs/fbfft.md.
+template <int NH, bool Inverse>
+constexpr int row_major_threads() {
+  return NH < 8 ? 128 : NH == 8 ? 64 : (Inverse && NH == 64) ? 128 : 32;
+}
+
 template <int NH, int NW, int T>
-void rfft2_registers_launch(const void* in, Real type, float2* out, Strides os, int64_t batch,
-                            int h, int w, int oy, int ox, bool vec4, bool direct,
-                            cudaStream_t stream) {
+void rfft2_registers_launch(const ForwardArgs& a, bool vec4, bool direct) {
   using Cfg = Config<NH, NW, T>;
   if constexpr (rows_in_global<NH, NW>()) {
-    if (type == Real::F32 && vec4 && h == NH && w == NW && oy == 0 && ox == 0) {
+    if (a.type == Real::F32 && vec4 && a.h == NH && a.w == NW && a.oy == 0 && a.ox == 0) {
       launch<Cfg>(direct ? rfft2_registers<NH, NW, true, T, true>
                          : rfft2_registers<NH, NW, false, T, true>,
-                  batch, Cfg::G, stream, in, type, out, os, batch, h, w, oy, ox, vec4);
+                  a.batch, Cfg::G, a.stream, a.in, a.type, a.out, a.os, a.batch, a.h, a.w, a.oy,
+                  a.ox, vec4);
       return;
     }
   }
   launch<Cfg>(direct ? rfft2_registers<NH, NW, true, T> : rfft2_registers<NH, NW, false, T>,
-              batch, Cfg::G, stream, in, type, out, os, batch, h, w, oy, ox, vec4);
+              a.batch, Cfg::G, a.stream, a.in, a.type, a.out, a.os, a.batch, a.h, a.w, a.oy, a.ox,
+              vec4);
+}
+
+template <int NH, int NW>
+void rfft2_registers_run(const ForwardArgs& a) {
+  const bool vec4 = vec4_window(a.in, a.type, NW, a.w, a.ox);
+  // Direct stores pay off at 64 x 64 where the window is read element by element (a padded
+  // input); elsewhere the staged stores, one 16-byte span per block, are faster (docs/fbfft.md).
+  const bool direct = NH > 1 && use_direct(a.direct_io, a.os.bin == 1, NH >= 64 && !vec4);
+  if (a.os.image == 1) return rfft2_registers_launch<NH, NW, 128>(a, vec4, direct);
+  rfft2_registers_launch<NH, NW, row_major_threads<NH, false>()>(a, vec4, direct);
 }
 
 template <int NH, int NW, int T>
-void irfft2_registers_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
-                             int out_h, int out_w, int oy, int ox, float scale, const void* bias,
-                             int64_t channels, bool implied, cudaStream_t stream) {
+void irfft2_registers_launch(const InverseArgs& a) {
   using Cfg = Config<NH, NW, T>;
-  // Direct loads pay off at 16 x 16, and at 8 x 8 from large batches (4.87x against 4.50x staged
-  // at 2^20 images, 2.97x against 3.13x at 2^14; the switch is at the geometric middle, 2^17);
-  // staged loads move a contiguous spectrum as one span, faster at 32 x 32 and 64 x 64, where
-  // direct loads also cost registers (measured, H200).
-  const bool direct = NH > 1 && !implied &&
-                      use_direct(is.bin == 1, NH == 16 || (NH == 8 && batch >= (int64_t{1} << 17)));
-  // (A kernel holding only the whole-image store, as the forward's Whole, measured the same at
-  // 8 x 8: 3.9 us either way, B = 16384, H200.)
+  // Direct loads pay off at 16 x 16, and at 8 x 8 from 2^17 images; staged loads move a
+  // contiguous spectrum as one span, faster at 32 x 32 and 64 x 64, where direct loads also cost
+  // registers (docs/fbfft.md).
+  const bool measured = NH == 16 || (NH == 8 && a.batch >= (int64_t{1} << 17));
+  const bool direct = NH > 1 && !a.implied && use_direct(a.direct_io, a.is.bin == 1, measured);
   launch<Cfg>(direct ? irfft2_registers<NH, NW, true, T> : irfft2_registers<NH, NW, false, T>,
-              batch, Cfg::G, stream, in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
-              channels, vec4_output(out, type, out_w, ox), implied);
-}
-
-std::atomic<int> g_block_threads{0};
-
-// Threads per block of the 2-D register kernels (T / (n/2) images per block), measured on an
-// H200 at B = 16384 and 0.06-0.25 GiB (benchmarks/sweep_fbfft_blocks.py, benchmarks/NOTES.md).
-// Row-major spectra: 64 threads at 8 x 8 both ways; one-warp blocks from 16 x 16, except the
-// 64 x 64 inverse (128). Frequency-major spectra (images adjacent in memory: the convolution)
-// keep 128, whose 4 or more images per block fill 32-byte sectors (one image per block ran the
-// 64 x 64 convolution's forward 2x slower). The switch overrides both from 8 x 8 up; smaller
-// sizes always take 128. `row_major`: the launcher's measured choice for a row-major (or
-// transposed) spectrum.
-template <int NH>
-int register_threads(bool images_inner, int row_major) {
-  if (NH < 8) return 128;
-  const int forced = g_block_threads.load();
-  if (forced != 0) return forced;
-  return images_inner ? 128 : row_major;
-}
-
-// The block sizes built for the 2-D register kernels of NH x NH: the measured choices and 128
-// (every block size with FASTLAYERS_FBFFT_BLOCK_SWEEP=1). Below 8 x 8: 128 only.
-template <int NH, int T>
-constexpr bool block_threads_built() {
-  if (NH < 8) return T == 128;
-#ifdef FL_FBFFT_BLOCK_SWEEP
-  return T == 32 || T == 64 || T == 128 || T == 256;
-#else
-  return T == 128 || (T == 32 && NH >= 16) || (T == 64 && NH == 8);
-#endif
-}
-
-[[noreturn]] void block_threads_not_built(int nh, int nw, int threads) {
-  throw std::runtime_error("fastlayers: the fbfft register kernels for " + std::to_string(nh) +
-                           "x" + std::to_string(nw) + " are not built with " +
-                           std::to_string(threads) +
-                           " threads per block (FASTLAYERS_FBFFT_BLOCK_SWEEP=1 builds 32..256)");
+              a.batch, Cfg::G, a.stream, a.in, a.is, a.out, a.type, a.batch, a.out_h, a.out_w,
+              a.oy, a.ox, a.scale, a.bias, a.channels, vec4_output(a.out, a.type, a.out_w, a.ox),
+              a.implied);
 }
 
 template <int NH, int NW>
-void rfft2_fast(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w,
-                int oy, int ox, cudaStream_t stream) {
-  const bool vec4 = vec4_window(in, type, NW, w, ox);
-  // Direct stores pay off at 64 x 64 where the window is read element by element (a padded
-  // input); elsewhere the staged stores, one 16-byte span per block, are faster (measured, H200).
-  const bool direct = NH > 1 && use_direct(os.bin == 1, NH >= 64 && !vec4);
-  const int t = register_threads<NH>(os.image == 1, NH == 8 ? 64 : 32);
-  switch (t) {
-#define FL_CASE(T)                                                                         \
-  case T:                                                                                  \
-    if constexpr (block_threads_built<NH, T>()) {                                          \
-      return rfft2_registers_launch<NH, NW, T>(in, type, out, os, batch, h, w, oy, ox,     \
-                                               vec4, direct, stream);                      \
-    }                                                                                      \
-    break;
-    FL_CASE(32) FL_CASE(64) FL_CASE(128) FL_CASE(256)
-#undef FL_CASE
-  }
-  block_threads_not_built(NH, NW, t);
-}
-
-template <int NH, int NW>
-void irfft2_fast(const float2* in, Strides is, void* out, Real type, int64_t batch, int out_h,
-                 int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
-                 bool implied, cudaStream_t stream) {
-  const int t = register_threads<NH>(is.image == 1, NH == 8 ? 64 : NH == 64 ? 128 : 32);
-  switch (t) {
-#define FL_CASE(T)                                                                          \
-  case T:                                                                                   \
-    if constexpr (block_threads_built<NH, T>()) {                                           \
-      return irfft2_registers_launch<NH, NW, T>(in, is, out, type, batch, out_h, out_w, oy, \
-                                                ox, scale, bias, channels, implied, stream); \
-    }                                                                                       \
-    break;
-    FL_CASE(32) FL_CASE(64) FL_CASE(128) FL_CASE(256)
-#undef FL_CASE
-  }
-  block_threads_not_built(NH, NW, t);
+void irfft2_registers_run(const InverseArgs& a) {
+  if (a.is.image == 1) return irfft2_registers_launch<NH, NW, 128>(a);
+  irfft2_registers_launch<NH, NW, row_major_threads<NH, true>()>(a);
 }
 
 template <int N>
-void rfft_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
-                      int w, int oy, int ox, cudaStream_t stream) {
-  // Direct stores pay off from n = 128 (measured, H200); below, shared memory is as fast or faster.
-  launch<LaneConfig<N>>(use_direct(os.bin == 1, N >= 128) ? rfft_lanes<N, true>
-                                                          : rfft_lanes<N, false>,
-                        batch, LaneConfig<N>::G, stream, in, type, out, os, batch, h, w, oy, ox,
-                        vec4_window(in, type, N, w, ox));
+void rfft_lanes_run(const ForwardArgs& a) {
+  // Direct stores pay off from n = 128; below, shared memory is as fast or faster (docs/fbfft.md).
+  launch<LaneConfig<N>>(use_direct(a.direct_io, a.os.bin == 1, N >= 128) ? rfft_lanes<N, true>
+                                                                         : rfft_lanes<N, false>,
+                        a.batch, LaneConfig<N>::G, a.stream, a.in, a.type, a.out, a.os, a.batch,
+                        a.h, a.w, a.oy, a.ox, vec4_window(a.in, a.type, N, a.w, a.ox));
 }
 
 template <int N>
-void irfft_lane_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
-                       int out_h, int out_w, int oy, int ox, float scale, const void* bias,
-                       int64_t channels, cudaStream_t stream) {
-  launch<LaneConfig<N>>(use_direct(is.bin == 1, true) ? irfft_lanes<N, true>
-                                                      : irfft_lanes<N, false>,
-                        batch, LaneConfig<N>::G, stream, in, is, out, type, batch, out_h, out_w,
-                        oy, ox, scale, bias, channels, vec4_output(out, type, out_w, ox));
+void irfft_lanes_run(const InverseArgs& a) {
+  launch<LaneConfig<N>>(use_direct(a.direct_io, a.is.bin == 1, true) ? irfft_lanes<N, true>
+                                                                      : irfft_lanes<N, false>,
+                        a.batch, LaneConfig<N>::G, a.stream, a.in, a.is, a.out, a.type, a.batch,
+                        a.out_h, a.out_w, a.oy, a.ox, a.scale, a.bias, a.channels,
+                        vec4_output(a.out, a.type, a.out_w, a.ox));
 }
 
-std::atomic<int> g_lanes_2d_min{128};
-
 template <int N>
-void rfft2_lane_launch(const void* in, Real type, float2* out, Strides os, int64_t batch, int h,
-                       int w, int oy, int ox, cudaStream_t stream) {
-  if (vec4_window(in, type, N, w, ox)) {
-    launch<Lane2Config<N>>(rfft2_lanes<N, 4>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
-                           ox);
-  } else if (float_pairs(in, type, w, ox)) {
-    launch<Lane2Config<N>>(rfft2_lanes<N, 2>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
-                           ox);
+void rfft2_lanes_run(const ForwardArgs& a) {
+  using Cfg = Lane2Config<N>;
+  if (vec4_window(a.in, a.type, N, a.w, a.ox)) {
+    launch<Cfg>(rfft2_lanes<N, 4>, a.batch, 1, a.stream, a.in, a.type, a.out, a.os, a.batch, a.h,
+                a.w, a.oy, a.ox);
+  } else if (float_pairs(a.in, a.type, a.w, a.ox)) {
+    launch<Cfg>(rfft2_lanes<N, 2>, a.batch, 1, a.stream, a.in, a.type, a.out, a.os, a.batch, a.h,
+                a.w, a.oy, a.ox);
   } else {
-    launch<Lane2Config<N>>(rfft2_lanes<N, 1>, batch, 1, stream, in, type, out, os, batch, h, w, oy,
-                           ox);
+    launch<Cfg>(rfft2_lanes<N, 1>, a.batch, 1, a.stream, a.in, a.type, a.out, a.os, a.batch, a.h,
+                a.w, a.oy, a.ox);
   }
 }
 
 template <int N>
-void irfft2_lane_launch(const float2* in, Strides is, void* out, Real type, int64_t batch,
-                        int out_h, int out_w, int oy, int ox, float scale, const void* bias,
-                        int64_t channels, cudaStream_t stream) {
-  launch<Lane2Config<N>>(irfft2_lanes<N>, batch, 1, stream, in, is, out, type, batch, out_h, out_w,
-                         oy, ox, scale, bias, channels, lane_output_width(out, type, out_w, ox));
+void irfft2_lanes_run(const InverseArgs& a) {
+  launch<Lane2Config<N>>(irfft2_lanes<N>, a.batch, 1, a.stream, a.in, a.is, a.out, a.type,
+                         a.batch, a.out_h, a.out_w, a.oy, a.ox, a.scale, a.bias, a.channels,
+                         lane_output_width(a.out, a.type, a.out_w, a.ox));
 }
 
-bool lanes_2d(int nh, int nw) {
-  return nh == nw && (nw == 128 || (nw == 64 && g_lanes_2d_min.load() <= 64));
+void rfft2_shared_run(const ForwardArgs& a) {
+  const size_t smem = sizeof(float2) * static_cast<size_t>(a.nh) * a.nw;
+  allow_smem(rfft2_shared, smem);
+  const int threads = std::min(256, std::max(32, a.nh * a.nw / 2));
+  rfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(a.batch, 1 << 20)), threads, smem,
+                 a.stream>>>(a.in, a.type, a.out, a.os, a.batch, a.h, a.w, a.nh, a.nw,
+                             log2i(a.nh), log2i(a.nw), a.oy, a.ox);
+  FL_LAUNCH_CHECK();
 }
 
-// The sizes the register kernels serve.
-#define FL_FBFFT_FAST_SIZES(X)                                                   \
-  X(1, 2) X(1, 4) X(2, 2) X(4, 4) X(8, 8) X(16, 16) X(32, 32) X(64, 64)
-// The 1-D sizes the lane kernels serve.
-#define FL_FBFFT_LANE_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256)
-// 1-D sizes that go back to the register kernels (a line pair per thread) at large batches: with
-// enough lines to fill the GPU many times over they stream faster than the lane kernels
-// (measured, H200: forward 95-99% against 78-85% of the copy anchor at 0.1-0.25 GiB).
-#define FL_FBFFT_1D_REGISTER_SIZES(X) X(8) X(16) X(32) X(64)
+void irfft2_shared_run(const InverseArgs& a) {
+  const size_t smem = sizeof(float2) * static_cast<size_t>(a.nh) * a.nw;
+  allow_smem(irfft2_shared, smem);
+  const int threads = std::min(256, std::max(32, a.nh * a.nw / 2));
+  irfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(a.batch, 1 << 20)), threads, smem,
+                  a.stream>>>(a.in, a.is, a.out, a.type, a.batch, a.nh, a.nw, log2i(a.nh),
+                              log2i(a.nw), a.out_h, a.out_w, a.oy, a.ox, a.scale, a.bias,
+                              a.channels);
+  FL_LAUNCH_CHECK();
+}
+
+// The family that serves a size, in the order tried; sizes no entry takes go to the
+// shared-memory kernels.
+struct Family {
+  int nh, nw;
+  int64_t min_batch;  // the entry serves batches from this size
+  void (*forward)(const ForwardArgs&);
+  void (*inverse)(const InverseArgs&);
+};
+
+// 1-D sizes 8..64 go back to the register kernels (a line pair per thread) from this many lines:
+// with enough lines to fill the GPU many times over they stream faster than the lane kernels
+// (docs/fbfft.md).
 constexpr int64_t kRegisters1dMinBatch = int64_t{1} << 20;
+
+constexpr Family kFamilies[] = {
+    // 2-D lane kernels
+    {128, 128, 0, &rfft2_lanes_run<128>, &irfft2_lanes_run<128>},
+    // register kernels
+    {1, 2, 0, &rfft2_registers_run<1, 2>, &irfft2_registers_run<1, 2>},
+    {1, 4, 0, &rfft2_registers_run<1, 4>, &irfft2_registers_run<1, 4>},
+    {2, 2, 0, &rfft2_registers_run<2, 2>, &irfft2_registers_run<2, 2>},
+    {4, 4, 0, &rfft2_registers_run<4, 4>, &irfft2_registers_run<4, 4>},
+    {8, 8, 0, &rfft2_registers_run<8, 8>, &irfft2_registers_run<8, 8>},
+    {16, 16, 0, &rfft2_registers_run<16, 16>, &irfft2_registers_run<16, 16>},
+    {32, 32, 0, &rfft2_registers_run<32, 32>, &irfft2_registers_run<32, 32>},
+    {64, 64, 0, &rfft2_registers_run<64, 64>, &irfft2_registers_run<64, 64>},
+    {1, 8, kRegisters1dMinBatch, &rfft2_registers_run<1, 8>, &irfft2_registers_run<1, 8>},
+    {1, 16, kRegisters1dMinBatch, &rfft2_registers_run<1, 16>, &irfft2_registers_run<1, 16>},
+    {1, 32, kRegisters1dMinBatch, &rfft2_registers_run<1, 32>, &irfft2_registers_run<1, 32>},
+    {1, 64, kRegisters1dMinBatch, &rfft2_registers_run<1, 64>, &irfft2_registers_run<1, 64>},
+    // 1-D lane kernels
+    {1, 8, 0, &rfft_lanes_run<8>, &irfft_lanes_run<8>},
+    {1, 16, 0, &rfft_lanes_run<16>, &irfft_lanes_run<16>},
+    {1, 32, 0, &rfft_lanes_run<32>, &irfft_lanes_run<32>},
+    {1, 64, 0, &rfft_lanes_run<64>, &irfft_lanes_run<64>},
+    {1, 128, 0, &rfft_lanes_run<128>, &irfft_lanes_run<128>},
+    {1, 256, 0, &rfft_lanes_run<256>, &irfft_lanes_run<256>},
+};
+
+const Family* family_for(int nh, int nw, int64_t batch) {
+  for (const Family& f : kFamilies)
+    if (f.nh == nh && f.nw == nw && batch >= f.min_batch) return &f;
+  return nullptr;
+}
+
+void check_sizes(int nh, int nw) {
+  if (nh < 1 || nw < 2 || (nh & (nh - 1)) || (nw & (nw - 1)) || int64_t{nh} * nw > kMaxPoints)
+    throw std::runtime_error("fastlayers: fbfft sizes must be powers of two with nh * nw <= " +
+                             std::to_string(kMaxPoints));
+}
 
 }  // namespace
 
-int lanes_2d_min() { return g_lanes_2d_min.load(); }
-void set_lanes_2d_min(int n) { g_lanes_2d_min.store(n); }
-int direct_io() { return g_direct_io.load(); }
-int block_threads() { return g_block_threads.load(); }
-void set_block_threads(int threads) {
-  if (threads != 0 && threads != 32 && threads != 64 && threads != 128 && threads != 256)
-    throw std::runtime_error("fastlayers: fbfft block threads must be 0, 32, 64, 128 or 256");
-  g_block_threads.store(threads);
-}
-void set_direct_io(int mode) {
-  if (mode < kDirectNever || mode > kDirectAlways)
-    throw std::runtime_error("fastlayers: fbfft direct-io mode must be 0, 1 or 2");
-  g_direct_io.store(mode);
-}
-
 void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
-           int nw, int oy, int ox, cudaStream_t stream) {
+           int nw, int oy, int ox, cudaStream_t stream, const Options& options) {
   check_sizes(nh, nw);
   if (batch == 0) return;
-  if (lanes_2d(nh, nw)) {
-    if (nw == 64) {
-      rfft2_lane_launch<64>(in, type, out, os, batch, h, w, oy, ox, stream);
-    } else {
-      rfft2_lane_launch<128>(in, type, out, os, batch, h, w, oy, ox, stream);
-    }
-    return;
-  }
-#define FL_CASE(H, W)                                                       \
-  if (nh == H && nw == W) {                                                 \
-    rfft2_fast<H, W>(in, type, out, os, batch, h, w, oy, ox, stream);       \
-    return;                                                                 \
-  }
-  FL_FBFFT_FAST_SIZES(FL_CASE)
-#undef FL_CASE
-#define FL_CASE(N)                                                                 \
-  if (nh == 1 && nw == N && batch >= kRegisters1dMinBatch) {                       \
-    rfft2_fast<1, N>(in, type, out, os, batch, h, w, oy, ox, stream);              \
-    return;                                                                        \
-  }
-  FL_FBFFT_1D_REGISTER_SIZES(FL_CASE)
-#undef FL_CASE
-#define FL_CASE(N)                                                                 \
-  if (nh == 1 && nw == N) {                                                        \
-    rfft_lane_launch<N>(in, type, out, os, batch, h, w, oy, ox, stream);           \
-    return;                                                                        \
-  }
-  FL_FBFFT_LANE_SIZES(FL_CASE)
-#undef FL_CASE
-  const size_t smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
-  allow_smem(rfft2_shared, smem);
-  const int threads = std::min(256, std::max(32, nh * nw / 2));
-  rfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(batch, 1 << 20)), threads, smem, stream>>>(
-      in, type, out, os, batch, h, w, nh, nw, log2i(nh), log2i(nw), oy, ox);
-  FL_LAUNCH_CHECK();
+  const ForwardArgs a{in, type, out, os, batch, h, w, nh, nw, oy, ox, stream, options.direct_io};
+  if (const Family* f = family_for(nh, nw, batch)) return f->forward(a);
+  rfft2_shared_run(a);
 }
 
 void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, int nh, int nw,
             int out_h, int out_w, int oy, int ox, float scale, const void* bias, int64_t channels,
-            cudaStream_t stream, bool implied_conjugates) {
+            cudaStream_t stream, bool implied_conjugates, const Options& options) {
   check_sizes(nh, nw);
   if (implied_conjugates &&
       !(nh == nw && nh >= 4 && nh <= 32 && is.image == 1 && is.row == (nw / 2 + 1) * is.bin))
@@ -2098,47 +2037,11 @@ void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, i
   if (batch == 0 || out_h * out_w == 0) return;
   if (bias != nullptr && channels < 1)
     throw std::runtime_error("fastlayers: fbfft bias needs channels >= 1");
-  if (lanes_2d(nh, nw)) {
-    if (nw == 64) {
-      irfft2_lane_launch<64>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,
-                             stream);
-    } else {
-      irfft2_lane_launch<128>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,
-                              channels, stream);
-    }
-    return;
-  }
-#define FL_CASE(H, W)                                                                   \
-  if (nh == H && nw == W) {                                                             \
-    irfft2_fast<H, W>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels, \
-                      implied_conjugates, stream);                                      \
-    return;                                                                             \
-  }
-  FL_FBFFT_FAST_SIZES(FL_CASE)
-#undef FL_CASE
-#define FL_CASE(N)                                                                            \
-  if (nh == 1 && nw == N && batch >= kRegisters1dMinBatch) {                                  \
-    irfft2_fast<1, N>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias, channels,  \
-                      false, stream);                                                         \
-    return;                                                                                   \
-  }
-  FL_FBFFT_1D_REGISTER_SIZES(FL_CASE)
-#undef FL_CASE
-#define FL_CASE(N)                                                                          \
-  if (nh == 1 && nw == N) {                                                                 \
-    irfft_lane_launch<N>(in, is, out, type, batch, out_h, out_w, oy, ox, scale, bias,        \
-                         channels, stream);                                                 \
-    return;                                                                                 \
-  }
-  FL_FBFFT_LANE_SIZES(FL_CASE)
-#undef FL_CASE
-  const size_t smem = sizeof(float2) * static_cast<size_t>(nh) * nw;
-  allow_smem(irfft2_shared, smem);
-  const int threads = std::min(256, std::max(32, nh * nw / 2));
-  irfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(batch, 1 << 20)), threads, smem,
-                  stream>>>(in, is, out, type, batch, nh, nw, log2i(nh), log2i(nw), out_h, out_w,
-                            oy, ox, scale, bias, channels);
-  FL_LAUNCH_CHECK();
+  const InverseArgs a{in,    is,    out,  type,     batch,   nh,
+                      nw,    out_h, out_w, oy,      ox,      scale,
+                      bias,  channels, implied_conjugates, stream, options.direct_io};
+  if (const Family* f = family_for(nh, nw, batch)) return f->inverse(a);
+  irfft2_shared_run(a);
 }
 
 }  // namespace fbfft

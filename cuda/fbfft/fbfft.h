@@ -4,11 +4,11 @@
 // frequency-major [F, batch] as a per-frequency GEMM reads it). Semantics: csrc/fbfft/fbfft.h.
 //
 // Three kernel families:
-// - register kernels, for nh = nw <= 64 (and 1-D forward 8..64 from 2^20 lines, 1-D 2 and 4):
-//   every line FFT runs in one thread's registers (radix-2, decimation in frequency, twiddles
-//   from a constant table at compile-time offsets). Two real rows share one complex FFT (Hermitian
-//   split); the DC and Nyquist columns, both real, share one column FFT, so an n x n image keeps
-//   n/2 threads busy in both passes. The row -> column transpose goes once through shared memory.
+// - register kernels, for nh = nw <= 64 (and 1-D 8..64 from 2^20 lines, 1-D 2 and 4): every line
+//   FFT runs in one thread's registers (radix-2, twiddles as immediate operands). Two real rows
+//   share one complex FFT (Hermitian split); the DC and Nyquist columns, both real, share one
+//   column FFT, so an n x n image keeps n/2 threads busy in both passes. The row -> column
+//   transpose goes once through shared memory.
 // - lane kernels, for 1-D 8..256 and 128 x 128: a line over several lanes of a warp (M-point FFTs
 //   in registers, the rest across lanes with shuffles), so small batches still fill the GPU and
 //   128-point lines fit in registers.
@@ -20,11 +20,14 @@
 
 #include <cstdint>
 
+#include "../common/storage.h"
+#include "limits.h"
+
 namespace fastlayers {
 namespace fbfft {
 
-// Storage type of a real operand; arithmetic is float32 throughout.
-enum class Real : int { F32 = 0, F16 = 1, BF16 = 2 };
+// Real operands are stored as a Real (../common/storage.h: float32, float16, bfloat16); arithmetic
+// is float32 throughout.
 
 // Where spectrum element (image b, row i < nh, bin k <= nw/2) lives, in complex elements:
 // b * image + i * row + k * bin.
@@ -38,11 +41,25 @@ inline Strides frequency_major(int nh, int nw, int64_t batch) {
   return {1, (nw / 2 + 1) * batch, batch};
 }
 
-// nh, nw: powers of two, nh >= 1, nw >= 2, nh * nw <= 16384.
+// How the register kernels (2-D) and the 1-D lane kernels move a spectrum whose bins are adjacent
+// (bin stride 1) between registers and global memory. Every mode computes the same transform.
+enum class DirectIo : int {
+  Never = 0,     // always through shared memory, as other layouts are
+  Measured = 1,  // directly where measured faster, per size and direction (docs/fbfft.md)
+  Always = 2,    // always directly
+};
+
+// Choices that change how a transform runs, never what it computes; the defaults are the
+// measured ones.
+struct Options {
+  DirectIo direct_io = DirectIo::Measured;
+};
+
+// nh, nw: powers of two, nh >= 1, nw >= 2, nh * nw <= kMaxPoints.
 // in [batch, h, w] (`type`), window at (oy, ox) of size nh x nw -> spectrum at `out`,
 // unnormalised.
 void rfft2(const void* in, Real type, float2* out, Strides out_strides, int64_t batch, int h, int w,
-           int nh, int nw, int oy, int ox, cudaStream_t stream);
+           int nh, int nw, int oy, int ox, cudaStream_t stream, const Options& options = {});
 
 // spectrum at `in` -> out [batch, out_h, out_w] (`type`): the inverse at (i + oy, j + ox) times
 // `scale` (0 outside the nh x nw basis), plus bias[b % channels] when `bias` (of `type`) is given.
@@ -52,25 +69,8 @@ void rfft2(const void* in, Real type, float2* out, Strides out_strides, int64_t 
 // nh - i above them (what a real image's spectrum holds there).
 void irfft2(const float2* in, Strides in_strides, void* out, Real type, int64_t batch, int nh,
             int nw, int out_h, int out_w, int oy, int ox, float scale, const void* bias,
-            int64_t channels, cudaStream_t stream, bool implied_conjugates = false);
-
-// The smallest square 2-D size served by the lane kernels instead of the register kernels
-// (64 or 128, default 128). A benchmarking switch: both compute the same transform.
-int lanes_2d_min();
-void set_lanes_2d_min(int n);
-// How the register kernels (2-D) and the 1-D lane kernels move a spectrum whose bins are adjacent
-// (bin stride 1) between registers and global memory: directly where measured faster, per size
-// and direction (kDirectMeasured, the default), always through shared memory as other layouts
-// are (kDirectNever), or always directly (kDirectAlways). A benchmarking and testing switch: all
-// compute the same transform.
-// Threads per block of the 2-D register kernels from 8 x 8 up: 0 (the default) for the measured
-// choice, or 32, 64, 128 or 256 where built (all of them with FASTLAYERS_FBFFT_BLOCK_SWEEP=1). A
-// benchmarking switch: every block size computes the same transform.
-int block_threads();
-void set_block_threads(int threads);
-constexpr int kDirectNever = 0, kDirectMeasured = 1, kDirectAlways = 2;
-int direct_io();
-void set_direct_io(int mode);
+            int64_t channels, cudaStream_t stream, bool implied_conjugates = false,
+            const Options& options = {});
 
 }  // namespace fbfft
 }  // namespace fastlayers

@@ -4,38 +4,23 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
-#include <climits>
 #include <string>
 #include <type_traits>
 
 #include "../common/check.h"
 #include "../common/complex.h"
 #include "../common/cufft_plans.h"
+#include "../common/gemm.h"
+#include "../common/storage.h"
 #include "../fbfft/fbfft.h"
 
 namespace fastlayers {
 namespace fft_conv {
 namespace {
 
-template <typename T> struct Real { using type = float; };
-template <> struct Real<double> { using type = double; };
 template <typename R> struct Complex;
 template <> struct Complex<float> { using type = float2; };
 template <> struct Complex<double> { using type = double2; };
-
-template <typename R> __device__ __forceinline__ R to_real(float v) { return v; }
-template <typename R> __device__ __forceinline__ R to_real(double v) { return static_cast<R>(v); }
-template <typename R> __device__ __forceinline__ R to_real(__half v) { return __half2float(v); }
-template <typename R> __device__ __forceinline__ R to_real(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T> __device__ __forceinline__ T from_real(float v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __half from_real<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_real<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <typename T> __device__ __forceinline__ T from_real(double v) { return static_cast<T>(v); }
 
 // in [n, h, w] (T) -> out [n, nh, nw] (R), `in` placed at (offh, offw), zeros elsewhere.
 // Grid: x over the elements of one basis plane, y over planes (strided); index arithmetic is done
@@ -52,7 +37,7 @@ __global__ void pad_kernel(const T* __restrict__ in, R* __restrict__ out, int64_
   const int64_t src = inside ? static_cast<int64_t>(si) * w + sj : 0;
   const int64_t in_plane = static_cast<int64_t>(h) * w;
   for (int64_t b = blockIdx.y; b < n; b += gridDim.y)
-    out[b * plane + e] = inside ? to_real<R>(in[b * in_plane + src]) : R(0);
+    out[b * plane + e] = inside ? to_compute(in[b * in_plane + src]) : R(0);
 }
 
 // in [rows, cols] -> out [cols, rows]
@@ -89,14 +74,10 @@ __global__ void clip_kernel(const R* __restrict__ in, T* __restrict__ out, int64
   const int64_t in_plane = static_cast<int64_t>(nh) * nw;
   for (int64_t b = blockIdx.y; b < n; b += gridDim.y) {
     R v = in[b * in_plane + src] * scale;
-    if (bias != nullptr) v += to_real<R>(bias[b % channels]);
-    out[b * plane + e] = from_real<T>(v);
+    if (bias != nullptr) v += to_compute(bias[b % channels]);
+    out[b * plane + e] = from_compute<T>(v);
   }
 }
-
-template <typename T> fbfft::Real fbfft_real() { return fbfft::Real::F32; }
-template <> fbfft::Real fbfft_real<__half>() { return fbfft::Real::F16; }
-template <> fbfft::Real fbfft_real<__nv_bfloat16>() { return fbfft::Real::BF16; }
 
 inline dim3 plane_grid(int64_t plane, int64_t n, int threads) {
   return dim3(static_cast<unsigned>((plane + threads - 1) / threads),
@@ -131,11 +112,6 @@ void clip(const R* in, T* out, int64_t n, const Shape& s, int64_t offh, int64_t 
       in, out, n, static_cast<int>(s.nh), static_cast<int>(s.nw), static_cast<int>(offh),
       static_cast<int>(offw), static_cast<int>(oh), static_cast<int>(ow), scale, bias, channels);
   FL_LAUNCH_CHECK();
-}
-
-inline int as_int(int64_t v, const char* what) {
-  if (v > INT_MAX) throw std::runtime_error(std::string("fastlayers: ") + what + " too large for cuBLAS");
-  return static_cast<int>(v);
 }
 
 // A subset of the frequencies for the GEMMs (skips_conjugates): rows 0 .. nh/2 whole, then rows
@@ -193,64 +169,27 @@ __global__ void fill_conjugates(C* c, int64_t M, int nh, int bins) {
 // One complex GEMM per frequency, column-major as cuBLAS sees it: every frequency (strided), or
 // those of `subset` (pointer arrays).
 template <typename R>
-void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
-          int64_t k, const typename Complex<R>::type* A, int64_t lda, const typename Complex<R>::type* B,
-          int64_t ldb, typename Complex<R>::type* Cm, int64_t ldc, int64_t batch, bool tf32,
-          cudaStream_t stream, const FreqSubset* subset) {
+void frequency_gemms(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+                     int64_t n, int64_t k, const typename Complex<R>::type* A, int64_t lda,
+                     const typename Complex<R>::type* B, int64_t ldb,
+                     typename Complex<R>::type* Cm, int64_t ldc, int64_t batch, bool tf32,
+                     cudaStream_t stream, const FreqSubset* subset) {
   using C = typename Complex<R>::type;
   const int64_t sa = ta == CUBLAS_OP_N ? lda * k : lda * m;
   const int64_t sb = tb == CUBLAS_OP_N ? ldb * n : ldb * k;
-  if (subset != nullptr) {  // the subset's operand pointers, on the GEMM's stream
-    subset_pointers<C><<<static_cast<unsigned>((subset->kept + 127) / 128), 128, 0, stream>>>(
-        A, B, Cm, sa, sb, ldc * n, subset->nh, subset->bins, subset->kept, subset->ptrs);
-    FL_LAUNCH_CHECK();
-  }
-  const bool dbl = sizeof(R) == 8;
-  const cudaDataType dt = dbl ? CUDA_C_64F : CUDA_C_32F;
-  const cublasComputeType_t ct =
-      dbl ? CUBLAS_COMPUTE_64F : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
-  const C one{R(1), R(0)}, zero{R(0), R(0)};
-  // The handle is shared with the framework: pin the math and pointer modes for this call so
-  // its own TF32 setting for matmul cannot leak into convolution, and put them back after.
-  cublasMath_t old_math;
-  cublasPointerMode_t old_ptr;
-  FL_CUBLAS_CHECK(cublasGetMathMode(blas, &old_math));
-  FL_CUBLAS_CHECK(cublasGetPointerMode(blas, &old_ptr));
-  // Only when it differs: cublasSetStream also resets the handle's workspace to cuBLAS's own
-  // pool, which the framework that lent the handle had replaced.
-  cudaStream_t current = nullptr;
-  FL_CUBLAS_CHECK(cublasGetStream(blas, &current));
-  if (current != stream) FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
-  FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
-  FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-  cublasStatus_t st;
+  const gemm::Type type = sizeof(R) == 8 ? gemm::Type::C64 : gemm::Type::C32;
+  const gemm::Dims dims{ta, tb, m, n, k, lda, ldb, ldc};
   if (subset == nullptr) {
-    st = cublasGemmStridedBatchedEx(
-        blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"), as_int(k, "GEMM k"), &one, A, dt,
-        as_int(lda, "lda"), sa, B, dt, as_int(ldb, "ldb"), sb, &zero, Cm, dt, as_int(ldc, "ldc"),
-        ldc * n, as_int(batch, "frequency count"), ct, CUBLAS_GEMM_DEFAULT);
-  } else {
-    const int64_t kept = subset->kept;
-    void** p = subset->ptrs;
-    st = cublasGemmBatchedEx(blas, ta, tb, as_int(m, "GEMM m"), as_int(n, "GEMM n"),
-                             as_int(k, "GEMM k"), &one, p, dt, as_int(lda, "lda"), p + kept, dt,
-                             as_int(ldb, "ldb"), &zero, p + 2 * kept, dt, as_int(ldc, "ldc"),
-                             as_int(kept, "frequency count"), ct, CUBLAS_GEMM_DEFAULT);
+    gemm::strided_batched(blas, stream, type, tf32, dims, A, sa, B, sb, Cm, ldc * n, batch);
+    return;
   }
-  cublasSetMathMode(blas, old_math);
-  cublasSetPointerMode(blas, old_ptr);
-  FL_CUBLAS_CHECK(st);
-}
-
-std::atomic<int> g_conjugate_skip{1};
-
-// Whether a pass's GEMMs skip the conjugate rows (set_conjugate_skip's modes).
-bool skip_conjugates_now(const Shape& s, Backend backend, bool tf32) {
-  switch (g_conjugate_skip.load()) {
-    case 0: return false;
-    case 2: return conjugate_skip_shape(s, backend);
-    default: return skips_conjugates(s, backend, tf32);
-  }
+  // The subset's operand pointers, on the GEMMs' stream.
+  subset_pointers<C><<<static_cast<unsigned>((subset->kept + 127) / 128), 128, 0, stream>>>(
+      A, B, Cm, sa, sb, ldc * n, subset->nh, subset->bins, subset->kept, subset->ptrs);
+  FL_LAUNCH_CHECK();
+  void** p = subset->ptrs;
+  const int64_t kept = subset->kept;
+  gemm::pointer_batched(blas, stream, type, tf32, dims, p, p + kept, p + 2 * kept, kept);
 }
 
 // The per-frequency products of a pass: at [F, n_a], bt [F, n_b] -> out [F, n_out]. ptrs:
@@ -268,16 +207,16 @@ void spectral_gemm(Pass pass, const Shape& s, const typename Complex<R>::type* a
   // Per frequency, row-major: at = [S, C] (x) or [S, K] (grad_y); bt = [K, C] (w) or [S, C] (x).
   switch (pass) {
     case Pass::Forward:  // Y[S,K] = X[S,C] conj(W[K,C])^T
-      gemm<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C, big_c, s.K, F,
-              tf32, stream, subset);
+      frequency_gemms<R>(blas, CUBLAS_OP_C, CUBLAS_OP_N, s.K, s.S, s.C, bt, s.C, at, s.C,
+                         big_c, s.K, F, tf32, stream, subset);
       break;
     case Pass::InputGrad:  // GX[S,C] = GY[S,K] W[K,C]
-      gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.C, s.S, s.K, bt, s.C, at, s.K, big_c, s.C, F,
-              tf32, stream, subset);
+      frequency_gemms<R>(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.C, s.S, s.K, bt, s.C, at, s.K,
+                         big_c, s.C, F, tf32, stream, subset);
       break;
     case Pass::WeightGrad:  // GW[K,C] = conj(GY[S,K])^T X[S,C]
-      gemm<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K, big_c, s.C, F,
-              tf32, stream, subset);
+      frequency_gemms<R>(blas, CUBLAS_OP_N, CUBLAS_OP_C, s.C, s.K, s.S, bt, s.C, at, s.K,
+                         big_c, s.C, F, tf32, stream, subset);
       break;
   }
   if (subset != nullptr && fill) {
@@ -471,8 +410,9 @@ Layout layout_for(Pass pass, const Shape& s, int real_bytes) {
 
 template <typename T>
 void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* ws,
-              size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
-  using R = typename Real<T>::type;
+              size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+              const Options& options) {
+  using R = compute_t<T>;
   using C = typename Complex<R>::type;
   const Plan p = plan_for(pass, s);
   if (p.n_out == 0 || p.oh * p.ow == 0) return;
@@ -505,7 +445,8 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 
     void** ptrs = reinterpret_cast<void**>(base + L.ptrs);
     spectral_gemm<R>(pass, s, at, bt, big_c, F, tf32, stream, blas,
-                     skip_conjugates_now(s, Backend::CuFFT, tf32) ? ptrs : nullptr);
+                     skip_conjugates(options.conjugate_skip, s, Backend::CuFFT, tf32) ? ptrs
+                                                                                     : nullptr);
     // [F, n_out] -> [n_out, F] -> C2R into `big`.
     transpose<C>(big_c, scratch, F, M, stream);
     cufft_plans::irfft2(scratch, big_r, s.nh, s.nw, M, work, stream);
@@ -515,32 +456,15 @@ void run_impl(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, 
 
 }  // namespace
 
-int conjugate_skip() { return g_conjugate_skip.load(); }
-void set_conjugate_skip(int mode) {
-  if (mode < 0 || mode > 2)
-    throw std::runtime_error("fastlayers: fft_conv conjugate-skip mode must be 0, 1 or 2");
-  g_conjugate_skip.store(mode);
-}
-
 size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes, Backend backend) {
   if (backend == Backend::FbFFT) return buffer_layout(pass, s, real_bytes, backend).total();
   return layout_for(pass, s, real_bytes).total;
 }
 
 template <typename T>
-void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
-         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
-         Backend backend) {
-  if (backend == Backend::FbFFT) {
-    run_fbfft<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
-    return;
-  }
-  run_impl<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32);
-}
-
-template <typename T>
 void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* ws,
-               size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+               size_t ws_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+               const Options& options) {
   if constexpr (std::is_same_v<T, double>) {
     throw std::runtime_error("fastlayers: the fbfft backend computes in float32; float64 runs on "
                              "the cuFFT backend");
@@ -561,13 +485,13 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     float2* staging = reinterpret_cast<float2*>(base + L.scratch);
     const int64_t F = s.freqs(), M = p.n_out;
     const int nh = static_cast<int>(s.nh), nw = static_cast<int>(s.nw);
-    const fbfft::Real type = fbfft_real<T>();
+    const Real type = real_of<T>();
     // Few input channels: row-major spectra throughout, the products in one kernel. Else the
     // GEMMs' frequency-major layout, written directly, or on a staged basis row-major and
     // transposed to and from it.
     const bool small = fbfft_small_channels(s), staged = fbfft_uses_staging(s);
     // GEMMs without the conjugate rows, which the inverse then takes as implied (no fill)
-    const bool skip = skip_conjugates_now(s, Backend::FbFFT, tf32);
+    const bool skip = skip_conjugates(options.conjugate_skip, s, Backend::FbFFT, tf32);
     // An operand through a window at minus its offset in the basis (implicit zero padding) into
     // its spectrum: row-major (few channels), or the GEMMs' frequency-major layout, directly or
     // row-major and then transposed.
@@ -617,15 +541,25 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   }
 }
 
-template void run<float>(Pass, const Shape&, const float*, const float*, const float*, float*,
-                         void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
-template void run<double>(Pass, const Shape&, const double*, const double*, const double*, double*,
-                          void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
-template void run<__half>(Pass, const Shape&, const __half*, const __half*, const __half*, __half*,
-                          void*, size_t, cudaStream_t, cublasHandle_t, bool, Backend);
-template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*, const __nv_bfloat16*,
-                                 const __nv_bfloat16*, __nv_bfloat16*, void*, size_t, cudaStream_t,
-                                 cublasHandle_t, bool, Backend);
+template <typename T>
+void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
+         size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
+         Backend backend, const Options& options) {
+  if (backend == Backend::FbFFT) {
+    run_fbfft<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32, options);
+    return;
+  }
+  run_impl<T>(pass, s, a, b, bias, out, workspace, workspace_size, stream, blas, tf32, options);
+}
+
+#define FL_INSTANTIATE(T)                                                                     \
+  template void run<T>(Pass, const Shape&, const T*, const T*, const T*, T*, void*, size_t,       \
+                       cudaStream_t, cublasHandle_t, bool, Backend, const Options&);
+FL_INSTANTIATE(float)
+FL_INSTANTIATE(double)
+FL_INSTANTIATE(__half)
+FL_INSTANTIATE(__nv_bfloat16)
+#undef FL_INSTANTIATE
 
 }  // namespace fft_conv
 }  // namespace fastlayers

@@ -26,6 +26,11 @@
 namespace fastlayers {
 namespace fft_conv {
 
+// Choices that change how a pass runs, never what it computes; the defaults are the ops' choices.
+struct Options {
+  ConjugateSkip conjugate_skip = ConjugateSkip::WherePays;
+};
+
 // Bytes of workspace one call of `pass` needs, cuFFT's work areas included (creates the plans);
 // `real_bytes` is sizeof(R), 4 or 8. Without the work areas: buffer_layout() in layout.h.
 size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes,
@@ -40,20 +45,7 @@ size_t workspace_bytes(Pass pass, const Shape& s, int real_bytes,
 template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
          size_t workspace_size, cudaStream_t stream, cublasHandle_t blas, bool tf32,
-         Backend backend = Backend::CuFFT);
-
-// Whether the GEMMs skip the conjugate rows of the DC and Nyquist columns (layout.h): 0 never,
-// 1 where skips_conjugates() says it pays (default), 2 wherever the shape allows it. A test and
-// benchmark switch: every mode computes the same result.
-int conjugate_skip();
-void set_conjugate_skip(int mode);
-
-// The fbfft pipeline of run() (fft_conv_fbfft.cu): rfft2 of each operand straight into the
-// frequency-major [F, n] layout, the GEMMs, one irfft2 that clips, scales, adds bias and casts.
-template <typename T>
-void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
-               void* workspace, size_t workspace_size, cudaStream_t stream, cublasHandle_t blas,
-               bool tf32);
+         Backend backend = Backend::CuFFT, const Options& options = {});
 
 }  // namespace fft_conv
 }  // namespace fastlayers

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "../common/conv_pass.h"
+#include "../fbfft/limits.h"
+
 namespace fastlayers {
 namespace fft_conv {
 
@@ -21,36 +24,30 @@ struct Shape {
   int64_t freqs() const { return nh * (nw / 2 + 1); }
 };
 
-enum class Pass : int { Forward = 0, InputGrad = 1, WeightGrad = 2 };
-
 // The transform library of a pass. cuFFT: padded copies, cuFFT R2C/C2R, transposes around the
 // GEMM. fbfft: the transforms read the operands through windows (implicit padding), write the
 // frequency-major layout the GEMM reads, and the inverse clips, scales and adds the bias; float
-// arithmetic only, power-of-two basis sides from 2 to kFbfftConvMax.
+// arithmetic only, power-of-two basis sides from 2 to kFbfftConvMax (fbfft's 2-D limit).
 enum class Backend : int { CuFFT = 0, FbFFT = 1 };
-constexpr int64_t kFbfftConvMax = 128;
+constexpr int64_t kFbfftConvMax = fbfft::kMax2d;
 
 inline bool fbfft_basis_ok(int64_t nh, int64_t nw) {
-  auto ok = [](int64_t n) { return n >= 2 && n <= kFbfftConvMax && (n & (n - 1)) == 0; };
-  return ok(nh) && ok(nw);
+  return fbfft::pow2_in(nh, kFbfftConvMax) && fbfft::pow2_in(nw, kFbfftConvMax);
 }
 
 // Whether the fbfft transforms of a basis go through a row-major staging buffer and a tiled
 // transpose to and from the frequency-major layout of the GEMMs. The kernels of 128 x 128 and of
 // non-square bases hold one image per block, and frequency-major accesses from one image use 8
-// bytes of every 32-byte sector: the 128 x 128 inverse of the first Table 4 layer took 2.0 ms so
-// (12288 images, 0.74 TB/s; H200). Square bases up to 64 and 1 x n lines hold several images per
-// block, adjacent in the frequency-major layout, and write it directly. (The 64 x 64 lane kernel,
-// one image per block, runs only under a benchmark switch, fbfft.cu's lanes_2d; it is not staged.)
+// bytes of every 32-byte sector (docs/fbfft.md). Square bases up to 64 and 1 x n lines hold
+// several images per block, adjacent in the frequency-major layout, and write it directly.
 inline bool fbfft_staged(int64_t nh, int64_t nw) {
   return nh == nw ? nh >= 128 : nh != 1;
 }
 
 // Input channels up to this many (a network's first layer: C = 3), on the fbfft backend: the
-// spectra stay row-major and the per-frequency products run as one kernel over them (fft_conv.cu,
-// spectral_product_small), instead of cuBLAS GEMMs with a reduction or an output side of C (and,
-// on staged bases, transposes), which move the large spectrum at a fraction of the memory
-// bandwidth.
+// spectra stay row-major and the per-frequency products run as one kernel over them
+// (small_products.cu), instead of cuBLAS GEMMs with a reduction or an output side of C (and, on
+// staged bases, transposes), which move the large spectrum at a fraction of the memory bandwidth.
 constexpr int64_t kFbfftSmallChannels = 4;
 inline bool fbfft_small_channels(const Shape& s) {
   return s.C >= 1 && s.C <= kFbfftSmallChannels;
@@ -61,29 +58,41 @@ inline bool fbfft_uses_staging(const Shape& s) {
   return fbfft_staged(s.nh, s.nw) && !fbfft_small_channels(s);
 }
 
-// Square bases of even side from 4 x 4 to 32 x 32 where the products are GEMMs (either backend;
-// on fbfft not with few channels): the GEMMs skip the rows below n/2 of the DC and Nyquist
-// columns, whose spectra are the conjugates of the rows above (real operands), so their products
-// are too. fbfft's inverse takes those rows as implied (not read); before cuFFT's C2R one small
-// kernel fills them in from their mirror rows. 2 (n/2 - 1) of n (n/2 + 1) frequencies: the GEMMs
-// of Table 4's 16 x 16 layers ran 1.11-1.22x faster so, 32 x 32 1.04-1.11x, and 64 x 64 (3%
-// fewer) 1.00-1.03x, where it is left out (H200, benchmarks/micro/hermitian_skip.cu).
+// The conjugate skip. Square bases of even side from 4 x 4 to 32 x 32 where the products are
+// GEMMs (either backend; on fbfft not with few channels): the GEMMs skip the rows below n/2 of the
+// DC and Nyquist columns, whose spectra are the conjugates of the rows above (real operands), so
+// their products are too. fbfft's inverse takes those rows as implied (not read); before cuFFT's
+// C2R one small kernel fills them in from their mirror rows. That is 2 (n/2 - 1) of n (n/2 + 1)
+// frequencies; at 64 x 64 (3% fewer) the GEMMs gain nothing and the skip is left out
+// (docs/fbfft.md).
 // The shape rule (the workspace keeps room for the pointers whenever it holds):
 inline bool conjugate_skip_shape(const Shape& s, Backend backend) {
   return s.nh == s.nw && s.nh % 2 == 0 && s.nh >= 4 && s.nh <= 32 &&
          (backend == Backend::CuFFT || !fbfft_small_channels(s));
 }
 inline int64_t conjugate_free_freqs(const Shape& s) { return s.freqs() - 2 * (s.nh / 2 - 1); }
-// and the time rule: the GEMM time saved (8 S C K flops per frequency, at 45 TFLOP/s in fp32 and
-// 135 in tf32, these GEMMs' rates on an H200) must beat about 4 us for the small kernels the skip
-// adds. The 4 us was measured with both the pointer and the fill kernel (Table 4 in tf32: L3 and
-// L4, 3.7 and 1.7 us saved, ran 0-8 us slower with the skip; L5 saves 15.6 us and keeps it); fbfft
-// has since dropped the fill and the bound was left as measured.
+// and the time rule: the GEMM time saved (8 S C K flops per frequency, at these GEMMs' rates on
+// an H200, 45 TFLOP/s in fp32 and 135 in tf32) must beat about 4 us, the cost of the small kernels
+// the skip adds (measured with the cuFFT pipeline's pointer and fill kernels; docs/fbfft.md).
 inline bool skips_conjugates(const Shape& s, Backend backend, bool tf32) {
   if (!conjugate_skip_shape(s, backend)) return false;
   const double skipped = static_cast<double>(s.freqs() - conjugate_free_freqs(s));
   const double saved_s = 8.0 * s.S * s.C * s.K * skipped / (tf32 ? 135e12 : 45e12);
   return saved_s > 4e-6;
+}
+
+// Whether a pass's GEMMs skip the conjugate rows. Every mode computes the same result.
+enum class ConjugateSkip : int {
+  Never = 0,
+  WherePays = 1,  // skips_conjugates: the ops' choice
+  Always = 2,     // wherever conjugate_skip_shape allows
+};
+inline bool skip_conjugates(ConjugateSkip mode, const Shape& s, Backend backend, bool tf32) {
+  switch (mode) {
+    case ConjugateSkip::Never: return false;
+    case ConjugateSkip::Always: return conjugate_skip_shape(s, backend);
+    default: return skips_conjugates(s, backend, tf32);
+  }
 }
 
 struct Operand {

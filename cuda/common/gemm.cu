@@ -1,0 +1,117 @@
+#include "gemm.h"
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "check.h"
+
+namespace fastlayers {
+namespace gemm {
+namespace {
+
+int as_int(int64_t v, const char* what) {
+  if (v > INT_MAX)
+    throw std::runtime_error(std::string("fastlayers: ") + what + " too large for cuBLAS");
+  return static_cast<int>(v);
+}
+
+cudaDataType data_type(Type t) {
+  switch (t) {
+    case Type::F64: return CUDA_R_64F;
+    case Type::F16: return CUDA_R_16F;
+    case Type::BF16: return CUDA_R_16BF;
+    case Type::C32: return CUDA_C_32F;
+    case Type::C64: return CUDA_C_64F;
+    default: return CUDA_R_32F;
+  }
+}
+
+cublasComputeType_t compute_type(Type t, bool tf32) {
+  switch (t) {
+    case Type::F64:
+    case Type::C64: return CUBLAS_COMPUTE_64F;
+    case Type::F32:
+    case Type::C32: return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    default: return CUBLAS_COMPUTE_32F;  // float16, bfloat16: float32 accumulation
+  }
+}
+
+// A scalar in the compute type's representation (cuBLAS reads it through a void pointer).
+union Scalar {
+  float f;
+  double d;
+  float2 c;
+  double2 z;
+};
+
+Scalar scalar(Type t, double v) {
+  Scalar s{};
+  switch (t) {
+    case Type::F64: s.d = v; break;
+    case Type::C32: s.c = make_float2(static_cast<float>(v), 0.f); break;
+    case Type::C64: s.z = make_double2(v, 0.0); break;
+    default: s.f = static_cast<float>(v); break;  // float32 compute
+  }
+  return s;
+}
+
+// The GEMM's dimensions as cuBLAS's ints, checked.
+struct IntDims {
+  int m, n, k, lda, ldb, ldc, batch;
+};
+IntDims int_dims(const Dims& d, int64_t batch) {
+  return {as_int(d.m, "GEMM m"), as_int(d.n, "GEMM n"), as_int(d.k, "GEMM k"),
+          as_int(d.lda, "lda"), as_int(d.ldb, "ldb"), as_int(d.ldc, "ldc"),
+          as_int(batch, "GEMM batch")};
+}
+
+// Runs `call` (returning a cublasStatus_t) with the handle pinned as gemm.h says.
+template <typename Call>
+void pinned(cublasHandle_t blas, cudaStream_t stream, Call&& call) {
+  cublasMath_t old_math;
+  cublasPointerMode_t old_ptr;
+  FL_CUBLAS_CHECK(cublasGetMathMode(blas, &old_math));
+  FL_CUBLAS_CHECK(cublasGetPointerMode(blas, &old_ptr));
+  cudaStream_t current = nullptr;
+  FL_CUBLAS_CHECK(cublasGetStream(blas, &current));
+  if (current != stream) FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+  FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
+  const cublasStatus_t st = call();
+  cublasSetMathMode(blas, old_math);
+  cublasSetPointerMode(blas, old_ptr);
+  FL_CUBLAS_CHECK(st);
+}
+
+}  // namespace
+
+void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
+                     const Dims& d, const void* A, int64_t stride_a, const void* B,
+                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
+  const IntDims i = int_dims(d, batch);
+  const cudaDataType dt = data_type(type);
+  const cublasComputeType_t ct = compute_type(type, tf32);
+  const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
+  pinned(blas, stream, [&] {
+    return cublasGemmStridedBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda,
+                                      stride_a, B, dt, i.ldb, stride_b, &beta, C, dt, i.ldc,
+                                      stride_c, i.batch, ct, CUBLAS_GEMM_DEFAULT);
+  });
+}
+
+void pointer_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
+                     const Dims& d, const void* const* A, const void* const* B, void* const* C,
+                     int64_t batch, Scale scale) {
+  const IntDims i = int_dims(d, batch);
+  const cudaDataType dt = data_type(type);
+  const cublasComputeType_t ct = compute_type(type, tf32);
+  const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
+  pinned(blas, stream, [&] {
+    return cublasGemmBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda, B, dt,
+                               i.ldb, &beta, C, dt, i.ldc, i.batch, ct, CUBLAS_GEMM_DEFAULT);
+  });
+}
+
+}  // namespace gemm
+}  // namespace fastlayers
