@@ -15,6 +15,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    """Each test body is written once and runs on every device; CUDA cases are marked `gpu`."""
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def seed():
     random.seed(0)

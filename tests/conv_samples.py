@@ -1,16 +1,111 @@
-"""Sample problems and reference helpers shared by the correctness, gradient and opcheck tests."""
+"""Sample problems, PyTorch references and the tolerance rule shared by every test folder
+(tests/fbfft, tests/fft_conv, and the module and tuner tests). Importable from any of them: the
+folder of conftest.py is on sys.path."""
 import contextlib
-from typing import Iterator, NamedTuple, Optional, Tuple
+from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from fastlayers.ops import conv_tf32_allowed, default_basis, good_fft_size
-from fastlayers.tuner import ERROR_FLOOR, error_floor
 
-# Relative L2 error a result may have against a float64 reference: at most twice PyTorch's own
-# error in the same dtype, and never held below the dtype's floor; the tuner applies the same rule.
-TF32_FLOOR = error_floor(torch.float32, True)
+PASSES = ("forward", "input_grad", "weight_grad")
+
+# --- The tolerance rule ----------------------------------------------------------------------------
+#
+# A result's relative L2 error against the float64 result may be at most ERROR_FACTOR[precision]
+# times the error of PyTorch's own computation in the same precision (DESIGN.md, "Precision
+# contract"; flash-attention's rule). PyTorch's own error is the larger of two references': the
+# direct convolution (F.conv2d and its backward) and the same FFT algorithm written in torch
+# (`fft_reference`: torch.fft and a complex GEMM at the same basis). Both are needed: a short
+# reduction (a 1x1 kernel) is one rounding in a direct convolution but a few per transform in any
+# FFT, so FFT / direct reaches 7.8 on the shape matrix (fp32, CPU); a long reduction makes the
+# direct error grow (to 1.6e-6) and not the FFT's. Against the larger of the two the FFT
+# convolution's error is at most 1.05x (fp32) and 1.00x (fp16, bf16) over the matrix on CPU.
+#
+# Factors: 2 for float32 and TF32 (margin 1.9 on CPU, for GPU transforms and GEMMs that round in
+# another order); 1.25 for float16 and bfloat16 (computed in float and rounded once, so a hair from
+# the correctly rounded result, which no reference beats). Small enough that an output scaled by
+# MUTATION[precision] fails every comparison of the matrix (fft_conv/test_fft_conv_values.py
+# checks that in every case); with the direct reference alone no factor does both (the real
+# output needs k >= 8, a k above 3 accepts the scaled fp32 output in some comparisons).
+#
+# No floor, except where every reference is exact (error 0, e.g. small integer-valued problems):
+# then EXACT_FLOOR_ULPS ulps of the precision.
+#
+# The fbfft transforms follow the same rule against torch.fft (pocketfft, float32, on the CPU, whose
+# reading of non-Hermitian edge bins fbfft shares) with TRANSFORM_FACTOR: pocketfft's mixed radices
+# round fewer times than a GPU's radix-2 stages; fbfft and cuFFT differ by up to 1.5x pocketfft's
+# own error on the benchmark's sizes.
+#
+# float64 results have no wider reference: they must match float64 PyTorch to FLOAT64_BOUND,
+# thousands of times below any float32 error, so a float32 path or a wrong term cannot hide.
+ERROR_FACTOR = {"float32": 2.0, "tf32": 2.0, "float16": 1.25, "bfloat16": 1.25}
+TRANSFORM_FACTOR = 3.0
+EXACT_FLOOR_ULPS = 4
+FLOAT64_BOUND = 1e-10
+# The wrong kernels the rule must reject: outputs scaled by (1 + MUTATION[precision]).
+MUTATION = {"float32": 5e-6, "float16": 1.5e-3, "bfloat16": 1e-2}
+# Unit in the last place at 1.0 (TF32 keeps 10 mantissa bits, as float16).
+ULP = {"float32": 2.0 ** -23, "tf32": 2.0 ** -10, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7,
+       "float64": 2.0 ** -52}
+DTYPES = {"float32": torch.float32, "tf32": torch.float32, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def precision_of(dtype: torch.dtype, tf32: bool = False) -> str:
+    name = str(dtype).replace("torch.", "")
+    return "tf32" if tf32 and name == "float32" else name
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative L2 error of `out` against a float64 `ref`."""
+    ref = ref.double()
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def error_bound(precision: str, reference_errors: Sequence[float],
+                factor: Optional[float] = None) -> float:
+    """The rule: factor x the largest same-precision reference error; a few ulps where all are 0."""
+    worst = max(reference_errors)
+    if worst == 0:
+        return EXACT_FLOOR_ULPS * ULP[precision]
+    return (ERROR_FACTOR[precision] if factor is None else factor) * worst
+
+
+def assert_within_bound(out, ref, native, fft=None, precision: Optional[str] = None,
+                        factor: Optional[float] = None, what: str = "") -> float:
+    """`out` is within the rule against the float64 `ref`: `native` is PyTorch's direct result in
+    the same precision, `fft` (optional) PyTorch's FFT result (fft_reference). Returns the bound."""
+    precision = precision or precision_of(native.dtype)
+    assert out.dtype == native.dtype, "%s: dtype %s, PyTorch's %s" % (what, out.dtype, native.dtype)
+    assert out.shape == ref.shape, "%s: shape %s, expected %s" % (what, tuple(out.shape),
+                                                                  tuple(ref.shape))
+    errors = [rel_err(native, ref)] + ([] if fft is None else [rel_err(fft, ref)])
+    bound = error_bound(precision, errors, factor)
+    err = rel_err(out, ref)
+    assert err <= bound, (
+        "%s (%s): relative error %.3e > bound %.3e = %g x PyTorch's own (direct %s)" % (
+            what, precision, err, bound, bound / max(max(errors), 1e-300),
+            ", ".join("%.3e" % e for e in errors) + ("" if fft is None else " / FFT")))
+    return bound
+
+
+def assert_mutation_rejected(out, ref, bound: float, precision: str, what: str = "") -> None:
+    """The rule's bound rejects `out` scaled by (1 + MUTATION[precision]), rounded to its dtype:
+    a kernel that wrong cannot pass where the real one does."""
+    scaled = (out.double() * (1 + MUTATION[precision])).to(out.dtype)
+    err = rel_err(scaled, ref)
+    assert err > bound, ("%s (%s): the output scaled by (1 + %g) has relative error %.3e, within "
+                         "the bound %.3e: the rule cannot tell that kernel from the real one" % (
+                             what, precision, MUTATION[precision], err, bound))
+
+
+def assert_float64_matches(out, ref, what: str = "") -> None:
+    assert out.dtype == torch.float64 and out.shape == ref.shape, (what, out.dtype, out.shape)
+    err = rel_err(out, ref)
+    assert err <= FLOAT64_BOUND, "%s (float64): relative error %.3e > %.0e" % (
+        what, err, FLOAT64_BOUND)
 
 
 @contextlib.contextmanager
@@ -23,6 +118,9 @@ def cudnn_tf32(enabled: bool):
         yield
     finally:
         torch.backends.cudnn.allow_tf32 = old
+
+
+# --- Sample problems -------------------------------------------------------------------------------
 
 
 class Case(NamedTuple):
@@ -123,12 +221,141 @@ def sample_cases(size: str = "full") -> Iterator[Case]:
             yield Case(*shape, basis)
 
 
+def pow2_basis(case: Case) -> Tuple[int, int]:
+    """The smallest power-of-two basis (fbfft's sizes) holding the case's padded input."""
+    return (max(2, _pow2(case.H + 2 * case.ph)), max(2, _pow2(case.W + 2 * case.pw)))
+
+
+def fbfft_cases(size: str = "full") -> Iterator[Case]:
+    """The sample problems whose power-of-two basis fbfft takes (sides up to 128), at that basis."""
+    seen = set()
+    for case in sample_cases(size):
+        c = case._replace(basis=pow2_basis(case))
+        if max(c.basis) <= 128 and c not in seen:
+            seen.add(c)
+            yield c
+
+
 def make_tensors(case: Case, dtype=torch.float32, device="cpu", requires_grad=False):
-    """x [S,C,H,W], w [K,C,kh,kw], b [K], gy [S,K,oh,ow]."""
+    """x [S,C,H,W], w [K,C,kh,kw], b [K], gy [S,K,oh,ow]: drawn in float32 on the CPU, so every
+    device and dtype sees the same values (rounded to the dtype)."""
     def t(*shape):
-        return torch.randn(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        v = torch.randn(*shape).to(device=device, dtype=dtype)
+        return v.requires_grad_(requires_grad)
     return (t(case.S, case.C, case.H, case.W), t(case.K, case.C, case.kh, case.kw), t(case.K),
             t(case.S, case.K, *case.out_hw))
+
+
+def skip_unless_supported(device: str, precision: str, backend: str = "cufft") -> None:
+    """Skip the (device, precision, backend) combinations the ops or this suite do not run."""
+    import pytest
+    if device == "cpu" and precision == "tf32":
+        pytest.skip("TF32 is a CUDA mode (the CPU kernel ignores `tf32`)")
+    if device == "cpu" and precision in ("float16", "bfloat16"):
+        pytest.skip("the half-precision matrix runs on CUDA (the CPU computes half in float; "
+                    "tiled and autocast tests cover it there)")
+    if device == "cuda" and precision == "float64" and backend == "fbfft":
+        pytest.skip("fbfft computes in float32: float64 is refused on CUDA "
+                    "(test_fbfft_rejects_float64_on_cuda)")
+
+
+# --- PyTorch references ----------------------------------------------------------------------------
+
+
+def torch_passes(x, w, b, gy, padding):
+    """PyTorch's own forward (with bias), input gradient and weight gradient."""
+    pad = list(padding)
+    y = F.conv2d(x, w, b, 1, pad)
+    gx, gw, _ = torch.ops.aten.convolution_backward(gy, x, w, None, [1, 1], pad, [1, 1], False,
+                                                    [0, 0], 1, [True, True, False])
+    return y, gx, gw
+
+
+def round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 values cut to TF32's 10 mantissa bits (truncation: the coarser of the conversions a
+    TF32 GEMM may use)."""
+    return (t.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def _spectral_gemm(equation, a, b, tf32):
+    if tf32:
+        a = torch.view_as_complex(round_tf32(torch.view_as_real(a)))
+        b = torch.view_as_complex(round_tf32(torch.view_as_real(b)))
+    return torch.einsum(equation, a, b)
+
+
+def fft_reference(pass_: int, x, w, b, gy, padding, basis, tf32: bool = False):
+    """One pass of the convolution by FFT, in torch only (torch.fft, a complex GEMM per frequency):
+    PyTorch's computation of the same algorithm, in the precision of the inputs (half types are
+    computed in float and rounded once, as the ops do; `tf32` rounds the GEMM operands). Uses x's
+    and w's shapes for every pass; differentiable, so its gradients serve as references too."""
+    dtype = x.dtype
+    ct = torch.float64 if dtype == torch.float64 else torch.float32
+    ph, pw = padding
+    H, W = x.shape[-2:]
+    kh, kw = w.shape[-2:]
+    oh, ow = H + 2 * ph - kh + 1, W + 2 * pw - kw + 1
+    s = tuple(basis)
+
+    def spectrum(t, pad=False):
+        t = t.to(ct)
+        return torch.fft.rfft2(F.pad(t, (pw, pw, ph, ph)) if pad else t, s=s)
+
+    if pass_ == 0:
+        Y = _spectral_gemm("scij,kcij->skij", spectrum(x, True), spectrum(w).conj(), tf32)
+        y = torch.fft.irfft2(Y, s=s)[..., :oh, :ow]
+        if b is not None:
+            y = y + b.to(ct)[:, None, None]
+        return y.to(dtype)
+    if pass_ == 1:
+        GX = _spectral_gemm("skij,kcij->scij", spectrum(gy), spectrum(w), tf32)
+        return torch.fft.irfft2(GX, s=s)[..., ph:ph + H, pw:pw + W].to(dtype)
+    GW = _spectral_gemm("skij,scij->kcij", spectrum(gy).conj(), spectrum(x, True), tf32)
+    return torch.fft.irfft2(GW, s=s)[..., :kh, :kw].to(dtype)
+
+
+def fft_reference_passes(x, w, b, gy, padding, basis=None, tf32=False):
+    """fft_reference's three passes; `basis` defaults to the smallest fast one."""
+    basis = basis or default_basis(x.shape[-2:], padding)
+    return tuple(fft_reference(i, x, w, b, gy, padding, basis, tf32) for i in range(3))
+
+
+def fft_passes(x, w, b, gy, padding, basis, tf32=False, backend="cufft", tile=(0, 0)):
+    """The three ops, forward / input grad / weight grad (`tile`, cut to x for the input grad)."""
+    ops = torch.ops.fastlayers
+    H, W = x.shape[-2:]
+    gx_tile = [min(tile[0], H), min(tile[1], W)]
+    return (ops.fft_conv2d(x, w, b, padding, basis, tf32, backend, list(tile)),
+            ops.fft_conv2d_input_grad(gy, w, padding, basis, tf32, backend, gx_tile),
+            ops.fft_conv2d_weight_grad(gy, x, padding, basis, tf32, backend, list(tile)))
+
+
+def check_passes(ours, x, w, b, gy, padding, precision: str, basis=None, mutation=False,
+                 what: str = "") -> None:
+    """Each of `ours` (forward, input grad, weight grad of x, w, b, gy; None: not checked) against
+    float64 PyTorch within the rule; with `mutation`, also that the rule rejects each one scaled
+    by MUTATION[precision]. `basis`: fft_reference's (default: the smallest fast one)."""
+    ref = torch_passes(x.double(), w.double(), b.double(), gy.double(), padding)
+    if precision == "float64":
+        for name, out, r in zip(PASSES, ours, ref):
+            if out is not None:
+                assert_float64_matches(out, r, "%s %s on %s" % (what, name, out.device.type))
+        return
+    tf32 = precision == "tf32"
+    with cudnn_tf32(tf32):
+        native = torch_passes(x, w, b, gy, padding)
+    basis = basis or default_basis(x.shape[-2:], padding)
+    for i, (name, out, r, n) in enumerate(zip(PASSES, ours, ref, native)):
+        if out is None:
+            continue
+        f = fft_reference(i, x, w, b, gy, padding, basis, tf32)
+        where = "%s %s on %s" % (what, name, out.device.type)
+        bound = assert_within_bound(out, r, n, f, precision, what=where)
+        if mutation:
+            assert_mutation_rejected(out, r, bound, precision, where)
+
+
+# --- opcheck ---------------------------------------------------------------------------------------
 
 
 def opcheck_specs(dtypes=(torch.float32,)):
@@ -145,89 +372,33 @@ def opcheck_id(spec) -> str:
     return "%s-%s-%s-grad=%s" % (variant, case, str(dtype).replace("torch.", ""), grads)
 
 
-def opcheck_args(variant, case, dtype, grads, device="cpu"):
+def opcheck_args(variant, case, dtype, grads, device="cpu", backend="cufft", tile=(0, 0)):
     """The op and its arguments; `first` makes the op's first tensor need a gradient."""
     x, w, b, gy = make_tensors(case, dtype, device)
     if grads != "none":
         x.requires_grad_(), gy.requires_grad_()
     if grads == "all":
         w.requires_grad_(), b.requires_grad_()
-    pad, basis = list(case.padding), list(case.basis)
+    pad, basis, tile = list(case.padding), list(case.basis), list(tile)
     fl = torch.ops.fastlayers
     return {
-        "forward": (fl.fft_conv2d.default, (x, w, b, pad, basis, False)),
-        "forward-nobias-tf32": (fl.fft_conv2d.default, (x, w, None, pad, basis, True)),
-        "input_grad": (fl.fft_conv2d_input_grad.default, (gy, w, pad, basis, False)),
-        "weight_grad": (fl.fft_conv2d_weight_grad.default, (gy, x, pad, basis, False)),
+        "forward": (fl.fft_conv2d.default, (x, w, b, pad, basis, False, backend, tile)),
+        "forward-nobias-tf32": (fl.fft_conv2d.default, (x, w, None, pad, basis, True, backend,
+                                                        tile)),
+        "input_grad": (fl.fft_conv2d_input_grad.default, (gy, w, pad, basis, False, backend,
+                                                          tile)),
+        "weight_grad": (fl.fft_conv2d_weight_grad.default, (gy, x, pad, basis, False, backend,
+                                                            tile)),
     }[variant]
+
+
+# --- modules ---------------------------------------------------------------------------------------
 
 
 def module_fft_label(m, hw) -> str:
     """'fft:NHxNW', the smallest fast basis holding a Conv2d module's padded input of size hw."""
     left, right, top, bottom = m._reversed_padding_repeated_twice
     return "fft:%dx%d" % default_basis((hw[0] + top + bottom, hw[1] + left + right), 0)
-
-
-def torch_passes(x, w, b, gy, padding):
-    """PyTorch's own forward (with bias), input gradient and weight gradient."""
-    pad = list(padding)
-    y = F.conv2d(x, w, b, 1, pad)
-    gx, gw, _ = torch.ops.aten.convolution_backward(gy, x, w, None, [1, 1], pad, [1, 1], False,
-                                                    [0, 0], 1, [True, True, False])
-    return y, gx, gw
-
-
-def fft_passes(x, w, b, gy, padding, basis, tf32=False, backend="cufft"):
-    ops = torch.ops.fastlayers
-    return (ops.fft_conv2d(x, w, b, padding, basis, tf32, backend),
-            ops.fft_conv2d_input_grad(gy, w, padding, basis, tf32, backend),
-            ops.fft_conv2d_weight_grad(gy, x, padding, basis, tf32, backend))
-
-
-def opcheck_tiled(x, w, b, gy, case: Case, backend: str) -> None:
-    """torch.library.opcheck of the three ops tiled (tiles 3x4, 4x3 and 2x5), on x's device."""
-    fl = torch.ops.fastlayers
-    pad, basis = list(case.padding), list(case.basis)
-    torch.library.opcheck(fl.fft_conv2d.default, (x, w, b, pad, basis, False, backend, [3, 4]))
-    torch.library.opcheck(fl.fft_conv2d_input_grad.default,
-                          (gy, w, pad, basis, False, backend, [4, 3]))
-    torch.library.opcheck(fl.fft_conv2d_weight_grad.default,
-                          (gy, x, pad, basis, False, backend, [2, 5]))
-
-
-def pow2_basis(case: Case) -> Tuple[int, int]:
-    """The smallest power-of-two basis (fbfft's sizes) holding the case's padded input."""
-    return (max(2, _pow2(case.H + 2 * case.ph)), max(2, _pow2(case.W + 2 * case.pw)))
-
-
-def fbfft_cases(size: str = "full") -> Iterator[Case]:
-    """The sample problems whose power-of-two basis fbfft takes (sides up to 128), at that basis."""
-    seen = set()
-    for case in sample_cases(size):
-        c = case._replace(basis=pow2_basis(case))
-        if max(c.basis) <= 128 and c not in seen:
-            seen.add(c)
-            yield c
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative L2 error of `out` against a float64 `ref`."""
-    ref = ref.double()
-    return ((out.double() - ref).norm() / ref.norm()).item()
-
-
-def error_bound(dtype: torch.dtype, torch_err: float, floor: Optional[float] = None) -> float:
-    return max(2 * torch_err, ERROR_FLOOR[dtype] if floor is None else floor)
-
-
-def assert_within_bound(out, ref, native, floor=None, what=""):
-    """`out` is at most twice as far from the float64 `ref` as PyTorch's `native` result."""
-    assert out.dtype == native.dtype, what
-    assert out.shape == ref.shape, what
-    err, torch_err = rel_err(out, ref), rel_err(native, ref)
-    bound = error_bound(native.dtype, torch_err, floor)
-    assert err <= bound, "%s: relative error %.3e > bound %.3e (PyTorch's own %.3e)" % (
-        what, err, bound, torch_err)
 
 
 def assert_training_matches(ref, fast, batch, hw, device="cpu", steps=5):

@@ -1,0 +1,176 @@
+"""Argument checks of the FFT-convolution ops and `fastlayers.ops.conv2d` on every device: each
+error names the argument at fault."""
+import pytest
+import torch
+
+from fastlayers import ops
+
+fl = torch.ops.fastlayers
+
+
+def _t(*shape, dtype=torch.float32, device="cpu"):
+    return torch.randn(*shape).to(device=device, dtype=dtype)
+
+
+def _long(*shape, device="cpu"):
+    return torch.ones(*shape, dtype=torch.long, device=device)
+
+
+# name: (call taking the device, message)
+BAD_ARGUMENTS = {
+    "input-rank": (lambda d: fl.fft_conv2d(_t(3, 5, 5, device=d), _t(2, 3, 3, 3, device=d), None,
+                                           [0, 0], [5, 5]),
+                   r"`input` must be 4-D"),
+    "weight-rank": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, device=d), None,
+                                            [0, 0], [5, 5]),
+                    r"`weight` must be 4-D"),
+    "channels": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 4, 3, 3, device=d), None,
+                                         [0, 0], [5, 5]),
+                 r"`weight` has 4 input channels but `input` has 3"),
+    "dtype": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                      _t(2, 3, 3, 3, dtype=torch.float64, device=d), None,
+                                      [0, 0], [5, 5]),
+              r"`input` \(Float\) and `weight` \(Double\) must have the same dtype"),
+    "integer-dtype": (lambda d: fl.fft_conv2d(_long(1, 3, 5, 5, device=d),
+                                              _long(2, 3, 3, 3, device=d), None, [0, 0], [5, 5]),
+                      r"`input` has dtype Long"),
+    "basis": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d), None,
+                                      [1, 1], [6, 7]),
+              r"`basis` \[6, 7\] must be at least the padded input size \(7, 7\)"),
+    "kernel": (lambda d: fl.fft_conv2d(_t(1, 3, 4, 4, device=d), _t(2, 3, 5, 5, device=d), None,
+                                       [0, 0], [8, 8]),
+               r"kernel size \(5, 5\) is larger than the padded input \(4, 4\)"),
+    "padding": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d), None,
+                                        [-1, 0], [8, 8]),
+                r"`padding` must be >= 0"),
+    "bias-shape": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                           _t(3, device=d), [0, 0], [5, 5]),
+                   r"`bias` must have shape \[2\]"),
+    "bias-dtype": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                           _t(2, dtype=torch.float64, device=d), [0, 0], [5, 5]),
+                   r"`bias` has dtype Double"),
+    "input_grad-rank": (lambda d: fl.fft_conv2d_input_grad(_t(2, 3, 3, device=d),
+                                                           _t(2, 3, 3, 3, device=d), [0, 0],
+                                                           [5, 5]),
+                        r"`grad_output` must be 4-D"),
+    "input_grad-channels": (lambda d: fl.fft_conv2d_input_grad(_t(1, 3, 3, 3, device=d),
+                                                               _t(2, 3, 3, 3, device=d), [0, 0],
+                                                               [5, 5]),
+                            r"`weight` has 2 output channels but `grad_output` has 3"),
+    "input_grad-dtype": (lambda d: fl.fft_conv2d_input_grad(
+        _t(1, 2, 3, 3, device=d), _t(2, 3, 3, 3, dtype=torch.float64, device=d), [0, 0], [5, 5]),
+        r"`grad_output` \(Float\) and `weight` \(Double\)"),
+    "input_grad-basis": (lambda d: fl.fft_conv2d_input_grad(_t(1, 2, 3, 3, device=d),
+                                                            _t(2, 3, 3, 3, device=d), [1, 1],
+                                                            [4, 5]),
+                         r"`basis`"),
+    "weight_grad-batch": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3, device=d),
+                                                              _t(3, 3, 5, 5, device=d), [0, 0],
+                                                              [5, 5]),
+                          r"`input` has batch 3 but `grad_output` has 2"),
+    "weight_grad-rank": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3, device=d),
+                                                             _t(2, 3, 5, device=d), [0, 0],
+                                                             [5, 5]),
+                         r"`input` must be 4-D"),
+    "weight_grad-size": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 6, 6, device=d),
+                                                             _t(2, 3, 5, 5, device=d), [0, 0],
+                                                             [5, 5]),
+                         r"larger than the padded `input`"),
+    "weight_grad-padding": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3, device=d),
+                                                                _t(2, 3, 5, 5, device=d),
+                                                                [0, -1], [5, 5]),
+                            r"`padding` must be >= 0"),
+    # the transform backend
+    "backend": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d), None,
+                                        [0, 0], [8, 8], False, "vkfft"),
+                r"fft_conv2d: `backend` must be \"cufft\" or \"fbfft\", got \"vkfft\""),
+    "backend-case": (lambda d: fl.fft_conv2d_input_grad(_t(1, 2, 3, 3, device=d),
+                                                        _t(2, 3, 3, 3, device=d), [0, 0], [8, 8],
+                                                        False, "FBFFT"),
+                     r"fft_conv2d_input_grad: `backend` must be \"cufft\" or \"fbfft\""),
+    "backend-weight_grad": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3, device=d),
+                                                                _t(2, 3, 5, 5, device=d), [0, 0],
+                                                                [8, 8], False, ""),
+                            r"fft_conv2d_weight_grad: `backend` must be"),
+    "fbfft-basis-not-pow2": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                     _t(2, 3, 3, 3, device=d), None, [1, 1],
+                                                     [12, 16], False, "fbfft"),
+                             r"`basis` \[12, 16\] is not supported by `backend` \"fbfft\""),
+    "fbfft-basis-too-large": (lambda d: fl.fft_conv2d_input_grad(_t(1, 2, 70, 3, device=d),
+                                                                 _t(2, 3, 3, 3, device=d),
+                                                                 [0, 0], [256, 8], False,
+                                                                 "fbfft"),
+                              r"`basis` \[256, 8\] is not supported by `backend` \"fbfft\".*"
+                              r"from 2 to 128"),
+    "fbfft-basis-weight_grad": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3, device=d),
+                                                                    _t(2, 3, 5, 5, device=d),
+                                                                    [0, 0], [5, 8], False,
+                                                                    "fbfft"),
+                                r"`basis` \[5, 8\] is not supported by `backend` \"fbfft\""),
+}
+
+# Tiles of a [1, 3, 9, 9] x [2, 3, 3, 3] problem (y and grad_output 7 x 7).
+X, WT, GY = (1, 3, 9, 9), (2, 3, 3, 3), (1, 2, 7, 7)
+BAD_TILES = {
+    "negative": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None, [0, 0],
+                                         [8, 8], False, "cufft", [-1, 4]),
+                 r"fft_conv2d: `tile` must be >= 0, got \[-1, 4\]"),
+    "one-zero": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None, [0, 0],
+                                         [8, 8], False, "cufft", [0, 4]),
+                 r"`tile` must be \[0, 0\] \(untiled\) or have both sides positive, got \[0, 4\]"),
+    "one-zero-input_grad": (lambda d: fl.fft_conv2d_input_grad(_t(*GY, device=d),
+                                                               _t(*WT, device=d), [0, 0], [8, 8],
+                                                               False, "cufft", [3, 0]),
+                            r"fft_conv2d_input_grad: `tile` must be \[0, 0\]"),
+    "larger-than-output": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None,
+                                                   [0, 0], [16, 16], False, "cufft", [8, 7]),
+                           r"`tile` \[8, 7\] is larger than the output \(7, 7\)"),
+    "larger-than-input-grad": (lambda d: fl.fft_conv2d_input_grad(
+        _t(*GY, device=d), _t(*WT, device=d), [0, 0], [16, 16], False, "cufft", [9, 10]),
+        r"`tile` \[9, 10\] is larger than the input gradient \(9, 9\)"),
+    "larger-than-output-weight_grad": (lambda d: fl.fft_conv2d_weight_grad(
+        _t(*GY, device=d), _t(*X, device=d), [0, 0], [16, 16], False, "cufft", [2, 8]),
+        r"fft_conv2d_weight_grad: `tile` \[2, 8\] is larger than the output \(7, 7\)"),
+    "basis-below-tile": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None,
+                                                 [0, 0], [8, 6], False, "cufft", [5, 5]),
+                         r"`basis` \[8, 6\] must be at least `tile` \+ kernel - 1 \(7, 7\)"),
+    "basis-below-tile-input_grad": (lambda d: fl.fft_conv2d_input_grad(
+        _t(*GY, device=d), _t(*WT, device=d), [0, 0], [7, 6], False, "cufft", [5, 5]),
+        r"fft_conv2d_input_grad: `basis` \[7, 6\] must be at least `tile` \+ kernel - 1"),
+    "fbfft-basis-tiled": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None,
+                                                  [0, 0], [7, 7], False, "fbfft", [5, 5]),
+                          r"`basis` \[7, 7\] is not supported by `backend` \"fbfft\""),
+    "length": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None, [0, 0],
+                                       [8, 8], False, "cufft", [2, 2, 2]),
+               r"tile"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_ARGUMENTS) + ["tile-" + n for n in BAD_TILES])
+def test_bad_arguments_name_the_argument(device, name):
+    call, message = BAD_TILES[name[5:]] if name.startswith("tile-") else BAD_ARGUMENTS[name]
+    with pytest.raises(RuntimeError, match=message):
+        call(device)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(stride=2), "stride"),
+    (dict(stride=(1, 2)), "stride"),
+    (dict(dilation=2), "dilation"),
+    (dict(groups=2), "groups"),
+    (dict(padding="full"), "padding"),
+    (dict(padding=(1, 1, 1)), "padding"),
+])
+def test_conv2d_rejects_unsupported_arguments(kwargs, name):
+    x, w = _t(1, 4, 8, 8), _t(2, 4, 3, 3)
+    with pytest.raises(ValueError, match="`%s`" % name):
+        ops.conv2d(x, w, **kwargs)
+
+
+@pytest.mark.gpu
+def test_device_mismatch_names_both_arguments():
+    x = torch.randn(1, 3, 5, 5, device="cuda")
+    with pytest.raises(RuntimeError, match="`input` is on cuda:0 but `weight` is on cpu"):
+        fl.fft_conv2d(x, torch.randn(2, 3, 3, 3), None, [0, 0], [5, 5])
+    with pytest.raises(RuntimeError, match="`bias` is on cpu"):
+        fl.fft_conv2d(x, torch.randn(2, 3, 3, 3, device="cuda"), torch.randn(2), [0, 0], [5, 5])
