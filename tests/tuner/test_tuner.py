@@ -18,7 +18,6 @@ from fastlayers.tuner import cache, state
 from fastlayers.tuner import conv2d as tuner_conv2d
 
 REPO_PYTHON = Path(__file__).resolve().parents[2] / "python"
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def problem(S=2, C=3, K=4, H=9, W=11, k=3, pad=1, dtype=torch.float32, device="cpu"):
@@ -87,7 +86,6 @@ def test_cpu_is_not_measured_by_default(no_measuring):
     assert not tuner.cache_file().exists()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_tuning_decides_every_pass_once(tune_cpu, device, monkeypatch):
     p = problem(device=device)
     assert p.device_type == device and (p.capability != "-") == (device == "cuda")
