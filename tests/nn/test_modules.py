@@ -50,15 +50,20 @@ FL_OPS = ("fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad")
 
 
 class CountOps(TorchDispatchMode):
-    """Counts the fastlayers ops that run."""
+    """Counts the fastlayers ops that run, and records each one's (basis, backend, tile)."""
 
     def __init__(self):
         super().__init__()
         self.calls = collections.Counter()
+        self.args = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "fastlayers":
             self.calls[func._opname] += 1
+            schema = func._schema.arguments  # trailing arguments at their defaults are left out
+            named = {a.name: v for a, v in zip(schema, list(args) + [a.default_value
+                                                                   for a in schema[len(args):]])}
+            self.args[func._opname] = (tuple(named["basis"]), named["backend"], tuple(named["tile"]))
         return func(*args, **(kwargs or {}))
 
 
@@ -434,17 +439,23 @@ def small_cnn(conv=fastlayers.Conv2d):
     )
 
 
-def force_all_fft(model, hw):
+def force_all_fft(model, hw, labels=None):
+    """Every fastlayers.Conv2d of `model` on FFT: its smallest fast basis, or `labels`."""
     for m in model.modules():
         if isinstance(m, fastlayers.Conv2d):
-            force(m, ALGORITHMS["fft"], hw)
+            if labels is None:
+                force(m, ALGORITHMS["fft"], hw)
+            else:
+                m.force_algorithms(*labels)
     return model
 
 
+@pytest.mark.parametrize("labels", [None, ("fbfft:8x8,tile=6x4", "fft:8x8,tile=6x4",
+                                           "fbfft:16x16,tile=10x9")], ids=["untiled", "tiled"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compile_fullgraph_matches_eager(backend):
+def test_compile_fullgraph_matches_eager(backend, labels):
     torch._dynamo.reset()
-    model = force_all_fft(small_cnn(), (12, 10))
+    model = force_all_fft(small_cnn(), (12, 10), labels)
     compiled = torch.compile(model, fullgraph=True, backend=backend)
     x = torch.randn(2, 3, 12, 10)
 
@@ -528,7 +539,9 @@ def test_fbfft_and_tiled_labels_match_nn_conv2d(labels, device):
         native = forward_backward(ref, x, gy)
         with CountOps() as counter:
             got = forward_backward(m, x, gy)
-    assert set(counter.calls) == {op for op, label in zip(FL_OPS, labels) if label != "native"}
+    assert counter.args == {op: (parse(label).params.basis, parse(label).params.backend,
+                                 parse(label).params.tile)
+                            for op, label in zip(FL_OPS, labels) if label != "native"}
     assert_within_rule(got, expected, native, m, x, gy, (32, 32), what=str(labels))
 
 
