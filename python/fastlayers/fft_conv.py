@@ -6,7 +6,6 @@ backend and the tile are explicit.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -31,7 +30,7 @@ __all__ = [
 # 2..FBFFT_MAX_BASIS; float32 arithmetic, so not float64 on CUDA). On CPU both run one pipeline.
 BACKENDS = ("cufft", "fbfft")
 # fbfft's largest 2-D size, from the extension's one definition (cuda/fbfft/limits.h).
-FBFFT_MAX_BASIS = int(getattr(_C, "FBFFT_MAX_2D", 128))
+FBFFT_MAX_BASIS = int(_C.FBFFT_MAX_2D)
 
 
 def good_fft_size(n: int) -> int:
@@ -126,18 +125,6 @@ def fft_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair 
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.fft_conv2d_weight_grad(grad_output, input, padding, basis, tf32,
                                                        backend, tile)
-
-
-@contextlib.contextmanager
-def _tile_chunk_limit(nbytes: int):
-    """Internal (tests): tiled passes run in chunks of at most `nbytes` (at least one sample per
-    chunk) while inside; the default bound is restored after."""
-    old = _C._tile_chunk_bytes()
-    _C._set_tile_chunk_bytes(int(nbytes))
-    try:
-        yield
-    finally:
-        _C._set_tile_chunk_bytes(old)
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntPair = 1,

@@ -113,6 +113,8 @@ class Conv2d(nn.Conv2d):
         return x, (int(self.padding[0]), int(self.padding[1]))
 
     def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
+        """This input signature's plan, made once per module: each pass's pinned label, else the
+        tuner's (PyTorch's path for the gradients when none is needed), with the calls bound."""
         forced = self._fl_forced
         plans = self._fl_plans
         if plans is None:

@@ -8,6 +8,6 @@ from . import fft_conv
 from ._common import conv_tf32_allowed
 from .fft_conv import (BACKENDS, FBFFT_MAX_BASIS, conv2d, default_basis, fft_conv2d,
                        fft_conv2d_input_grad, fft_conv2d_weight_grad, good_fft_size, next_pow2)
-from .fft_conv import _basis_for, _tile_chunk_limit  # noqa: F401  (tests)
+from .fft_conv import _basis_for  # noqa: F401  (tests)
 
 __all__ = fft_conv.__all__ + ["conv_tf32_allowed"]

@@ -65,6 +65,7 @@ class Family:
         raise NotImplementedError
 
     def choice(self, name: str, params: Any) -> Choice:
+        """The Choice of (name, params), under its canonical label."""
         return Choice(name, params, self.format(name, params))
 
     def candidates(self, problem, pass_: str) -> Iterable[Choice]:
@@ -74,6 +75,7 @@ class Family:
 
     def conv2d_call(self, choice: Choice, pass_: str, padding: Tuple[int, int],
                     tf32: bool) -> Conv2dCall:
+        """The op call of `pass_`, fn(x, w, b, gy) -> Tensor (see registry.conv2d_call)."""
         raise ValueError(f"{choice.label!r} is not a conv2d algorithm")
 
     def conv2d_grads(self, igrad: Choice, wgrad: Choice, padding: Tuple[int, int],
@@ -86,6 +88,7 @@ class Family:
         return 0
 
     def describe(self, choice: Choice) -> str:
+        """The choice in words, for report()."""
         return choice.label
 
     def deterministic(self, choice: Choice) -> bool:
@@ -163,7 +166,10 @@ def _family(choice: Choice) -> Family:
 
 def candidates(problem, pass_: str) -> List[Choice]:
     """Every registered choice that supports `problem` in `pass_`, native first; when
-    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones."""
+    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones.
+
+    `problem` names its layer kind in ``problem.kind`` (``tuner.ConvProblem``: "conv2d"); the
+    families whose ``kinds`` hold it are asked, in registration order."""
     out: List[Choice] = []
     for family in families():
         if problem.kind in family.kinds:
