@@ -161,9 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("--io", action="store_true",
                     help="also each kernel with its spectrum always staged and always direct")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available() or not fastlayers.with_cuda:
-        log("no CUDA device (or a CPU-only build): this benchmark compares CUDA kernels; "
-            "nothing to run")
+    if not common.require_cuda("this benchmark compares CUDA kernels"):
         return 0
     t0 = time.perf_counter()
     doc = common.meta("fbfft", args, quick=bool(args.quick), dims=args.dims, io=bool(args.io),

@@ -41,7 +41,7 @@ from torch import nn  # noqa: E402
 import fastlayers  # noqa: E402
 from fastlayers import algorithms, tuner  # noqa: E402
 
-from bench_table4 import LAYERS, MODES, S  # noqa: E402
+from bench_table4 import LAYERS, MODES, S, layer_parser, parse_layer_args  # noqa: E402
 
 PASSES = tuner.PASSES
 
@@ -99,7 +99,7 @@ def bench_modules(args, res, timer, stats):
             tf32 = common.set_precision(mode)
             row = {"layer": name, "mode": mode, "S": S, "C": C, "K": K, "n": n, "k": k}
             rows.append(row)
-            try:
+            with common.guard(row, stats, res, "%s %s" % (name, mode)):
                 ref_m, fl_m = make_pair(C, K, k, "cuda")
                 gen = torch.Generator(device="cuda").manual_seed(7)
                 x = torch.randn(S, C, n, n, device="cuda", generator=gen)
@@ -134,13 +134,6 @@ def bench_modules(args, res, timer, stats):
                     % (name, mode, row["fwd_ratio"], row["fwdbwd_ratio"], row["fwdbwd_loop_ratio"],
                        " / ".join(str(v) for v in row["choices"].values())))
                 del x, gy, xg, ref_m, fl_m
-            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                row.update(common.failure(e))
-                stats["oom" if row["oom"] else "errors"] += 1
-                log("  %-3s %-4s failed: %s" % (name, mode, row["failed"]))
-            finally:
-                common.release()
-                res.save()
     res.doc["modules_summary"] = {
         mode: {"geomean_fwd_ratio": common.geomean([r.get("fwd_ratio") for r in rows if r["mode"] == mode]),
                "geomean_fwdbwd_ratio": common.geomean([r.get("fwdbwd_ratio") for r in rows
@@ -159,7 +152,7 @@ def bench_overhead(args, res, stats, device="cuda"):
         row = {"shape": label, "S": bs, "C": C, "K": K, "n": n, "k": k, "mode": "fp32",
                "device": device}
         rows.append(row)
-        try:
+        with common.guard(row, stats, res, label):
             ref_m, fl_m = make_pair(C, K, k, device)
             x = torch.randn(bs, C, n, n, device=device)
             w, b = fl_m.weight, fl_m.bias
@@ -189,12 +182,6 @@ def bench_overhead(args, res, stats, device="cuda"):
                 "(autograd); nn.Conv2d over F.conv2d %+.1f us"
                 % (label, choice, row["overhead_us_nograd"], row["overhead_us_grad"],
                    row["nn_overhead_us_nograd"]))
-        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-            row.update(common.failure(e))
-            stats["oom" if row["oom"] else "errors"] += 1
-            log("  %s failed: %s" % (label, row["failed"]))
-        common.release()
-        res.save()
 
 
 def small_layer():
@@ -286,7 +273,7 @@ def bench_networks(args, res, stats):
             tf32 = common.set_precision(mode)
             row = {"net": net_name, "mode": mode}
             rows.append(row)
-            try:
+            with common.guard(row, stats, res, "%s %s" % (net_name, mode)):
                 torch.manual_seed(0)
                 base, shape = make()
                 base = base.cuda()
@@ -331,26 +318,14 @@ def bench_networks(args, res, stats):
                     % (net_name, mode, row["step"]["a_ms"], row["step"]["b_ms"], row["ratio"],
                        ", ".join(row["choices"])))
                 del base, ours, x, target
-            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                row.update(common.failure(e))
-                stats["oom" if row["oom"] else "errors"] += 1
-                log("  %s %s failed: %s" % (net_name, mode, row["failed"]))
-            finally:
-                common.release()
-                res.save()
 
 
 def parse_args(argv=None):
-    ap = common.parser(__doc__)
-    ap.add_argument("--layers", default="", help="comma-separated subset of L1..L5")
-    ap.add_argument("--modes", default="", help="comma-separated subset of fp32,tf32")
+    ap = layer_parser(__doc__)
     ap.add_argument("--no-networks", action="store_true", help="skip the whole-network section")
     ap.add_argument("--runtime-calls", action="store_true",
                     help="print the CUDA runtime calls of each pass and of a module step")
-    args = ap.parse_args(argv)
-    args.layers = [s.strip() for s in args.layers.split(",") if s.strip()]
-    args.modes = [s.strip() for s in args.modes.split(",") if s.strip()]
-    return args
+    return parse_layer_args(ap, argv)
 
 
 def main(argv=None) -> int:
@@ -387,20 +362,8 @@ def main(argv=None) -> int:
         ok &= common.section(doc, res, "runtime calls", runtime_calls)
     if not (args.quick or args.no_networks):
         ok &= common.section(doc, res, "networks", bench_networks, args, res, stats)
-    torch.backends.cudnn.allow_tf32 = True
-    doc["tuner_report"] = tuner.report()
-    doc["stats"] = stats
-    doc["elapsed_s"] = time.perf_counter() - t_start
-    res.save()
     import make_docs
-    log("")
-    log(make_docs.modules(doc))
-    log("")
-    log("wrote %s (%.0f s; %d failed measurements, %d out of memory)"
-        % (res.path, doc["elapsed_s"], stats["errors"], stats["oom"]))
-    if not ok:
-        return 1
-    return 3 if stats["errors"] else 0
+    return common.finish(doc, res, ok, stats, t_start, make_docs.modules)
 
 
 if __name__ == "__main__":

@@ -110,9 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--trials", type=int, default=15)
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available() or not fastlayers.with_cuda:
-        log("no CUDA device (or a CPU-only build): the paper's experiment compares CUDA "
-            "implementations (fbfft, cuFFT, cuDNN); nothing to run")
+    if not common.require_cuda("the paper's experiment compares CUDA implementations (fbfft, cuFFT, cuDNN)"):
         return 0
     t0 = time.perf_counter()
     doc = common.meta("paper-conv", args, kernel=KERNEL,

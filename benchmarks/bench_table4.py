@@ -44,7 +44,7 @@ LAYERS = [("L1", 3, 96, 128, 11), ("L2", 64, 64, 64, 9), ("L3", 128, 128, 32, 9)
           ("L4", 128, 128, 16, 7), ("L5", 384, 384, 13, 3)]
 PASSES = [("fprop", "forward"), ("bprop", "input_grad"), ("accGrad", "weight_grad")]
 MODES = ("fp32", "tf32")
-TARGET_GEOMEAN = {"fp32": 3.0, "tf32": 1.5}  # BENCHMARKS.md's targets for this table
+TARGET_GEOMEAN = {"fp32": 3.0, "tf32": 1.5}  # the targets (docs/benchmarks.md, Method)
 PADDING = (0, 0)
 NATIVE = algorithms.parse("native")
 
@@ -98,6 +98,12 @@ def fastest(problem, pass_, tf32, x, w, gy, ref, fl, tol, timer):
         cands[str(choice)] = m
     ok = [lb for lb, m in cands.items() if common.usable(m)]
     return cands, (min(ok, key=lambda lb: cands[lb]["ms"]) if ok else None)
+
+
+def against(native, label, pass_, tf32, x, w, gy, timer, rounds) -> dict:
+    """cuDNN against the candidate `label`: interleaved trials, the median of per-round ratios."""
+    return common.interleaved(native, call(algorithms.parse(label), pass_, tf32, x, w, gy), timer,
+                              rounds)
 
 
 def tuner_decision(problem, pass_):
@@ -160,10 +166,8 @@ def bench_layers(args, res, timer, stats):
                 row["fft"] = cands.get(best)
                 row["ratio"] = None
                 if best:
-                    ab = common.interleaved(native, call(algorithms.parse(best), pass_, tf32, x, w, gy),
-                                            timer, rounds)
-                    row["ab"] = ab
-                    row["ratio"] = ab["ratio"]
+                    row["ab"] = against(native, best, pass_, tf32, x, w, gy, timer, rounds)
+                    row["ratio"] = row["ab"]["ratio"]
                 if tf32:
                     fp32_beside(row, rows, problem, pass_, x, w, gy, ref, fl, timer, native, rounds)
                 try:  # the tuner's own decision (it measures again, on its own tensors)
@@ -224,10 +228,8 @@ def fp32_beside(row, rows, problem, pass_, x, w, gy, ref, fl, timer, native, rou
         _, best = fastest(fp32_problem, pass_, False, x, w, gy, ref, fl, tol, timer)
     row["fp32_fft_best"] = best
     if best:
-        ab = common.interleaved(native, call(algorithms.parse(best), pass_, False, x, w, gy),
-                                timer, rounds)
-        row["ab_fp32_fft"] = ab
-        row["ratio_fp32_fft"] = ab["ratio"]
+        row["ab_fp32_fft"] = against(native, best, pass_, False, x, w, gy, timer, rounds)
+        row["ratio_fp32_fft"] = row["ab_fp32_fft"]["ratio"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,17 +282,27 @@ def cpu_main(args) -> int:
     return 3 if bad else 0
 
 
-def parse_args(argv=None):
-    ap = common.parser(__doc__)
+def layer_parser(doc: str):
+    """The arguments of the benchmarks over Table 4's layers (this one and bench_modules.py)."""
+    ap = common.parser(doc)
     ap.add_argument("--layers", default="", help="comma-separated subset of L1..L5")
     ap.add_argument("--modes", default="", help="comma-separated subset of fp32,tf32")
-    ap.add_argument("--trials", type=int, default=None, help="timed trials per measurement")
-    ap.add_argument("--keep-tuner-cache", action="store_true",
-                    help="use the user's tuner cache file instead of a fresh temporary one")
+    return ap
+
+
+def parse_layer_args(ap, argv):
     args = ap.parse_args(argv)
     args.layers = [s.strip() for s in args.layers.split(",") if s.strip()]
     args.modes = [s.strip() for s in args.modes.split(",") if s.strip()]
     return args
+
+
+def parse_args(argv=None):
+    ap = layer_parser(__doc__)
+    ap.add_argument("--trials", type=int, default=None, help="timed trials per measurement")
+    ap.add_argument("--keep-tuner-cache", action="store_true",
+                    help="use the user's tuner cache file instead of a fresh temporary one")
+    return parse_layer_args(ap, argv)
 
 
 def main(argv=None) -> int:
@@ -320,20 +332,8 @@ def main(argv=None) -> int:
     stats = {"errors": 0, "oom": 0}
     ok = common.section(doc, res, "Table 4 layers, ops vs cuDNN", bench_layers, args, res, timer,
                         stats)
-    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
-    doc["tuner_report"] = tuner.report()
-    doc["stats"] = stats
-    doc["elapsed_s"] = time.perf_counter() - t_start
-    res.save()
     import make_docs
-    log("")
-    log(make_docs.table4(doc))
-    log("")
-    log("wrote %s (%.0f s; %d failed measurements, %d out of memory)"
-        % (res.path, doc["elapsed_s"], stats["errors"], stats["oom"]))
-    if not ok:
-        return 1
-    return 3 if stats["errors"] else 0
+    return common.finish(doc, res, ok, stats, t_start, make_docs.table4)
 
 
 if __name__ == "__main__":

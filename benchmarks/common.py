@@ -124,6 +124,28 @@ def failure(e: BaseException) -> dict:
     return {"failed": "%s: %s" % (type(e).__name__, first[:300]), "oom": is_oom(e)}
 
 
+class guard:
+    """`with guard(row, stats, res, label):` runs one measurement; an out-of-memory or runtime
+    error is recorded in `row` and counted in `stats`, the run goes on, and the document is saved
+    either way."""
+
+    def __init__(self, row: dict, stats: dict, res, label: str):
+        self.row, self.stats, self.res, self.label = row, stats, res, label
+
+    def __enter__(self):
+        return self.row
+
+    def __exit__(self, kind, e, tb):
+        caught = kind is not None and issubclass(kind, (torch.cuda.OutOfMemoryError, RuntimeError))
+        if caught:
+            self.row.update(failure(e))
+            self.stats["oom" if self.row["oom"] else "errors"] += 1
+            log("  %s failed: %s" % (self.label, self.row["failed"]))
+        release()
+        self.res.save()
+        return caught
+
+
 def release():
     """After a failure on CUDA: let the queue drain and return cached blocks."""
     if torch.cuda.is_available():
@@ -398,6 +420,35 @@ def parser(doc: str, results: bool = True) -> argparse.ArgumentParser:
                         help="folder for the results JSON (default: benchmarks/results)")
         ap.add_argument("--quick", action="store_true", help="a smaller run")
     return ap
+
+
+def require_cuda(what: str) -> bool:
+    """Whether CUDA and a CUDA build are there; if not, says why `what` has nothing to run."""
+    import fastlayers
+    if torch.cuda.is_available() and fastlayers.with_cuda:
+        return True
+    log("no CUDA device (or a CPU-only build): %s; nothing to run" % what)
+    return False
+
+
+def finish(doc: dict, res: Results, ok: bool, stats: dict, t_start: float, render) -> int:
+    """The end of a run: PyTorch's TF32 default back, the tuner's report, counts and time saved;
+    the tables printed (`render(doc)`); the exit status (1 a section crashed, 3 a measurement
+    failed, 0 otherwise)."""
+    from fastlayers import tuner
+    torch.backends.cudnn.allow_tf32 = True
+    doc["tuner_report"] = tuner.report()
+    doc["stats"] = stats
+    doc["elapsed_s"] = time.perf_counter() - t_start
+    res.save()
+    log("")
+    log(render(doc))
+    log("")
+    log("wrote %s (%.0f s; %d failed measurements, %d out of memory)"
+        % (res.path, doc["elapsed_s"], stats["errors"], stats["oom"]))
+    if not ok:
+        return 1
+    return 3 if stats["errors"] else 0
 
 
 def section(doc: dict, res: Results, name: str, fn, *a) -> bool:
