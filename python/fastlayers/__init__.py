@@ -2,10 +2,10 @@
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C  # noqa: F401  (registers torch.ops.fastlayers.*)
-from . import fbfft, ops, tuner
+from ._version import __version__
+from . import algorithms, fbfft, ops, tuner
 from .nn import Conv2d, convert
 
-__version__ = "0.1.0"
-__all__ = ["Conv2d", "convert", "fbfft", "ops", "tuner", "with_cuda", "__version__"]
+__all__ = ["Conv2d", "convert", "algorithms", "fbfft", "ops", "tuner", "with_cuda", "__version__"]
 
 with_cuda = bool(getattr(_C, "with_cuda", False))

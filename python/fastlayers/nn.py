@@ -3,14 +3,16 @@ initialisation, state_dict and repr); only its forward differs: each pass picks 
 through the tuner, PyTorch's own path always among the candidates."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import algorithms
 from . import tuner as _tuner
-from .ops import conv_tf32_allowed
+from ._common import conv_tf32_allowed
+from .algorithms import NATIVE, Choice
 
 __all__ = ["Conv2d", "convert"]
 
@@ -18,51 +20,45 @@ _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
 
 
-def _fft_op_args(label: str, tf32: bool):
-    """The ops' arguments after `padding` for an FFT label: (basis, tf32, backend, tile)."""
-    basis, backend, tile = _tuner.fft_args(label)
-    return basis, tf32, backend, tile
+class _Plan(NamedTuple):
+    """A module's three choices for one input signature, with their op calls bound once."""
+    choices: Tuple[Choice, Choice, Choice]  # forward, input_grad, weight_grad
+    native: bool     # all three PyTorch's own: nn.Conv2d's autograd runs the backward
+    forward: Callable[..., torch.Tensor]   # fn(x, w, b, gy)
+    grads: Callable[..., tuple]            # fn(x, w, gy, need_x, need_w) -> (gx, gw)
+
+
+_ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None)
+
+
+def _bind(choices: Tuple[Choice, Choice, Choice], padding: Tuple[int, int], tf32: bool) -> _Plan:
+    """The plan of `choices`; all native runs F.conv2d inline and binds nothing."""
+    if choices == _ALL_NATIVE.choices:
+        return _ALL_NATIVE
+    fwd, igrad, wgrad = choices
+    return _Plan(choices, False,
+                 algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=True),
+                 algorithms.conv2d_grads(igrad, wgrad, padding, tf32))
 
 
 class _Conv2dFunction(torch.autograd.Function):
-    """One convolution whose three passes may each use a different algorithm."""
-
-    @staticmethod
-    def run_forward(x, w, b, padding, fwd, tf32):
-        if fwd == "native":
-            return F.conv2d(x, w, b, 1, padding)
-        y = torch.ops.fastlayers.fft_conv2d(x, w, b, padding, *_fft_op_args(fwd, tf32))
-        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-            y = y.contiguous(memory_format=torch.channels_last)  # the layout nn.Conv2d returns
-        return y
+    """One convolution whose three passes may each use a different algorithm (a _Plan)."""
 
     # forward(ctx, ...) rather than a separate setup_context: apply() then skips binding the
-    # arguments to a signature on every call, which costs more host time than the rest.
+    # arguments to a signature on every call.
     @staticmethod
-    def forward(ctx, x, w, b, padding, fwd, igrad, wgrad, tf32):
+    def forward(ctx, x, w, b, plan):
         ctx.save_for_backward(x, w)
-        ctx.conf = (padding, igrad, wgrad, tf32, b is not None)
-        return _Conv2dFunction.run_forward(x, w, b, padding, fwd, tf32)
+        ctx.plan = plan
+        ctx.has_bias = b is not None
+        return plan.forward(x, w, b, None)
 
     @staticmethod
     def backward(ctx, gy):
         x, w = ctx.saved_tensors
-        padding, igrad, wgrad, tf32, has_bias = ctx.conf
-        gx = gw = gb = None
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        native = [need_x and igrad == "native", need_w and wgrad == "native", False]
-        if any(native):  # one call for both native gradients
-            gx, gw, _ = torch.ops.aten.convolution_backward(
-                gy, x, w, None, [1, 1], list(padding), [1, 1], False, [0, 0], 1, native)
-        if need_x and igrad != "native":
-            gx = torch.ops.fastlayers.fft_conv2d_input_grad(gy, w, padding,
-                                                            *_fft_op_args(igrad, tf32))
-        if need_w and wgrad != "native":
-            gw = torch.ops.fastlayers.fft_conv2d_weight_grad(gy, x, padding,
-                                                             *_fft_op_args(wgrad, tf32))
-        if has_bias and ctx.needs_input_grad[2]:
-            gb = gy.sum((0, 2, 3))
-        return gx, gw, gb, None, None, None, None, None
+        gx, gw = ctx.plan.grads(x, w, gy, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        gb = gy.sum((0, 2, 3)) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb, None
 
 
 class Conv2d(nn.Conv2d):
@@ -72,21 +68,23 @@ class Conv2d(nn.Conv2d):
     mode, fp32/fp64/fp16/bf16 on CUDA and fp32/fp64 on CPU. Everything else runs nn.Conv2d's own
     path and is listed by ``fastlayers.tuner.report()`` with the reason.
 
-    ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins labels ('native',
-    'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW') on this module, bypassing the
-    tuner (benchmarks, tests).
+    ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins algorithm labels
+    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW'; see
+    ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
     """
 
-    _fl_forced: Optional[Dict[str, str]] = None  # pinned labels per pass, or None (tuner)
-    _fl_plans: Optional[Dict] = None  # this module's choices per input signature
+    # The pinned label per pass (None: the tuner's), or None when nothing is pinned. Labels rather
+    # than Choices: they are part of every call's plan key, and strings hash without Python code.
+    _fl_forced: Optional[Tuple[Optional[str], ...]] = None
+    _fl_plans: Optional[Dict] = None  # this module's plans per input signature
 
     def force_algorithms(self, forward: Optional[str] = None, input_grad: Optional[str] = None,
                          weight_grad: Optional[str] = None) -> "Conv2d":
-        forced = {k: v for k, v in (("forward", forward), ("input_grad", input_grad),
-                                    ("weight_grad", weight_grad)) if v is not None}
-        for v in forced.values():
-            _tuner.parse_choice(v)
-        self._fl_forced = forced or None
+        """Pins labels per pass (None: that pass stays with the tuner); ValueError naming a label
+        no algorithm family knows. Returns the module."""
+        forced = tuple(None if v is None else algorithms.parse(v).label
+                       for v in (forward, input_grad, weight_grad))
+        self._fl_forced = None if forced == (None, None, None) else forced
         return self
 
     def _unsupported(self, x: torch.Tensor) -> Optional[str]:
@@ -114,7 +112,7 @@ class Conv2d(nn.Conv2d):
             return F.pad(x, rp), (0, 0)
         return x, (int(self.padding[0]), int(self.padding[1]))
 
-    def _choices(self, x, w, padding, tf32, need_backward):
+    def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
         forced = self._fl_forced
         plans = self._fl_plans
         if plans is None:
@@ -123,30 +121,30 @@ class Conv2d(nn.Conv2d):
                 self._fl_plans = plans
         key = (tuple(x.shape), x.dtype, x.device, padding, tf32, need_backward,
                torch.are_deterministic_algorithms_enabled(),
-               None if forced is None else tuple(sorted(forced.items())), _tuner.generation())
+               forced, _tuner.generation())
         got = plans.get(key)
         if got is not None:
             return got
         compiling = torch.compiler.is_compiling()
         if compiling and forced is None:
             # No measuring while tracing: what this module chose eagerly, else PyTorch's path.
-            return ("native", "native", "native")
+            return _ALL_NATIVE
         p = None if compiling else _tuner.ConvProblem.from_tensors(x, w, padding, tf32)
         out = []
-        for pass_ in _tuner.PASSES:
-            if forced is not None and pass_ in forced:
-                label = forced[pass_]
+        for i, pass_ in enumerate(_tuner.PASSES):
+            if forced is not None and forced[i] is not None:
+                choice = algorithms.parse(forced[i])
                 if p is not None:
-                    _tuner.record_forced(p, pass_, label)
+                    _tuner.record_forced(p, pass_, choice.label)
             elif compiling or (pass_ != "forward" and not need_backward):
-                label = "native"
+                choice = NATIVE
             else:
-                label = _tuner.choose_conv2d(p, pass_, x.device)
-            out.append(label)
-        choice = tuple(out)
+                choice = algorithms.parse(_tuner.choose_conv2d(p, pass_, x.device))
+            out.append(choice)
+        plan = _bind(tuple(out), padding, tf32)
         if not compiling:
-            plans[key] = choice
-        return choice
+            plans[key] = plan
+        return plan
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if input.dim() not in (3, 4) or input.dtype != self.weight.dtype:
@@ -172,14 +170,14 @@ class Conv2d(nn.Conv2d):
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
-        fwd, igrad, wgrad = self._choices(x, w, padding, tf32, need_backward)
+        plan = self._plan(x, w, padding, tf32, need_backward)
         # Under autocast the operands already have the autocast dtype, so its casts are no-ops.
-        if fwd == igrad == wgrad == "native":
+        if plan.native:
             y = F.conv2d(x, w, b, 1, padding)
         elif not need_backward:
-            y = _Conv2dFunction.run_forward(x, w, b, padding, fwd, tf32)
+            y = plan.forward(x, w, b, None)
         else:
-            y = _Conv2dFunction.apply(x, w, b, padding, fwd, igrad, wgrad, tf32)
+            y = _Conv2dFunction.apply(x, w, b, plan)
         return y.squeeze(0) if unbatched else y
 
 

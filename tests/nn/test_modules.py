@@ -1,5 +1,6 @@
 import collections
 import copy
+import json
 
 import pytest
 import torch
@@ -10,8 +11,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastlayers
 from fastlayers import tuner
-from conv_samples import (assert_training_matches, assert_within_bound, module_fft_label,
-                          rel_err)
+from fastlayers.ops import conv_tf32_allowed
+from fastlayers.tuner import ERROR_FLOOR
+from conv_samples import (assert_training_matches, assert_within_bound, cudnn_tf32,
+                          module_fft_label, rel_err)
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 CONFIGS = {
     "k3": dict(in_channels=3, out_channels=4, kernel_size=3),
@@ -33,8 +38,9 @@ CONFIGS = {
 }
 INPUT_HW = (9, 11)
 
+# Each pass's algorithm, pinned on the module; "cached": FFT for every pass, from the tuner's file.
 ALGORITHMS = {
-    "tuned": None,
+    "cached": None,
     "fft": ("fft", "fft", "fft"),
     "fft-forward": ("fft", "native", "native"),
     "fft-grads": ("native", "fft", "fft"),
@@ -61,6 +67,31 @@ def force(m, algorithms, hw=INPUT_HW):
     label = module_fft_label(m, hw)
     names = [label if a == "fft" else a for a in algorithms]
     return m.force_algorithms(forward=names[0], input_grad=names[1], weight_grad=names[2])
+
+
+def cache_fft(m, x):
+    """Writes the FFT label of every pass of `m` on `x` into the tuner's file and switches the
+    tuner to mode 'cache': the module takes its choices from the tuner."""
+    xi = x if x.dim() == 4 else x.unsqueeze(0)
+    xp, padding = m._padding_pair(xi)
+    tf32 = xp.dtype == torch.float32 and xp.device.type == "cuda" and conv_tf32_allowed()
+    p = tuner.ConvProblem.from_tensors(xp, m.weight, padding, tf32)
+    label = module_fft_label(m, x.shape[-2:])
+    path = tuner.cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": tuner.FORMAT, "entries": {
+        p.key(pass_): {"choice": label} for pass_ in tuner.PASSES}}))
+    tuner.set_mode("cache")
+    tuner.clear()
+
+
+def set_algorithms(m, variant, x):
+    """Pins the variant's algorithms on `m`, or (cached) has the tuner supply FFT for all passes."""
+    if ALGORITHMS[variant] is None:
+        cache_fft(m, x)
+    else:
+        force(m, ALGORITHMS[variant], x.shape[-2:])
+    return m
 
 
 def twins(config, **kwargs):
@@ -114,91 +145,99 @@ def test_constructor_parity_unsupported_arguments(kwargs):
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_state_dict_round_trip(config):
-    ref = nn.Conv2d(**config)
-    m = fastlayers.Conv2d(**config)
+    ref = nn.Conv2d(**config, dtype=torch.float64)
+    m = fastlayers.Conv2d(**config, dtype=torch.float64)
     m.load_state_dict(ref.state_dict())
-    x = torch.randn(2, config["in_channels"], *INPUT_HW)
-    torch.testing.assert_close(m(x), ref(x))
-
-    back = nn.Conv2d(**config)
+    back = nn.Conv2d(**config, dtype=torch.float64)
     back.load_state_dict(m.state_dict())
-    for k, v in m.state_dict().items():
-        assert torch.equal(back.state_dict()[k], v), k
-    torch.testing.assert_close(back(x), m(x))
+    assert m.state_dict().keys() == ref.state_dict().keys() == back.state_dict().keys()
+    for k, v in ref.state_dict().items():
+        assert torch.equal(m.state_dict()[k], v) and torch.equal(back.state_dict()[k], v), k
+    x = torch.randn(2, config["in_channels"], *INPUT_HW, dtype=torch.float64)
+    force(m, ALGORITHMS["fft"])
+    assert rel_err(m(x), back(x)) <= 1e-10
 
 
 # --- forward and backward against nn.Conv2d ----------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithms", ALGORITHMS.values(), ids=ALGORITHMS.keys())
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("variant", ALGORITHMS)
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-def test_forward_backward_match_nn_conv2d(config, algorithms):
-    ref, m = twins(config, dtype=torch.float64)
-    if algorithms is not None:
-        force(m, algorithms)
-    x = torch.randn(2, config["in_channels"], *INPUT_HW, dtype=torch.float64)
+def test_forward_backward_match_nn_conv2d(config, variant, device):
+    ref, m = twins(config, dtype=torch.float64, device=device)
+    x = torch.randn(2, config["in_channels"], *INPUT_HW, dtype=torch.float64, device=device)
+    set_algorithms(m, variant, x)
     gy = torch.randn_like(ref(x))
     expected = forward_backward(ref, x, gy)
     with CountOps() as counter:
         got = forward_backward(m, x, gy)
     for e, g in zip(expected, got):
         assert g.shape == e.shape and rel_err(g, e) <= 1e-10
-    used = {op for op, a in zip(FL_OPS, algorithms or ("native",) * 3) if a == "fft"}
+    used = {op for op, a in zip(FL_OPS, ALGORITHMS[variant] or ("fft",) * 3) if a == "fft"}
     assert set(counter.calls) == used
     sources = {d["source"] for d in tuner.decisions()}
-    assert sources == ({"heuristic"} if algorithms is None else {"forced"})
+    assert sources == ({"file"} if ALGORITHMS[variant] is None else {"forced"})
 
 
-@pytest.mark.parametrize("algorithms", ["tuned", "fft"])
-def test_float32_forced_fft_within_pytorch_error(algorithms):
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("variant", ["cached", "fft"])
+def test_float32_fft_within_pytorch_error(variant, device):
     config = CONFIGS["k3x5-pad1x2"]
-    ref, m = twins(config)
-    if algorithms == "fft":
-        force(m, ALGORITHMS["fft"])
+    ref, m = twins(config, device=device)
     ref64 = copy.deepcopy(ref).double()
-    x = torch.randn(4, 3, *INPUT_HW)
-    gy = torch.randn(4, 4, *INPUT_HW)
-    expected = forward_backward(ref64, x.double(), gy.double())
-    native = forward_backward(ref, x, gy)
-    got = forward_backward(m, x, gy)
+    x = torch.randn(4, 3, *INPUT_HW, device=device)
+    gy = torch.randn(4, 4, *INPUT_HW, device=device)
+    with cudnn_tf32(False):
+        set_algorithms(m, variant, x)
+        expected = forward_backward(ref64, x.double(), gy.double())
+        native = forward_backward(ref, x, gy)
+        with CountOps() as counter:
+            got = forward_backward(m, x, gy)
+    assert set(counter.calls) == set(FL_OPS)
     for name, g, e, n in zip(("output", "input", "weight", "bias"), got, expected, native):
         assert_within_bound(g, e, n, what=name)
 
 
-@pytest.mark.parametrize("algorithms", ["tuned", "fft"])
+@pytest.mark.parametrize("variant", ["cached", "fft"])
 @pytest.mark.parametrize("config", ["k3-pad1", "k2x4-same", "k3-reflect"])
-def test_unbatched_input(config, algorithms):
+def test_unbatched_input(config, variant):
     config = CONFIGS[config]
     ref, m = twins(config, dtype=torch.float64)
-    if algorithms == "fft":
-        force(m, ALGORITHMS["fft"])
     x = torch.randn(config["in_channels"], *INPUT_HW, dtype=torch.float64)
+    set_algorithms(m, variant, x)
     gy = torch.randn_like(ref(x))
     expected = forward_backward(ref, x, gy)
-    got = forward_backward(m, x, gy)
+    with CountOps() as counter:
+        got = forward_backward(m, x, gy)
+    assert set(counter.calls) == set(FL_OPS)
     assert got[0].dim() == 3
     for e, g in zip(expected, got):
         assert g.shape == e.shape and rel_err(g, e) <= 1e-10
 
 
-@pytest.mark.parametrize("algorithms", ["tuned", "fft"])
-def test_channels_last_input_keeps_its_layout(algorithms):
-    ref, m = twins(CONFIGS["k3-pad1"], dtype=torch.float64)
-    if algorithms == "fft":
-        force(m, ALGORITHMS["fft"])
-    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("variant", ["cached", "fft"])
+def test_channels_last_input_keeps_its_layout(variant, device):
+    ref, m = twins(CONFIGS["k3-pad1"], dtype=torch.float64, device=device)
+    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64, device=device)
+    x = x.contiguous(memory_format=torch.channels_last)
+    set_algorithms(m, variant, x)
     gy = torch.randn_like(ref(x))
     expected = forward_backward(ref, x, gy)
-    got = forward_backward(m, x, gy)
+    with CountOps() as counter:
+        got = forward_backward(m, x, gy)
+    assert set(counter.calls) == set(FL_OPS)
     assert got[0].is_contiguous(memory_format=torch.channels_last)
     for e, g in zip(expected, got):
         assert g.shape == e.shape and rel_err(g, e) <= 1e-10
 
 
-def test_empty_batch():
-    ref, m = twins(CONFIGS["k3-pad1"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batch(device):
+    ref, m = twins(CONFIGS["k3-pad1"], device=device)
     force(m, ALGORITHMS["fft"])
-    x = torch.randn(0, 3, *INPUT_HW, requires_grad=True)
+    x = torch.randn(0, 3, *INPUT_HW, device=device, requires_grad=True)
     y = m(x)
     assert y.shape == ref(x).shape == (0, 4, *INPUT_HW)
     y.sum().backward()
@@ -221,10 +260,11 @@ def test_partial_forcing_leaves_other_passes_to_the_tuner():
 
 def test_bad_forced_labels():
     m = fastlayers.Conv2d(3, 4, 3, padding=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'winograd'"):
         m.force_algorithms(forward="winograd")
-    with pytest.raises(ValueError):
-        m.force_algorithms(forward="fft:16")
+    with pytest.raises(ValueError, match="'fft:16'"):
+        m.force_algorithms(weight_grad="fft:16")
+    assert m._fl_forced is None
     m.force_algorithms(forward="fft:8x8")
     with pytest.raises(RuntimeError, match="`basis`"):
         m(torch.randn(1, 3, *INPUT_HW))
@@ -277,12 +317,12 @@ def test_autocast_cpu_bfloat16_falls_back_to_native():
 # --- higher-order gradients ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithms", ["tuned", "fft", "fft-forward", "fft-grads"])
-def test_double_backward(algorithms):
-    ref, m = twins(CONFIGS["k3x5-pad1x2"], dtype=torch.float64)
-    if ALGORITHMS[algorithms] is not None:
-        force(m, ALGORITHMS[algorithms])
-    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("variant", ["cached", "fft", "fft-forward", "fft-grads"])
+def test_double_backward(variant, device):
+    ref, m = twins(CONFIGS["k3x5-pad1x2"], dtype=torch.float64, device=device)
+    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64, device=device)
+    set_algorithms(m, variant, x)
 
     def second_order(module):
         xi = x.clone().requires_grad_()
@@ -294,11 +334,12 @@ def test_double_backward(algorithms):
         assert rel_err(g, e) <= 1e-10
 
 
-def test_module_gradcheck_forced_fft():
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_gradcheck_forced_fft(device):
     m = fastlayers.Conv2d(2, 3, (3, 2), padding=(1, 1), padding_mode="reflect",
-                          dtype=torch.float64)
+                          dtype=torch.float64, device=device)
     force(m, ALGORITHMS["fft"], hw=(5, 4))
-    x = torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 2, 5, 4, dtype=torch.float64, device=device, requires_grad=True)
 
     def fn(x, w, b):
         return torch.func.functional_call(m, {"weight": w, "bias": b}, (x,))
@@ -336,7 +377,6 @@ def small_model():
 def test_convert_replaces_every_conv2d_in_place():
     model = small_model().eval()
     x = torch.randn(2, 3, 12, 10)
-    expected = model(x)
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     params = list(model.parameters())
     buffers = list(model.buffers())
@@ -350,7 +390,6 @@ def test_convert_replaces_every_conv2d_in_place():
     assert all(a is b for a, b in zip(model.parameters(), params))
     assert all(a is b for a, b in zip(model.buffers(), buffers))
     assert len(list(model.parameters())) == len(params)
-    torch.testing.assert_close(model(x), expected)
 
     model(x).sum().backward()
     optimizer.step()
@@ -437,8 +476,92 @@ def test_compile_graph_calls_the_fft_ops():
 # --- training ------------------------------------------------------------------------------------
 
 
-def test_training_steps_match_nn_conv2d():
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("variant", ["tuned", "fft"])
+def test_training_steps_match_nn_conv2d(variant, device, monkeypatch):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0.2)
     torch.manual_seed(3)
-    ref = small_cnn(nn.Conv2d)
-    fast = force_all_fft(fastlayers.convert(copy.deepcopy(ref)), (16, 16))
-    assert_training_matches(ref, fast, 8, (16, 16))
+    ref = small_cnn(nn.Conv2d).to(device)
+    fast = fastlayers.convert(copy.deepcopy(ref))
+    if variant == "fft":
+        force_all_fft(fast, (16, 16))
+    with cudnn_tf32(False):
+        assert_training_matches(ref, fast, 8, (16, 16), device=device)
+    sources = {d["source"] for d in tuner.decisions()}
+    assert sources == ({"tuned"} if variant == "tuned" else {"forced"})
+
+
+# --- what the module binds, and the other devices' cases ------------------------------------------
+
+
+def test_choices_are_bound_once(monkeypatch):
+    """After the first call of a shape, calls neither parse labels, nor ask the tuner, nor bind
+    op calls again."""
+    import fastlayers.algorithms as registry
+    m = fastlayers.Conv2d(3, 4, 3, padding=1, dtype=torch.float64)
+    m.force_algorithms("fbfft:16x16", "fft:8x8,tile=5x6", None)
+    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64, requires_grad=True)
+    m(x).sum().backward()
+    for name in ("parse", "conv2d_call", "conv2d_grads"):
+        monkeypatch.setattr(registry, name, lambda *a, **k: pytest.fail("bound again"))
+    monkeypatch.setattr(tuner, "choose_conv2d", lambda *a, **k: pytest.fail("asked the tuner"))
+    with CountOps() as counter:
+        for _ in range(3):
+            m(x).sum().backward()
+    assert counter.calls == {"fft_conv2d": 3, "fft_conv2d_input_grad": 3}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("labels", [
+    ("fbfft:32x32",) * 3,
+    ("fbfft:16x16,tile=14x14", "fft:16x16,tile=14x14", "fbfft:8x8,tile=6x6"),
+    ("fbfft:8x8,tile=6x6", "native", "fft:8x8,tile=6x6"),
+])
+def test_fbfft_and_tiled_labels_match_nn_conv2d(labels, device):
+    ref, m = twins(dict(in_channels=8, out_channels=6, kernel_size=3, padding=1), device=device)
+    m.force_algorithms(*labels)
+    x = torch.randn(4, 8, 30, 27, device=device)
+    gy = torch.randn(4, 6, 30, 27, device=device)
+    with cudnn_tf32(False):
+        expected = forward_backward(copy.deepcopy(ref).double(), x.double(), gy.double())
+        native = forward_backward(ref, x, gy)
+        with CountOps() as counter:
+            got = forward_backward(m, x, gy)
+    assert set(counter.calls) == {op for op, label in zip(FL_OPS, labels) if label != "native"}
+    for name, g, e, n in zip(("output", "input", "weight", "bias"), got, expected, native):
+        assert_within_bound(g, e, n, what=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tuned_module_matches_nn_conv2d(device, monkeypatch):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0.2)
+    ref, m = twins(dict(in_channels=16, out_channels=16, kernel_size=5, padding=2), device=device)
+    x = torch.randn(4, 16, 32, 32, device=device)
+    gy = torch.randn(4, 16, 32, 32, device=device)
+    with cudnn_tf32(False):
+        got = forward_backward(m, x, gy)
+        expected = forward_backward(copy.deepcopy(ref).double(), x.double(), gy.double())
+        native = forward_backward(ref, x, gy)
+    assert {r["source"] for r in tuner.decisions()} == {"tuned"}
+    assert len(tuner.decisions()) == 3
+    for name, g, e, n in zip(("output", "input", "weight", "bias"), got, expected, native):
+        assert_within_bound(g, e, n, what=name)
+
+
+@pytest.mark.gpu
+def test_autocast_float16_forward_and_gradients():
+    ref, m = twins(CONFIGS["k3-pad1"], device="cuda")
+    m.force_algorithms(forward="fft:16x16", input_grad="fft:16x16", weight_grad="fft:16x16")
+    x = torch.randn(2, 3, 12, 12, device="cuda")
+    gy = torch.randn(2, 4, 12, 12, device="cuda").half()
+    with torch.autocast("cuda", dtype=torch.float16), CountOps() as counter:
+        got = forward_backward(m, x, gy)
+        native = forward_backward(ref, x, gy)
+    assert set(counter.calls) == set(FL_OPS)
+    assert got[0].dtype == native[0].dtype == torch.float16
+    assert all(g.dtype == torch.float32 for g in got[1:])
+    expected = forward_backward(copy.deepcopy(ref).double(), x.double(), gy.double())
+    for name, g, e, n in zip(("output", "input", "weight", "bias"), got, expected, native):
+        assert_within_bound(g, e, n, floor=ERROR_FLOOR[torch.float16], what=name)

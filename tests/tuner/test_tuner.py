@@ -13,14 +13,17 @@ import torch
 from torch import nn
 
 import fastlayers
-from fastlayers import tuner
+from fastlayers import algorithms, tuner
+from fastlayers.tuner import cache, state
+from fastlayers.tuner import conv2d as tuner_conv2d
 
-REPO_PYTHON = Path(__file__).resolve().parents[1] / "python"
+REPO_PYTHON = Path(__file__).resolve().parents[2] / "python"
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-def problem(S=2, C=3, K=4, H=9, W=11, k=3, pad=1, dtype=torch.float32):
-    x = torch.randn(S, C, H, W, dtype=dtype)
-    w = torch.randn(K, C, k, k, dtype=dtype)
+def problem(S=2, C=3, K=4, H=9, W=11, k=3, pad=1, dtype=torch.float32, device="cpu"):
+    x = torch.randn(S, C, H, W, dtype=dtype, device=device)
+    w = torch.randn(K, C, k, k, dtype=dtype, device=device)
     return tuner.ConvProblem.from_tensors(x, w, (pad, pad), tf32=False)
 
 
@@ -58,7 +61,7 @@ def tune_cpu(monkeypatch):
 def no_measuring(monkeypatch):
     def fail(*args):
         raise AssertionError("the tuner measured")
-    monkeypatch.setattr(tuner, "_measure", fail)
+    monkeypatch.setattr(tuner_conv2d, "measure", fail)
 
 
 def test_cache_lives_in_the_test_folder(tuner_cache):
@@ -72,7 +75,8 @@ def test_keys_name_the_sources_the_extension_was_built_from():
     # rebuild from changed kernels gives new keys, so cached decisions are measured again.
     from fastlayers import _build_info
     assert re.fullmatch(r"[0-9a-f]{16}", _build_info.SOURCES)
-    assert ",fastlayers=%s+%s|" % (tuner._VERSION, _build_info.SOURCES) in problem().key("forward") + "|"
+    assert ",fastlayers=%s+%s|" % (fastlayers.__version__, _build_info.SOURCES) in \
+        problem().key("forward") + "|"
 
 
 def test_cpu_is_not_measured_by_default(no_measuring):
@@ -83,8 +87,10 @@ def test_cpu_is_not_measured_by_default(no_measuring):
     assert not tuner.cache_file().exists()
 
 
-def test_tuning_on_cpu_decides_every_pass(tune_cpu):
-    p = problem()
+@pytest.mark.parametrize("device", DEVICES)
+def test_tuning_decides_every_pass_once(tune_cpu, device, monkeypatch):
+    p = problem(device=device)
+    assert p.device_type == device and (p.capability != "-") == (device == "cuda")
     labels = {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES}
     rows = by_key()
     assert len(rows) == 3
@@ -95,12 +101,19 @@ def test_tuning_on_cpu_decides_every_pass(tune_cpu):
         assert label in candidates and label in row["times_ms"]
         assert "native" in row["times_ms"]
         assert set(row["times_ms"]) | set(row["skipped"]) == set(candidates)
-        assert all(err <= tuner.ERROR_FLOOR[torch.float32] for err in row["errors"].values())
+        tol = max(2 * row["errors"]["native"], tuner.error_floor(torch.float32, False))
+        assert all(row["errors"][c] <= tol for c in row["times_ms"])
 
     data = json.loads(tuner.cache_file().read_text())
     assert data["format"] == tuner.FORMAT
     for pass_, label in labels.items():
         assert data["entries"][p.key(pass_)]["choice"] == label
+
+    monkeypatch.setattr(tuner_conv2d, "measure", lambda *a: pytest.fail("measured again"))
+    assert {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES} == labels
+    tuner.clear()
+    assert {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES} == labels
+    assert {r["source"] for r in tuner.decisions()} == {"file"}
 
 
 def test_module_tuned_on_cpu(tune_cpu, monkeypatch):
@@ -113,7 +126,7 @@ def test_module_tuned_on_cpu(tune_cpu, monkeypatch):
     assert {r["key"].split("|")[0] for r in tuner.decisions()} == {
         "conv2d." + pass_ for pass_ in tuner.PASSES}
 
-    monkeypatch.setattr(tuner, "_measure", lambda *a: pytest.fail("measured twice"))
+    monkeypatch.setattr(tuner_conv2d, "measure", lambda *a: pytest.fail("measured twice"))
     grad = x.grad.clone()
     x.grad = None
     y = m(x)
@@ -128,9 +141,10 @@ def test_second_process_reads_the_file(tune_cpu, tuner_cache):
     script = """
         import json, torch
         from fastlayers import tuner
+        from fastlayers.tuner import conv2d
         x, w = torch.randn(2, 3, 9, 11), torch.randn(4, 3, 3, 3)
         p = tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False)
-        tuner._measure = None
+        conv2d.measure = None
         labels = {pass_: tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES}
         print(json.dumps({"labels": labels, "decisions": tuner.decisions()}))
     """
@@ -187,13 +201,14 @@ WRITER = """
     import sys, time
     from pathlib import Path
     from fastlayers import tuner
+    from fastlayers.tuner import cache
     wid, n, go = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     (go.parent / ("ready-%d" % wid)).touch()
     while not go.exists():
         time.sleep(0.001)
     for i in range(n):
-        tuner._write_entry("test|writer=%d|%d" % (wid, i),
-                           tuner.Decision(choice="native", source="tuned", reason=str(wid)))
+        cache.write_entry("test|writer=%d|%d" % (wid, i),
+                          tuner.Decision(choice="native", source="tuned", reason=str(wid)).to_json())
 """
 
 
@@ -223,8 +238,8 @@ def test_concurrent_writer_threads():
         try:
             barrier.wait()
             for i in range(n):
-                tuner._write_entry("test|thread=%d|%d" % (tid, i),
-                                   tuner.Decision(choice="native", source="tuned"))
+                cache.write_entry("test|thread=%d|%d" % (tid, i),
+                                  tuner.Decision(choice="native", source="tuned").to_json())
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -312,20 +327,19 @@ def test_environment_is_read_at_start(monkeypatch):
     monkeypatch.setenv("FASTLAYERS_TUNE_CPU", "1")
     monkeypatch.setenv("FASTLAYERS_TUNER_BUDGET", "0.5")
     monkeypatch.setenv("FASTLAYERS_WORKSPACE_LIMIT", "64M")
-    state = tuner._State()
-    assert (state.mode, state.tune_cpu, state.budget_s, state.workspace_limit) == (
-        "cache", True, 0.5, 64 << 20)
+    s = state._State()
+    assert (s.mode, s.tune_cpu, s.budget_s, s.workspace_limit) == ("cache", True, 0.5, 64 << 20)
     monkeypatch.setenv("FASTLAYERS_TUNER_MODE", "sometimes")
     monkeypatch.setenv("FASTLAYERS_TUNE_CPU", "0")
     with pytest.warns(UserWarning, match="FASTLAYERS_TUNER_MODE"):
-        state = tuner._State()
-    assert state.mode == "tune" and not state.tune_cpu
+        s = state._State()
+    assert s.mode == "tune" and not s.tune_cpu
 
 
 @pytest.mark.parametrize("text, value", [("512", 512), ("4K", 4096), ("1.5M", 3 << 19),
                                          ("2GiB", 2 << 30), ("1gb", 1 << 30)])
 def test_workspace_limit_parsing(text, value):
-    assert tuner._parse_bytes(text) == value
+    assert state._parse_bytes(text) == value
 
 
 def test_workspace_limit_skips_fft_candidates(tune_cpu):
@@ -344,21 +358,21 @@ def test_workspace_limit_skips_fft_candidates(tune_cpu):
 
 
 def test_inaccurate_or_failing_candidates_are_rejected(tune_cpu, monkeypatch):
-    real = tuner._pass_fn
+    real = algorithms.conv2d_call
     behaviour = {}
 
-    def pass_fn(label, pass_, p):  # the first FFT candidate inaccurate, the others failing
-        fn = real(label, pass_, p)
-        if label == "native":
+    def conv2d_call(choice, pass_, padding, tf32):  # the first FFT candidate inaccurate, the
+        fn = real(choice, pass_, padding, tf32)     # others failing
+        if choice == algorithms.NATIVE:
             return fn
-        kind = behaviour.setdefault(label, "failing" if behaviour else "inaccurate")
+        kind = behaviour.setdefault(choice.label, "failing" if behaviour else "inaccurate")
         if kind == "inaccurate":
             return lambda *a: fn(*a) * 1.001
         def fail(*a):
             raise RuntimeError("out of luck\nsecond line")
         return fail
 
-    monkeypatch.setattr(tuner, "_pass_fn", pass_fn)
+    monkeypatch.setattr(algorithms, "conv2d_call", conv2d_call)
     tuner.set_budget(60)  # rejected candidates are never timed: every one gets its verdict
     p = problem()
     assert tuner.choose_conv2d(p, "forward") == "native"
@@ -403,10 +417,10 @@ def test_candidates_hold_the_padded_input():
     for pass_ in tuner.PASSES:
         cands = tuner.candidates_conv2d(p, pass_)
         assert cands[0] == "native"
-        untiled = [tuner.fft_args(c) for c in cands[1:] if "tile=" not in c]
-        assert [(b, be) for b, be, _ in untiled] == [((14, 18), "cufft"), ((16, 32), "cufft"),
-                                                     ((16, 32), "fbfft")]
-        assert all(nh >= 13 and nw >= 17 for (nh, nw), _, _ in untiled)
+        untiled = [algorithms.parse(c).params for c in cands[1:] if "tile=" not in c]
+        assert [(u.basis, u.backend) for u in untiled] == [
+            ((14, 18), "cufft"), ((16, 32), "cufft"), ((16, 32), "fbfft")]
+        assert all(nh >= 13 and nw >= 17 for nh, nw in (u.basis for u in untiled))
 
 
 def test_candidates_backends_and_tiles():
@@ -451,19 +465,19 @@ def test_deterministic_mode_keeps_every_backend():
 
 def test_workspace_bound_follows_backend_and_tile():
     p = problem(S=8, C=16, K=16, H=30, W=30, k=3, pad=1)
-    cufft = tuner.fft_workspace_bytes(p, "forward", "fft:32x32")
-    fbfft = tuner.fft_workspace_bytes(p, "forward", "fbfft:32x32")
-    tiled = tuner.fft_workspace_bytes(p, "forward", "fbfft:8x8,tile=6x6")
+    cufft = algorithms.workspace_bytes("fft:32x32", p, "forward")
+    fbfft = algorithms.workspace_bytes("fbfft:32x32", p, "forward")
+    tiled = algorithms.workspace_bytes("fbfft:8x8,tile=6x6", p, "forward")
     assert fbfft < cufft
     from fastlayers import ops
     with ops._tile_chunk_limit(tiled // 4):  # smaller chunks, smaller workspace
-        assert tuner.fft_workspace_bytes(p, "forward", "fbfft:8x8,tile=6x6") < tiled // 2
+        assert algorithms.workspace_bytes("fbfft:8x8,tile=6x6", p, "forward") < tiled // 2
 
 
 def test_workspace_limit_between_backends(tune_cpu):
     p = problem(S=8, C=16, K=16, H=30, W=30, k=3, pad=1)
-    cufft = tuner.fft_workspace_bytes(p, "forward", "fft:32x32")
-    fbfft = tuner.fft_workspace_bytes(p, "forward", "fbfft:32x32")
+    cufft = algorithms.workspace_bytes("fft:32x32", p, "forward")
+    fbfft = algorithms.workspace_bytes("fbfft:32x32", p, "forward")
     tuner.set_workspace_limit((cufft + fbfft) // 2)
     tuner.set_budget(5)
     tuner.choose_conv2d(p, "forward")
@@ -472,19 +486,8 @@ def test_workspace_limit_between_backends(tune_cpu):
     assert "fbfft:32x32" in row["times_ms"]
 
 
-def test_parse_choice():
-    assert tuner.parse_choice("native") == ("native", None)
-    assert tuner.parse_choice("fft:16x12") == ("fft", (16, 12))
-    assert tuner.parse_choice("fbfft:16x16") == ("fbfft", (16, 16))
-    assert tuner.parse_choice("fbfft:16x16,tile=14x13") == ("fbfft", (16, 16))
-    assert tuner.fft_args("fft:16x12") == ((16, 12), "cufft", (0, 0))
-    assert tuner.fft_args("fbfft:32x32,tile=30x29") == ((32, 32), "fbfft", (30, 29))
-    for bad in ("winograd:4x4", "fft:16", "fft:16x16,tile=3"):
-        with pytest.raises(ValueError):
-            tuner.parse_choice(bad)
-    with pytest.raises(ValueError):
-        tuner.fft_args("native")
-    with pytest.raises(ValueError):
+def test_unknown_pass_is_refused():
+    with pytest.raises(ValueError, match="backward"):
         tuner.choose_conv2d(problem(), "backward")
 
 
@@ -552,7 +555,7 @@ def test_report(tune_cpu):
 def test_failed_measurement_falls_back_to_native_in_memory_only(tune_cpu, monkeypatch):
     def out_of_memory(*args):
         raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
-    monkeypatch.setattr(tuner, "_measure", out_of_memory)
+    monkeypatch.setattr(tuner_conv2d, "measure", out_of_memory)
     p = problem()
     assert tuner.choose_conv2d(p, "forward") == "native"
     row = by_key()[p.key("forward")]
@@ -561,10 +564,38 @@ def test_failed_measurement_falls_back_to_native_in_memory_only(tune_cpu, monkey
 
 
 def test_module_survives_a_failed_measurement(tune_cpu, monkeypatch):
-    monkeypatch.setattr(tuner, "_measure", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(tuner_conv2d, "measure",
+                        lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
     m = fastlayers.Conv2d(3, 4, 3, padding=1)
     x = torch.randn(2, 3, 9, 11, requires_grad=True)
     y = m(x)
     y.sum().backward()
     torch.testing.assert_close(y, torch.nn.functional.conv2d(x, m.weight, m.bias, padding=1))
     assert "measuring failed: boom" in tuner.report()
+
+
+@pytest.mark.gpu
+def test_candidates_on_cuda():
+    x = torch.randn(2, 4, 40, 40, device="cuda")
+    w = torch.randn(4, 4, 3, 3, device="cuda")
+    p = tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False)
+    cands = tuner.candidates_conv2d(p, "forward")
+    assert "fbfft:64x64" in cands and "fbfft:32x32,tile=30x30" in cands
+    p64 = tuner.ConvProblem.from_tensors(x.double(), w.double(), (1, 1))
+    assert not any(c.startswith("fbfft") for c in tuner.candidates_conv2d(p64, "forward"))
+    assert "fft:32x32,tile=30x30" in tuner.candidates_conv2d(p64, "forward")
+
+
+@pytest.mark.gpu
+def test_measures_fbfft_and_tiles_on_gpu():
+    tuner.set_budget(10.0)
+    x = torch.randn(16, 32, 60, 60, device="cuda")
+    w = torch.randn(32, 32, 3, 3, device="cuda")
+    p = tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False)
+    for pass_ in tuner.PASSES:
+        label = tuner.choose_conv2d(p, pass_)
+        row = by_key()[p.key(pass_)]
+        assert row["source"] == "tuned" and label in row["times_ms"]
+        measured = set(row["times_ms"]) | set(row["skipped"])
+        assert measured == set(tuner.candidates_conv2d(p, pass_))
+        assert any("tile=" in c for c in row["times_ms"]), row

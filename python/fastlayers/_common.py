@@ -1,0 +1,34 @@
+"""Argument helpers shared by the op wrappers: int pairs and PyTorch's TF32 switch for convolution."""
+from __future__ import annotations
+
+from typing import Sequence, Tuple, Union
+
+import torch
+
+IntPair = Union[int, Sequence[int]]
+
+
+def pair(v: IntPair, name: str) -> Tuple[int, int]:
+    """(v, v) for an int or a 1-sequence, the pair for a 2-sequence; ValueError naming `name`."""
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(int(x) for x in v)
+    if len(t) == 1:
+        return (t[0], t[0])
+    if len(t) != 2:
+        raise ValueError(f"`{name}` must be an int or a pair of ints, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+def conv_tf32_allowed() -> bool:
+    """Whether PyTorch currently allows TF32 for fp32 convolution (cuDNN's switch, through either
+    `torch.backends.cudnn.allow_tf32` or `torch.backends.cudnn.conv.fp32_precision`).
+
+    Under torch.compile the value is read once, when the graph is traced."""
+    return _conv_tf32_allowed()
+
+
+@torch.compiler.assume_constant_result
+def _conv_tf32_allowed() -> bool:
+    from . import _C
+    return bool(_C.conv_tf32_allowed())

@@ -1,0 +1,27 @@
+"""The one algorithm-choice registry: a label parses once into a typed ``Choice``, and one
+function gives the op call for (choice, pass). The module, the tuner and the benchmarks all go
+through it.
+
+    c = parse("fbfft:16x16,tile=14x14")
+    # c.family == "fbfft", c.params == FftParams(backend="fbfft", basis=(16, 16), tile=(14, 14))
+    y = conv2d_call(c, "forward", padding=(1, 1), tf32=False)(x, w, b, None)
+
+A family (native.py, fft.py) answers everything about its labels: parsing, candidates, calls,
+workspace, description and determinism. Adding one is a new module here and one ``register``
+call below.
+"""
+from . import fft, native
+from .fft import FftParams
+from .native import NATIVE
+from .registry import (CONV2D_PASSES, Choice, Family, candidates, conv2d_call, conv2d_grads,
+                       describe, deterministic, families, parse, register, unregister,
+                       workspace_bytes)
+
+__all__ = [
+    "Choice", "Family", "FftParams", "NATIVE", "CONV2D_PASSES", "parse", "register",
+    "unregister", "families", "candidates", "conv2d_call", "conv2d_grads", "workspace_bytes",
+    "describe", "deterministic",
+]
+
+register(native.FAMILY)  # first: the baseline leads every candidate list
+register(fft.FAMILY)

@@ -1,0 +1,119 @@
+"""FFT convolution, both transform backends: ``fft:NHxNW`` (cuFFT) and ``fbfft:NHxNW``, either
+with ``,tile=THxTW`` (overlap-save tiles of the pass's large result)."""
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+import torch
+
+from .. import _C
+from ..fft_conv import FBFFT_MAX_BASIS, good_fft_size, next_pow2
+from .registry import CONV2D_PASSES, Choice, Family
+
+# Label name -> transform backend, and back.
+BACKEND = {"fft": "cufft", "fbfft": "fbfft"}
+NAME = {backend: name for name, backend in BACKEND.items()}
+
+# Bases of tiled candidates: tile + kernel - 1 is one of these powers of two (square).
+TILE_BASES = (8, 16, 32, 64)
+
+
+class FftParams(NamedTuple):
+    backend: str              # "cufft" or "fbfft"
+    basis: Tuple[int, int]    # (nh, nw)
+    tile: Tuple[int, int]     # (th, tw); (0, 0) untiled
+
+
+def _size(text: str, label: str) -> Tuple[int, int]:
+    h, sep, w = text.partition("x")
+    try:
+        if sep and int(h) > 0 and int(w) > 0:
+            return (int(h), int(w))
+    except ValueError:
+        pass
+    raise ValueError(f"bad size {text!r} in algorithm label {label!r}")
+
+
+def _fbfft_basis_ok(nh: int, nw: int) -> bool:
+    ok = lambda n: 2 <= n <= FBFFT_MAX_BASIS and n & (n - 1) == 0  # noqa: E731
+    return ok(nh) and ok(nw)
+
+
+class Fft(Family):
+    names = tuple(BACKEND)
+    kinds = ("conv2d",)
+
+    def parse(self, name, params, label):
+        basis, sep, tile = params.partition(",tile=")
+        return FftParams(BACKEND[name], _size(basis, label), _size(tile, label) if sep else (0, 0))
+
+    def format(self, name, params):
+        label = "%s:%dx%d" % (name, params.basis[0], params.basis[1])
+        if params.tile[0] > 0:
+            label += ",tile=%dx%d" % params.tile
+        return label
+
+    def make(self, basis, backend="cufft", tile=(0, 0)) -> Choice:
+        """The choice of an FFT candidate: `basis` (nh, nw), `backend`, `tile` ((0, 0) untiled)."""
+        params = FftParams(backend, (int(basis[0]), int(basis[1])), (int(tile[0]), int(tile[1])))
+        return self.choice(NAME[backend], params)
+
+    def candidates(self, p, pass_):
+        """cuFFT at the smallest fast basis and the next power of two holding the padded input;
+        fbfft at that power of two when both sides are at most FBFFT_MAX_BASIS (not float64 on
+        CUDA); tiled, either backend, where tile + kernel - 1 is one of TILE_BASES and the tile
+        is smaller than the pass's large result (y; grad_input for the input grad)."""
+        out = []
+        hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
+        backends = ["cufft"]
+        if not (p.device_type == "cuda" and p.dtype == "float64"):
+            backends.append("fbfft")
+        for basis in sorted({(good_fft_size(hp), good_fft_size(wp)), (next_pow2(hp), next_pow2(wp))}):
+            out.append(self.make(basis))
+        pow2 = (next_pow2(hp), next_pow2(wp))
+        if "fbfft" in backends and _fbfft_basis_ok(*pow2):
+            out.append(self.make(pow2, "fbfft"))
+        rh, rw = (p.H, p.W) if pass_ == "input_grad" else (p.oh, p.ow)
+        for n in TILE_BASES:
+            tile = (min(n - p.kh + 1, rh), min(n - p.kw + 1, rw))
+            if tile[0] < 1 or tile[1] < 1 or (tile[0] == rh and tile[1] == rw):
+                continue  # the kernel does not fit, or one tile would be the whole result
+            for backend in backends:
+                out.append(self.make((n, n), backend, tile))
+        return out
+
+    def conv2d_call(self, choice, pass_, padding, tf32):
+        backend, basis, tile = choice.params
+        fl = torch.ops.fastlayers
+        if pass_ == "forward":
+            op = fl.fft_conv2d
+            return lambda x, w, b, gy: op(x, w, b, padding, basis, tf32, backend, tile)
+        if pass_ == "input_grad":
+            op = fl.fft_conv2d_input_grad
+            return lambda x, w, b, gy: op(gy, w, padding, basis, tf32, backend, tile)
+        op = fl.fft_conv2d_weight_grad
+        return lambda x, w, b, gy: op(gy, x, padding, basis, tf32, backend, tile)
+
+    def workspace_bytes(self, choice, p, pass_):
+        """The backend's buffers, or for a tiled candidate those of one chunk of tiles with the
+        tile copies (chunks stay under the extension's chunk bound), plus a tenth for cuFFT's work
+        areas, which the extension does not count."""
+        backend, basis, tile = choice.params
+        real_bytes = 8 if p.dtype == "float64" else 4
+        ws = _C.fft_conv2d_workspace_bytes(CONV2D_PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W,
+                                           p.kh, p.kw, p.ph, p.pw, basis[0], basis[1], real_bytes,
+                                           backend, tile[0], tile[1])
+        return int(ws * 1.1)
+
+    def describe(self, choice):
+        backend, basis, tile = choice.params
+        return "FFT, backend %s, basis %dx%d, %s" % (
+            backend, basis[0], basis[1], "tiles %dx%d" % tile if tile[0] > 0 else "untiled")
+
+    def deterministic(self, choice):
+        # cuFFT or fbfft, cuBLAS and kernels without atomics; tiled weight gradients sum their
+        # chunks in a fixed order.
+        return True
+
+
+FAMILY = Fft()

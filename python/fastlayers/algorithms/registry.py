@@ -1,0 +1,256 @@
+"""The registry of algorithm families and the typed choice a label parses into.
+
+A label names a family, then that family's parameters: ``native``, ``fft:16x16``,
+``fbfft:16x16,tile=14x14``. ``parse`` turns it into a ``Choice`` once; everything else (the op
+call for a pass, candidates, workspace, description, determinism) asks the family that registered
+the label's name.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+__all__ = [
+    "Choice", "Family", "CONV2D_PASSES", "parse", "register", "unregister", "families",
+    "candidates", "conv2d_call", "conv2d_grads", "workspace_bytes", "describe", "deterministic",
+]
+
+# The passes of a convolution, each its own op and its own choice.
+CONV2D_PASSES = ("forward", "input_grad", "weight_grad")
+
+# fn(x, w, b, gy) -> Tensor: forward reads x, w, b; input_grad gy, w (x for its shape); weight_grad
+# gy, x (w for its shape).
+Conv2dCall = Callable[..., torch.Tensor]
+# fn(x, w, gy, need_x, need_w) -> (grad x or None, grad w or None)
+Conv2dGrads = Callable[..., Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One algorithm with its parameters. Equal and hashed by (family, params); ``label`` is the
+    family's canonical text for them, so ``parse(choice.label) == choice``."""
+    family: str
+    params: Any  # the family's NamedTuple (FFT: FftParams(backend, basis, tile)); () for none
+    label: str = field(compare=False)
+
+    def __str__(self) -> str:
+        return self.label
+
+    def __repr__(self) -> str:
+        return "Choice(%r)" % self.label
+
+
+class Family:
+    """An algorithm family: every answer the package needs about its choices, in one object.
+
+    Subclasses set ``names`` (the label prefixes they own, before ``:``) and ``kinds`` (the layer
+    kinds they serve: ``"conv2d"``), and override what they support.
+    """
+    names: Tuple[str, ...] = ()
+    kinds: Tuple[str, ...] = ()
+    # Whether a forward call returns the memory format nn.Conv2d returns for its input (channels_last
+    # in, channels_last out); when not, ``conv2d_call(..., nn_layout=True)`` converts.
+    keeps_input_layout = False
+
+    def parse(self, name: str, params: str, label: str) -> Any:
+        """The parameters of `label` (its text after ``name:``, or "" when it has no colon);
+        ValueError naming `label` when they are malformed."""
+        raise NotImplementedError
+
+    def format(self, name: str, params: Any) -> str:
+        """The canonical label of (name, params); parse(format(...)) gives params back."""
+        raise NotImplementedError
+
+    def choice(self, name: str, params: Any) -> Choice:
+        return Choice(name, params, self.format(name, params))
+
+    def candidates(self, problem, pass_: str) -> Iterable[Choice]:
+        """The choices that support `problem` (of a kind in ``kinds``) in `pass_`, in the order the
+        tuner measures them."""
+        return ()
+
+    def conv2d_call(self, choice: Choice, pass_: str, padding: Tuple[int, int],
+                    tf32: bool) -> Conv2dCall:
+        raise ValueError(f"{choice.label!r} is not a conv2d algorithm")
+
+    def conv2d_grads(self, igrad: Choice, wgrad: Choice, padding: Tuple[int, int],
+                     tf32: bool) -> Optional[Conv2dGrads]:
+        """Both gradients in one call, where the family has one; None: the two pass calls."""
+        return None
+
+    def workspace_bytes(self, choice: Choice, problem, pass_: str) -> int:
+        """Device bytes the call allocates beyond its inputs and output."""
+        return 0
+
+    def describe(self, choice: Choice) -> str:
+        return choice.label
+
+    def deterministic(self, choice: Choice) -> bool:
+        """Whether results are bitwise identical run to run (no atomics, no order-dependent sums)."""
+        return False
+
+
+_lock = threading.Lock()
+_families: Dict[str, Family] = {}   # label name -> family, in registration order
+_parsed: Dict[str, Choice] = {}     # label -> its choice
+_calls: Dict[tuple, Conv2dCall] = {}   # conv2d_call's arguments -> the bound call
+_grads: Dict[tuple, Conv2dGrads] = {}  # conv2d_grads' arguments -> the bound backward
+
+
+def register(family: Family) -> Family:
+    """Adds `family` under each of its names (ValueError if a name is taken). Candidates come in
+    registration order, so the baseline (native) is registered first."""
+    with _lock:
+        taken = [n for n in family.names if n in _families]
+        if taken or not family.names:
+            raise ValueError(f"algorithm family names {taken or family.names!r} are taken or empty")
+        for name in family.names:
+            _families[name] = family
+        _forget()
+    return family
+
+
+def unregister(family: Family) -> None:
+    """Removes `family` and every name it registered."""
+    with _lock:
+        for name in [n for n, f in _families.items() if f is family]:
+            del _families[name]
+        _forget()
+
+
+def _forget() -> None:
+    """Drops parsed labels and bound calls (the families behind them changed)."""
+    _parsed.clear()
+    _calls.clear()
+    _grads.clear()
+
+
+def families() -> List[Family]:
+    """The registered families, once each, in registration order."""
+    out: List[Family] = []
+    for f in _families.values():
+        if f not in out:
+            out.append(f)
+    return out
+
+
+def parse(label: Union[str, Choice]) -> Choice:
+    """The choice a label names; ValueError naming the label when no family knows it or its
+    parameters are malformed. A Choice is returned as it is."""
+    if isinstance(label, Choice):
+        return label
+    got = _parsed.get(label)
+    if got is not None:
+        return got
+    name, _, params = str(label).partition(":")
+    family = _families.get(name)
+    if family is None:
+        raise ValueError(f"unknown algorithm label {label!r}")
+    got = family.choice(name, family.parse(name, params, label))
+    _parsed[label] = got
+    return got
+
+
+def _family(choice: Choice) -> Family:
+    family = _families.get(choice.family)
+    if family is None:
+        raise ValueError(f"algorithm family {choice.family!r} of {choice.label!r} is not registered")
+    return family
+
+
+def candidates(problem, pass_: str) -> List[Choice]:
+    """Every registered choice that supports `problem` in `pass_`, native first; when
+    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones."""
+    out: List[Choice] = []
+    for family in families():
+        if problem.kind in family.kinds:
+            out.extend(family.candidates(problem, pass_))
+    if problem.deterministic:
+        out = [c for c in out if _family(c).deterministic(c)]
+    return out
+
+
+def _pad(padding: Sequence[int]) -> Tuple[int, int]:
+    return (int(padding[0]), int(padding[1]))
+
+
+def conv2d_call(choice: Union[Choice, str], pass_: str, padding: Sequence[int], tf32: bool,
+                nn_layout: bool = False) -> Conv2dCall:
+    """The op call of one convolution pass, bound once: fn(x, w, b, gy) -> Tensor. The forward
+    reads x, w, b (bias may be None); input_grad gy and w (x for its shape); weight_grad gy and x
+    (w for its shape). `tf32` is the TF32 switch for fp32 inputs; with `nn_layout` the forward's
+    result has the memory format nn.Conv2d gives for its input. Calls are cached: binding the
+    same arguments again costs a dictionary look-up."""
+    choice = parse(choice)
+    key = (choice, pass_, _pad(padding), bool(tf32), bool(nn_layout))
+    call = _calls.get(key)
+    if call is None:
+        if pass_ not in CONV2D_PASSES:
+            raise ValueError(f"pass must be one of {CONV2D_PASSES}, got {pass_!r}")
+        family = _family(choice)
+        call = family.conv2d_call(choice, pass_, key[2], key[3])
+        if pass_ == "forward" and nn_layout and not family.keeps_input_layout:
+            call = _in_input_layout(call)
+        _calls[key] = call
+    return call
+
+
+def _in_input_layout(call: Conv2dCall) -> Conv2dCall:
+    def forward(x, w, b, gy):
+        y = call(x, w, b, gy)
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            y = y.contiguous(memory_format=torch.channels_last)
+        return y
+    return forward
+
+
+def conv2d_grads(igrad: Union[Choice, str], wgrad: Union[Choice, str], padding: Sequence[int],
+                 tf32: bool) -> Conv2dGrads:
+    """The backward of a convolution whose input and weight gradients use `igrad` and `wgrad`,
+    bound once: fn(x, w, gy, need_x, need_w) -> (grad x or None, grad w or None). One call where
+    both choices are of a family that computes both gradients at once, else the two pass calls."""
+    igrad, wgrad = parse(igrad), parse(wgrad)
+    key = (igrad, wgrad, _pad(padding), bool(tf32))
+    grads = _grads.get(key)
+    if grads is None:
+        family = _family(igrad)
+        if family is _family(wgrad):
+            grads = family.conv2d_grads(igrad, wgrad, key[2], key[3])
+        if grads is None:
+            grads = _two_calls(conv2d_call(igrad, "input_grad", key[2], key[3]),
+                               conv2d_call(wgrad, "weight_grad", key[2], key[3]))
+        _grads[key] = grads
+    return grads
+
+
+def _two_calls(input_grad: Conv2dCall, weight_grad: Conv2dCall) -> Conv2dGrads:
+    def grads(x, w, gy, need_x, need_w):
+        gx = input_grad(x, w, None, gy) if need_x else None
+        gw = weight_grad(x, w, None, gy) if need_w else None
+        return gx, gw
+    return grads
+
+
+def workspace_bytes(choice: Union[Choice, str], problem, pass_: str) -> int:
+    """Device bytes `choice` allocates in `pass_` of `problem` beyond its inputs and output."""
+    choice = parse(choice)
+    return _family(choice).workspace_bytes(choice, problem, pass_)
+
+
+def describe(choice: Union[Choice, str]) -> str:
+    """The choice in words ('PyTorch (native)', 'FFT, backend fbfft, basis 16x16, tiles 14x14');
+    a label no family knows is returned as it is."""
+    try:
+        choice = parse(choice)
+        return _family(choice).describe(choice)
+    except ValueError:
+        return str(choice)
+
+
+def deterministic(choice: Union[Choice, str]) -> bool:
+    """Whether `choice` gives bitwise-identical results run to run."""
+    choice = parse(choice)
+    return _family(choice).deterministic(choice)

@@ -1,0 +1,35 @@
+"""The tuner: per shape and per pass, the fastest candidate whose error is within tolerance.
+
+Candidates are PyTorch's own implementation (``native``, always present) and every algorithm in
+``fastlayers.algorithms`` that supports the case. Decisions live in memory and in a JSON file;
+choosing a cached decision costs a dictionary look-up.
+
+Parts: state.py (mode, budget, bounds), cache.py (the file), measure.py (accuracy guard, timers,
+budget loop), decide.py (memory, file, measuring or the heuristic), records.py (forced choices,
+fallbacks, decisions(), report()), and one module per layer kind (conv2d.py: its problem,
+inputs, reference and candidates).
+
+Environment:
+  FASTLAYERS_TUNER_MODE       ``tune`` (measure on first sight; default), ``cache`` (use cached
+                              decisions, otherwise the heuristic), ``off`` (heuristic only)
+  FASTLAYERS_CACHE_DIR        folder of the decision file (default: $XDG_CACHE_HOME/fastlayers,
+                              else ~/.cache/fastlayers)
+  FASTLAYERS_TUNER_BUDGET     seconds of measuring per pass and shape (default 2)
+  FASTLAYERS_WORKSPACE_LIMIT  bytes a candidate's workspace may take (suffixes K, M, G allowed;
+                              default: the smaller of 1 GiB and a quarter of free device memory)
+  FASTLAYERS_TUNE_CPU         1 to measure on CPU tensors too (default: CPU uses the heuristic)
+"""
+from .cache import FORMAT, cache_file
+from .conv2d import PASSES, ConvProblem, candidates_conv2d, choose_conv2d
+from .decide import Decision
+from .measure import ERROR_FLOOR, WIN_MARGIN, error_floor
+from .records import clear, decisions, note_fallback, record_forced, report
+from .state import (MODES, _state, generation, get_mode, mode, set_budget, set_mode,
+                    set_workspace_limit, workspace_limit)
+
+__all__ = [
+    "ConvProblem", "Decision", "PASSES", "FORMAT", "MODES", "ERROR_FLOOR", "WIN_MARGIN",
+    "choose_conv2d", "candidates_conv2d", "report", "decisions", "set_mode", "get_mode", "mode",
+    "clear", "cache_file", "set_workspace_limit", "workspace_limit", "set_budget", "generation",
+    "note_fallback", "record_forced", "error_floor",
+]

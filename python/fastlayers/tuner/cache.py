@@ -1,0 +1,119 @@
+"""The decision file: {"format": FORMAT, "entries": {key: decision}}, one per format under the
+user's cache folder. Read once per process; written under a file lock, merged with what other
+processes wrote, and replaced atomically. A file that cannot be read or has another format is
+reported and ignored."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Dict
+
+import torch
+
+from .._version import __version__
+from .state import _state
+
+FORMAT = 2  # 2: labels name the transform backend and the tile
+
+try:  # the digest of the sources and flags the extension was built from (setup.py writes it)
+    from .._build_info import SOURCES as _SOURCES
+except ImportError:  # a tree whose extension was not built by setup.py
+    _SOURCES = "unknown"
+
+
+def _cudnn_version():
+    try:
+        return torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001 - no cuDNN in this build
+        return None
+
+
+def versions() -> str:
+    """The tail of every key: the library versions a decision was measured with."""
+    return "torch=%s,cuda=%s,cudnn=%s,fastlayers=%s+%s" % (
+        torch.__version__, torch.version.cuda, _cudnn_version(), __version__, _SOURCES)
+
+
+def cache_file() -> Path:
+    """$FASTLAYERS_CACHE_DIR, else $XDG_CACHE_HOME/fastlayers, else ~/.cache/fastlayers; the file
+    name carries FORMAT."""
+    d = os.environ.get("FASTLAYERS_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "fastlayers")
+    return Path(d) / ("tuner-v%d.json" % FORMAT)
+
+
+def _read_file(path: Path) -> Dict[str, dict]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        warnings.warn(f"fastlayers: tuner cache {path} could not be read ({e}); ignoring it")
+        return {}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+            raise ValueError("not a fastlayers tuner cache")
+    except ValueError as e:
+        warnings.warn(f"fastlayers: tuner cache {path} is corrupt ({e}); ignoring it")
+        return {}
+    if data.get("format") != FORMAT:
+        warnings.warn(f"fastlayers: tuner cache {path} has format {data.get('format')!r}, "
+                      f"this version reads {FORMAT}; ignoring it")
+        return {}
+    return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and "choice" in v}
+
+
+def file_entries() -> Dict[str, dict]:
+    """The file's entries, read on first use."""
+    if _state.file_entries is None:
+        _state.file_entries = _read_file(cache_file())
+    return _state.file_entries
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(str(path) + ".lock", "a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def write_entry(key: str, entry: dict) -> None:
+    """Adds `entry` under `key` to the file; a file that cannot be written is reported and the
+    decision stays in memory."""
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(path):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a bad file was reported when first read
+                entries = _read_file(path)
+            entries[key] = entry
+            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"format": FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        _state.file_entries = entries
+    except OSError as e:
+        warnings.warn(f"fastlayers: could not write tuner cache {path} ({e}); decisions stay in memory")

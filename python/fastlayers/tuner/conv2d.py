@@ -1,0 +1,124 @@
+"""The conv2d layer kind: its problem (everything that changes the answer), its candidates (from
+the algorithm registry's conv2d families), its measuring inputs and float64 reference, and the
+choice per pass."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, List, Optional, Sequence
+
+import torch
+
+from .. import algorithms
+from .._common import conv_tf32_allowed
+from ..algorithms import CONV2D_PASSES as PASSES
+from ..algorithms import NATIVE
+from . import decide
+from .cache import versions
+from .measure import error_floor, measure_candidates
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """Everything that changes the answer for a stride-1 convolution."""
+    kind: ClassVar[str] = "conv2d"
+
+    S: int
+    C: int
+    K: int
+    H: int
+    W: int
+    kh: int
+    kw: int
+    ph: int
+    pw: int
+    dtype: str
+    device_type: str
+    device_name: str
+    capability: str
+    layout: str
+    tf32: bool
+    deterministic: bool
+
+    @staticmethod
+    def from_tensors(input: torch.Tensor, weight: torch.Tensor, padding: Sequence[int],
+                     tf32: Optional[bool] = None) -> "ConvProblem":
+        dev = input.device
+        if dev.type == "cuda":
+            name = torch.cuda.get_device_name(dev)
+            cap = "%d.%d" % torch.cuda.get_device_capability(dev)
+        else:
+            name, cap = dev.type, "-"
+        layout = ("channels_last" if input.dim() == 4 and not input.is_contiguous()
+                  and input.is_contiguous(memory_format=torch.channels_last) else "contiguous")
+        return ConvProblem(
+            S=input.shape[0], C=input.shape[1], K=weight.shape[0], H=input.shape[2], W=input.shape[3],
+            kh=weight.shape[2], kw=weight.shape[3], ph=int(padding[0]), pw=int(padding[1]),
+            dtype=str(input.dtype).replace("torch.", ""), device_type=dev.type, device_name=name,
+            capability=cap, layout=layout,
+            tf32=(dev.type == "cuda" and conv_tf32_allowed()) if tf32 is None else bool(tf32),
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+        )
+
+    @property
+    def oh(self) -> int:
+        return self.H + 2 * self.ph - self.kh + 1
+
+    @property
+    def ow(self) -> int:
+        return self.W + 2 * self.pw - self.kw + 1
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def key(self, pass_: str) -> str:
+        return ("conv2d.%s|S=%d,C=%d,K=%d,H=%d,W=%d,k=%dx%d,pad=%d,%d|%s|%s|%s|sm%s|tf32=%d|det=%d|%s"
+                % (pass_, self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw,
+                   self.dtype, self.layout, self.device_name, self.capability, self.tf32,
+                   self.deterministic, versions()))
+
+    def describe(self) -> str:
+        return "S=%d C=%d K=%d %dx%d k=%dx%d pad=%d,%d %s %s%s" % (
+            self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw, self.dtype,
+            self.device_type, " tf32" if self.tf32 and self.dtype == "float32" else "")
+
+
+def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
+    """Labels of every registered algorithm that supports the problem, `native` first; under
+    torch.use_deterministic_algorithms(True) only deterministic ones."""
+    return [c.label for c in algorithms.candidates(p, pass_)]
+
+
+def inputs(p: ConvProblem, device: torch.device):
+    """x [S,C,H,W] (in the problem's layout), w [K,C,kh,kw], gy [S,K,oh,ow]: seeded normal samples."""
+    dt = p.torch_dtype
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(p.S, p.C, p.H, p.W, device=device, dtype=dt, generator=gen)
+    w = torch.randn(p.K, p.C, p.kh, p.kw, device=device, dtype=dt, generator=gen)
+    gy = torch.randn(p.S, p.K, p.oh, p.ow, device=device, dtype=dt, generator=gen)
+    if p.layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, w, gy
+
+
+def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision:
+    """Every candidate of `pass_` measured on `device` against PyTorch's path in float64."""
+    x, w, gy = inputs(p, device)
+    pad = (p.ph, p.pw)
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        ref = algorithms.conv2d_call(NATIVE, pass_, pad, False)(x.double(), w.double(), None,
+                                                                gy.double())
+        return measure_candidates(
+            algorithms.candidates(p, pass_),
+            call=lambda c: algorithms.conv2d_call(c, pass_, pad, p.tf32),
+            workspace=lambda c: algorithms.workspace_bytes(c, p, pass_),
+            args=(x, w, None, gy), ref=ref, device=device, floor=error_floor(p.torch_dtype, p.tf32))
+
+
+def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = None) -> str:
+    """The algorithm label for one pass of `p` ('native', 'fft:NHxNW', 'fbfft:NHxNW,tile=THxTW',
+    ...). A new shape is measured on `device` (default: the current CUDA device, or the CPU)."""
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
+    return decide.choose(p, pass_, device, measure)
+

@@ -1,0 +1,75 @@
+"""Records: forced choices and unsupported layers, every decision as rows, clear(), report()."""
+from __future__ import annotations
+
+import contextlib
+from typing import List
+
+from .. import algorithms
+from . import cache
+from .decide import Decision
+from .state import _state
+
+
+def record_forced(problem, pass_: str, label: str) -> None:
+    """Record that a module pinned `label` for `pass_` of `problem` (shown by report())."""
+    with _state.lock:
+        _state.memory.setdefault("forced|" + problem.key(pass_) + "|" + label,
+                                 Decision(choice=label, source="forced", reason="set on the module"))
+
+
+def note_fallback(what: str, reason: str) -> None:
+    """Record that a layer ran PyTorch's path because fastlayers does not support the case."""
+    with _state.lock:
+        _state.fallbacks[what] = reason
+
+
+def decisions() -> List[dict]:
+    """Every decision made or loaded in this process, and every fallback, as dicts."""
+    rows = []
+    with _state.lock:
+        for key, d in _state.memory.items():
+            rows.append({"key": key, "choice": d.choice, "source": d.source, "reason": d.reason,
+                         "times_ms": dict(d.times_ms), "errors": dict(d.errors),
+                         "skipped": dict(d.skipped)})
+        for what, reason in _state.fallbacks.items():
+            rows.append({"key": what, "choice": "native", "source": "unsupported", "reason": reason,
+                         "times_ms": {}, "errors": {}, "skipped": {}})
+    return rows
+
+
+def clear(memory: bool = True, file: bool = False) -> None:
+    """Forget decisions: those in memory, and (file=True) the cache file too."""
+    with _state.lock:
+        if memory:
+            _state.memory.clear()
+            _state.fallbacks.clear()
+        if file:
+            with contextlib.suppress(FileNotFoundError):
+                cache.cache_file().unlink()
+        _state.file_entries = None
+        _state.generation += 1
+
+
+def report() -> str:
+    """A readable table of what was chosen (algorithm and its parameters), for which shape and
+    pass, and why: times, errors and skipped candidates with their reasons."""
+    lines = ["fastlayers tuner: mode=%s, cache=%s" % (_state.mode, cache.cache_file())]
+    rows = decisions()
+    if not rows:
+        lines.append("  (no decisions yet)")
+    for r in rows:
+        key = r["key"]
+        if key.startswith("forced|"):
+            key = key[len("forced|"):]
+        head = key.split("|torch=")[0]
+        lines.append("  %-12s %-11s %s" % (r["choice"], r["source"], head))
+        lines.append("      use: %s" % algorithms.describe(r["choice"]))
+        if r["reason"]:
+            lines.append("      why: %s" % r["reason"])
+        if r["times_ms"]:
+            lines.append("      ms:  " + ", ".join("%s %.4g" % kv for kv in r["times_ms"].items()))
+        if r["errors"]:
+            lines.append("      err: " + ", ".join("%s %.2e" % kv for kv in r["errors"].items()))
+        for label, why in r["skipped"].items():
+            lines.append("      skipped %s: %s" % (label, why))
+    return "\n".join(lines)

@@ -1,0 +1,265 @@
+"""The algorithm-choice registry: labels, calls, candidates, and a family added and removed."""
+import dataclasses
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fastlayers
+from fastlayers import algorithms, ops, tuner
+from fastlayers.algorithms import NATIVE, Choice, FftParams, Family
+from conv_samples import rel_err, torch_passes
+
+PASSES = algorithms.CONV2D_PASSES
+
+
+def problem(S=2, C=3, K=4, H=9, W=11, kh=3, kw=3, ph=1, pw=1, dtype=torch.float64):
+    x = torch.randn(S, C, H, W, dtype=dtype)
+    w = torch.randn(K, C, kh, kw, dtype=dtype)
+    return tuner.ConvProblem.from_tensors(x, w, (ph, pw), tf32=False)
+
+
+# Problems whose candidates cover untiled and tiled, both backends, rectangular bases and tiles.
+PROBLEMS = [
+    dict(H=9, W=11),
+    dict(S=1, C=2, K=3, H=13, W=6, kh=5, kw=2, ph=2, pw=0),
+    dict(S=2, C=2, K=2, H=20, W=20, kh=3, kw=3, ph=1, pw=1),
+    dict(S=1, C=1, K=2, H=5, W=3, kh=1, kw=1, ph=2, pw=2),
+]
+
+
+def all_candidates():
+    for kwargs in PROBLEMS:
+        p = problem(**kwargs)
+        for pass_ in PASSES:
+            for c in algorithms.candidates(p, pass_):
+                yield p, pass_, c
+
+
+def test_labels_round_trip():
+    labels = {c.label for _, _, c in all_candidates()}
+    assert {"native", "fft:12x14", "fbfft:16x16", "fft:8x8,tile=6x6", "fbfft:8x8,tile=6x6"} <= labels
+    assert any(c.startswith("fbfft:") and "tile=" in c for c in labels)
+    for label in labels:
+        c = algorithms.parse(label)
+        assert isinstance(c, Choice) and c.label == label == str(c)
+        assert algorithms.parse(c.label) == c and algorithms.parse(c) is c
+        assert hash(c) == hash(algorithms.parse(label))
+        assert label.startswith(c.family + ":") or label == c.family == "native"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        algorithms.parse("fft:8x8").family = "fbfft"
+
+
+def test_parsed_parameters():
+    assert algorithms.parse("native") == NATIVE
+    assert algorithms.parse("native").params == ()
+    assert algorithms.parse("fft:16x12").params == FftParams("cufft", (16, 12), (0, 0))
+    c = algorithms.parse("fbfft:32x32,tile=30x29")
+    assert (c.family, c.params) == ("fbfft", FftParams("fbfft", (32, 32), (30, 29)))
+    assert c.params.backend == "fbfft" and c.params.basis == (32, 32) and c.params.tile == (30, 29)
+    # A label that spells numbers differently names the same choice, under its canonical label.
+    assert algorithms.parse("fft:016x16") == algorithms.parse("fft:16x16")
+    assert algorithms.parse("fft:016x16").label == "fft:16x16"
+    assert algorithms.parse("fft:16x16") != algorithms.parse("fbfft:16x16")
+
+
+@pytest.mark.parametrize("bad", ["winograd:4x4", "fft:16", "fft:16x16,tile=3", "fft:0x8",
+                                 "fbfft:8x-8", "fft:16x16,foo", "fft", "native:1", "Native", "",
+                                 "fft:16x16,tile=4x4,tile=2x2", "fft:16x16,tile=",
+                                 "fft:16x16,tile=0x4", "fbfft:8", "fft:16x16,tiles=4x4",
+                                 "fft:8x8,tile=axb"])
+def test_bad_labels_name_themselves(bad):
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        algorithms.parse(bad)
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        fastlayers.Conv2d(3, 4, 3).force_algorithms(input_grad=bad)
+    assert algorithms.describe(bad) == bad  # the report shows what it cannot read as it is
+
+
+def test_descriptions_and_determinism():
+    assert algorithms.describe("native") == "PyTorch (native)"
+    assert algorithms.describe("fbfft:16x16,tile=14x14") == \
+        "FFT, backend fbfft, basis 16x16, tiles 14x14"
+    assert algorithms.describe(algorithms.parse("fft:12x14")) == \
+        "FFT, backend cufft, basis 12x14, untiled"
+    assert all(algorithms.deterministic(c) for _, _, c in all_candidates())
+
+
+def test_candidates_start_with_native_and_match_the_tuner():
+    for kwargs in PROBLEMS:
+        p = problem(**kwargs)
+        for pass_ in PASSES:
+            cands = algorithms.candidates(p, pass_)
+            assert cands[0] == NATIVE and NATIVE not in cands[1:]
+            assert len(set(cands)) == len(cands)
+            assert tuner.candidates_conv2d(p, pass_) == [c.label for c in cands]
+
+
+def test_fbfft_limit_comes_from_the_extension():
+    from fastlayers import _C
+    assert ops.FBFFT_MAX_BASIS == getattr(_C, "FBFFT_MAX_2D", 128)
+    n = ops.FBFFT_MAX_BASIS
+    inside = problem(S=1, C=1, K=1, H=5, W=n - 2, ph=1, pw=1)
+    outside = problem(S=1, C=1, K=1, H=5, W=n - 1, ph=1, pw=1)
+    assert "fbfft:8x%d" % n in tuner.candidates_conv2d(inside, "forward")
+    untiled = [c for c in tuner.candidates_conv2d(outside, "forward") if "tile=" not in c]
+    assert "fft:8x%d" % (2 * n) in untiled and not any(c.startswith("fbfft:") for c in untiled)
+
+
+def test_workspace_of_native_is_nothing():
+    p = problem(S=8, C=16, K=16, H=30, W=30)
+    assert algorithms.workspace_bytes(NATIVE, p, "forward") == 0
+    assert algorithms.workspace_bytes("fft:32x32", p, "forward") > 0
+
+
+def test_every_candidate_call_matches_pytorch():
+    for kwargs in PROBLEMS:
+        p = problem(**kwargs)
+        x = torch.randn(p.S, p.C, p.H, p.W, dtype=torch.float64)
+        w = torch.randn(p.K, p.C, p.kh, p.kw, dtype=torch.float64)
+        b = torch.randn(p.K, dtype=torch.float64)
+        gy = torch.randn(p.S, p.K, p.oh, p.ow, dtype=torch.float64)
+        expected = dict(zip(PASSES, torch_passes(x, w, b, gy, (p.ph, p.pw))))
+        for pass_ in PASSES:
+            for c in algorithms.candidates(p, pass_):
+                call = algorithms.conv2d_call(c, pass_, (p.ph, p.pw), False)
+                assert algorithms.conv2d_call(c.label, pass_, [p.ph, p.pw], False) is call
+                out = call(x, w, b if pass_ == "forward" else None, gy)
+                assert rel_err(out, expected[pass_]) <= 1e-10, (kwargs, pass_, c)
+
+
+@pytest.mark.parametrize("igrad, wgrad", [("native", "native"), ("native", "fft:16x16"),
+                                          ("fbfft:16x16,tile=5x5", "native"),
+                                          ("fft:12x14", "fbfft:8x8,tile=6x6")])
+def test_gradients_in_one_backward(igrad, wgrad):
+    x = torch.randn(2, 3, 9, 11, dtype=torch.float64)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    gy = torch.randn(2, 4, 9, 11, dtype=torch.float64)
+    _, gx_ref, gw_ref = torch_passes(x, w, None, gy, (1, 1))
+    grads = algorithms.conv2d_grads(igrad, wgrad, (1, 1), False)
+    gx, gw = grads(x, w, gy, True, True)
+    assert rel_err(gx, gx_ref) <= 1e-10 and rel_err(gw, gw_ref) <= 1e-10
+    assert grads(x, w, gy, True, False)[1] is None
+    assert grads(x, w, gy, False, True)[0] is None
+    assert rel_err(grads(x, w, gy, False, True)[1], gw_ref) <= 1e-10
+    assert grads(x, w, gy, False, False) == (None, None)
+
+
+def test_forward_call_in_nn_layout_keeps_channels_last():
+    x = torch.randn(2, 3, 9, 11, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    for label in ("native", "fft:12x14"):
+        y = algorithms.conv2d_call(label, "forward", (1, 1), False, nn_layout=True)(x, w, None, None)
+        assert y.is_contiguous(memory_format=torch.channels_last), label
+        assert rel_err(y, F.conv2d(x, w, None, 1, 1)) <= 1e-10
+
+
+def test_bad_pass_is_refused():
+    with pytest.raises(ValueError, match="backward"):
+        algorithms.conv2d_call("fft:8x8", "backward", (0, 0), False)
+
+
+# --- a family added from outside: one object, one register call ----------------------------------
+
+
+class Scaled(Family):
+    """PyTorch's path, scaled by a factor named in the label ('scaled:1', 'scaled:1.001'), or failing
+    ('scaled:fail'), or asking for more workspace than any bound ('scaled:huge')."""
+    names = ("scaled",)
+    kinds = ("conv2d",)
+    keeps_input_layout = True
+
+    def __init__(self, labels=("scaled:1",), deterministic=True):
+        self.labels = labels
+        self.is_deterministic = deterministic
+
+    def parse(self, name, params, label):
+        if params in ("fail", "huge"):
+            return (params,)
+        try:
+            return (float(params),)
+        except ValueError:
+            raise ValueError(f"bad factor in algorithm label {label!r}") from None
+
+    def format(self, name, params):
+        return "scaled:%s" % (params[0] if isinstance(params[0], str) else repr(params[0]))
+
+    def candidates(self, problem, pass_):
+        return [algorithms.parse(label) for label in self.labels]
+
+    def conv2d_call(self, choice, pass_, padding, tf32):
+        native = algorithms.conv2d_call(NATIVE, pass_, padding, tf32)
+        what = choice.params[0]
+        if what == "fail":
+            def fail(*args):
+                raise RuntimeError("out of luck\nsecond line")
+            return fail
+        factor = 1.0 if what == "huge" else what
+        return lambda x, w, b, gy: native(x, w, b, gy) * factor
+
+    def workspace_bytes(self, choice, problem, pass_):
+        return 1 << 60 if choice.params[0] == "huge" else 0
+
+    def describe(self, choice):
+        return "PyTorch scaled by %s" % (choice.params[0],)
+
+    def deterministic(self, choice):
+        return self.is_deterministic
+
+
+@pytest.fixture
+def scaled():
+    family = Scaled(("scaled:1.0", "scaled:1.001", "scaled:fail", "scaled:huge"))
+    algorithms.register(family)
+    try:
+        yield family
+    finally:
+        algorithms.unregister(family)
+
+
+def test_added_family_shows_up_everywhere_and_leaves(scaled, monkeypatch):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(60)  # every candidate gets its verdict
+    p = problem(dtype=torch.float32)
+    c = algorithms.parse("scaled:1.0")
+    assert c.family == "scaled" and c.params == (1.0,)
+    assert algorithms.candidates(p, "forward")[-4:] == [
+        algorithms.parse(label) for label in scaled.labels]
+    assert tuner.candidates_conv2d(p, "forward")[0] == "native"
+
+    tuner.choose_conv2d(p, "forward")
+    row = {r["key"]: r for r in tuner.decisions()}[p.key("forward")]
+    assert "scaled:1.0" in row["times_ms"]
+    skipped = row["skipped"]
+    assert skipped["scaled:1.001"].startswith("error ") and "> tolerance" in skipped["scaled:1.001"]
+    assert skipped["scaled:fail"] == "failed: out of luck"
+    assert skipped["scaled:huge"].startswith("workspace ")
+    assert "skipped scaled:fail: failed: out of luck" in tuner.report()
+
+    m = fastlayers.Conv2d(3, 4, 3, padding=1).force_algorithms("scaled:1.0", "scaled:1.0",
+                                                               "scaled:1.0")
+    x = torch.randn(2, 3, 9, 11, requires_grad=True)
+    m(x).sum().backward()
+    assert "use: PyTorch scaled by 1.0" in tuner.report()
+
+    algorithms.unregister(scaled)
+    assert not any(c.startswith("scaled:") for c in tuner.candidates_conv2d(p, "forward"))
+    with pytest.raises(ValueError, match="'scaled:1.0'"):
+        algorithms.parse("scaled:1.0")
+    assert scaled not in algorithms.families()
+    algorithms.register(scaled)  # for the fixture's unregister
+    with pytest.raises(ValueError, match="taken"):
+        algorithms.register(Scaled())
+
+
+def test_deterministic_mode_drops_nondeterministic_families():
+    family = algorithms.register(Scaled(deterministic=False))
+    try:
+        p = problem()
+        assert "scaled:1.0" in tuner.candidates_conv2d(p, "forward")
+        q = dataclasses.replace(p, deterministic=True)
+        assert "scaled:1.0" not in tuner.candidates_conv2d(q, "forward")
+        assert tuner.candidates_conv2d(q, "forward") == tuner.candidates_conv2d(p, "forward")[:-1]
+    finally:
+        algorithms.unregister(family)
