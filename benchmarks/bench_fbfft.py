@@ -1,240 +1,215 @@
-"""fbfft against cuFFT, batched real 1-D and 2-D transforms, one process, one device.
+#!/usr/bin/env python3
+"""fbfft against cuFFT: batched real 1-D and 2-D transforms, one process, one device.
 
-    python3 benchmarks/bench_fbfft.py [--out DIR] [--quick] [--ab] [--dims 1|2]
+    python3 benchmarks/bench_fbfft.py [--out DIR] [--quick] [--dims 1|2] [--io]
 
-Method:
-- cuFFT runs through torch.fft (rfft2/irfft2, rfft/irfft); with implicit padding (an h x h input
-  read as an n x n transform) torch pads with a copy first, which is what a cuFFT user does.
-- C2R is timed a second way, unscaled on both sides: torch.fft's normalized inverse scales in a
-  kernel of its own after cuFFT's, which a program calling cuFFT directly (unnormalized C2R) does
-  not run; torch.fft.irfft2 / irfft with norm="forward" leaves the inverse unscaled, and fbfft
-  runs with normalized=False. "x unscaled" is that pair's ratio.
-- cuFFT is also called directly ("x direct"): one cufftExec on a cached plan (fastlayers' plan
-  cache, the one its cuFFT convolution uses), no framework around it and nothing torch adds: no
-  clone of the C2R input (torch clones it because cuFFT's C2R overwrites its input; the direct
-  call lets it), no normalization kernel. Both sides unnormalized for C2R; a padded read pads
-  with a copy first, as a cuFFT user must. The overwritten spectrum holds garbage after the first
-  call, which costs a transform the same time (checked against torch.fft on a fresh copy first).
-- Every candidate is timed twice: "eager" (one call between two CUDA events, median of trials,
-  host overhead included when the kernel is shorter than the launch path) and "graph" (ten calls
-  captured in a CUDA graph and replayed, median per call: device time only, as if cuFFT were called
-  directly without the framework around it). Ratios use the graph times.
-- GB/s count the real side read and the complex side written (R2C), or the reverse (C2R):
-  B (4 h w + 8 n (n/2 + 1)). Copy bandwidth: a device-to-device copy of the same number of bytes,
-  measured in the same run (read + write).
-- Inputs of the large batches exceed the L2 cache; small ones (B = 1024, n <= 16) fit in it and are
-  marked as such by their sizes.
+Per case (transform size n, input side h <= n, batch B) and direction (R2C; C2R when h = n):
+- fbfft (fastlayers.fbfft), cuFFT called directly (one cufftExec on a cached plan, through
+  fastlayers._C.testing.cufft_direct_rfft2 / cufft_direct_irfft2_: no clone of the C2R input, no
+  normalisation; a padded read pads with a copy first, as a cuFFT user must) and cuFFT through
+  torch.fft (rfft2 / irfft2, rfft / irfft; its C2R clones its input and normalises in a kernel of
+  its own).
+- Correctness first: each result against torch.fft in float64; fbfft and the direct call must be
+  within max(4 x torch.fft's own error, 1e-6), or the case is recorded as failed, with no ratio.
+- Device time: CUDA-graph replays (device time only, warm cache). The headline ratio is cuFFT
+  called directly / fbfft, both unnormalised for C2R, the median of per-round ratios of
+  interleaved trials; the ratio against torch.fft (normalised C2R on both sides) stands beside.
+- Bandwidth: B (4 h w + 8 n (n/2 + 1)) bytes (real side and complex side once each) over the
+  time, as a share of a device-to-device copy of as many bytes measured in the same run (the
+  faster of torch's copy_ and an element-wise copy kernel).
+--io: also each kernel with its spectrum always staged through shared memory and always moved
+directly (fastlayers._C.testing's direct_io argument; the default is the measured choice).
+
+Writes DIR/fbfft-<device>.json and prints a markdown table. Without CUDA it says so and exits 0.
+Exit status: 3 when a case failed its correctness check, 0 otherwise.
 """
-import argparse
-import json
-import statistics
-from pathlib import Path
+from __future__ import annotations
 
-import torch
+import sys
+import time
 
-import fastlayers  # noqa: F401
-from fastlayers import _C, fbfft
+import common
+from common import log
 
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-def time_eager(fn, trials=25):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(trials):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+import fastlayers  # noqa: E402,F401
+from fastlayers import _C, fbfft  # noqa: E402
+
+TOL_FACTOR, TOL_FLOOR = 4.0, 1e-6
+IO_MODES = {"measured": 1, "staged": 0, "direct": 2}
 
 
-def time_graph(fn, calls=10, trials=15):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(trials):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / calls)
-    del g
-    return statistics.median(times)
+def cases(args):
+    out = []
+    if args.dims in (None, 2):  # (n, h): h < n is implicit zero padding
+        for n, h in [(8, 8), (16, 16), (32, 32), (64, 64), (128, 128), (16, 13), (32, 27), (64, 57)]:
+            batches = [16384] if args.quick else [1024, 16384,
+                                                   max(16384, (1 << 30) // (4 * n * n) // 4096 * 4096)]
+            out += [(2, n, h, B) for B in sorted(set(batches))]
+    if args.dims in (None, 1):
+        for n in [8, 16, 32, 64, 128, 256]:
+            batches = [16384] if args.quick else [1024, 16384, (1 << 30) // (4 * n)]
+            out += [(1, n, n, B) for B in batches]
+    return out
 
 
-def copy_gbps(nbytes):
-    """Device-to-device copy bandwidth (read + write) for a buffer of nbytes / 2 each way."""
-    n = max(1, nbytes // 8)
-    src = torch.empty(n, dtype=torch.float32, device="cuda")
-    dst = torch.empty_like(src)
-    ms = time_graph(lambda: dst.copy_(src))
-    return 2 * n * 4 / ms / 1e6
+def graph(fn):
+    return common.graph_ms(fn, calls=10, trials=9)
 
 
-def pair_2d(kind, n, x, X):
-    """(cuFFT, fbfft) callables of the 2-D n x n transform: R2C of x, or C2R of X."""
+def fbfft_call(kind, dims, n, io, x, X, normalized=True):
+    """fbfft's transform with the spectrum-movement mode `io` (the public op for the measured
+    default, the testing hook otherwise)."""
+    t = _C.testing
+    mode = IO_MODES[io]
     if kind == "r2c":
-        return (lambda: torch.fft.rfft2(x, s=(n, n)), lambda: fbfft.rfft2(x, (n, n)))
-    return (lambda: torch.fft.irfft2(X, s=(n, n)), lambda: fbfft.irfft2(X, (n, n), (n, n)))
+        if dims == 2:
+            return ((lambda: fbfft.rfft2(x, (n, n))) if io == "measured" else
+                    (lambda: t.fbfft_rfft2(x, (n, n), (0, 0), False, mode)))
+        return ((lambda: fbfft.rfft(x, n)) if io == "measured" else
+                (lambda: t.fbfft_rfft(x, n, 0, mode)))
+    if dims == 2:
+        return ((lambda: fbfft.irfft2(X, (n, n), (n, n), normalized=normalized)) if io == "measured"
+                else (lambda: t.fbfft_irfft2(X, (n, n), (n, n), (0, 0), False, normalized, mode)))
+    return ((lambda: fbfft.irfft(X, n, n, normalized=normalized)) if io == "measured" else
+            (lambda: t.fbfft_irfft(X, n, n, 0, normalized, mode)))
 
 
-def measure(kind, dims, n, h, B, copy_cache):
+def checked(fn, ref, tol=None) -> dict:
+    m = {"rel_err": common.rel_err(fn(), ref)}
+    if tol is None or common.gate(m, tol):
+        m.update(graph(fn))
+    return m
+
+
+def measure(kind, dims, n, h, B, io, copy_cache) -> dict:
     shape = (B, h, h) if dims == 2 else (B, h)
     nbins = n * (n // 2 + 1) if dims == 2 else n // 2 + 1
-    real_elems = h * h if dims == 2 else h
-    nbytes = B * (4 * real_elems + 8 * nbins)
+    nbytes = B * (4 * (h * h if dims == 2 else h) + 8 * nbins)
+    row = {"kind": kind, "dims": dims, "n": n, "h": h, "B": B, "bytes": nbytes, "io": io}
     x = torch.randn(*shape, device="cuda")
-    if dims == 2:
-        X = torch.fft.rfft2(x, s=(n, n))
-        cu, fb = pair_2d(kind, n, x, X)
-    else:
-        X = torch.fft.rfft(x, n=n)
-        if kind == "r2c":
-            cu = lambda: torch.fft.rfft(x, n=n)  # noqa: E731
-            fb = lambda: fbfft.rfft(x, n)  # noqa: E731
-        else:
-            cu = lambda: torch.fft.irfft(X, n=n)  # noqa: E731
-            fb = lambda: fbfft.irfft(X, n, n)  # noqa: E731
-    # Same answer first (the benchmark does not time a wrong kernel).
-    ref, got = cu(), fb()
-    err = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-    row = {"kind": kind, "dims": dims, "n": n, "h": h, "B": B, "bytes": nbytes, "max_rel_err": err}
-    row["cufft_eager_ms"] = time_eager(cu)
-    row["fbfft_eager_ms"] = time_eager(fb)
-    row["cufft_graph_ms"] = time_graph(cu)
-    row["fbfft_graph_ms"] = time_graph(fb)
-    if kind == "c2r":
-        if dims == 2:
-            cu_u = lambda: torch.fft.irfft2(X, s=(n, n), norm="forward")  # noqa: E731
-            fb_u = lambda: fbfft.irfft2(X, (n, n), (n, n), normalized=False)  # noqa: E731
-        else:
-            cu_u = lambda: torch.fft.irfft(X, n=n, norm="forward")  # noqa: E731
-            fb_u = lambda: fbfft.irfft(X, n, n, normalized=False)  # noqa: E731
-        ref_u, got_u = cu_u(), fb_u()
-        row["max_rel_err_unscaled"] = (
-            (got_u - ref_u).abs().max() / ref_u.abs().max().clamp_min(1e-30)).item()
-        row["cufft_unscaled_graph_ms"] = time_graph(cu_u)
-        row["fbfft_unscaled_graph_ms"] = time_graph(fb_u)
-        row["ratio_unscaled"] = row["cufft_unscaled_graph_ms"] / row["fbfft_unscaled_graph_ms"]
-    # cuFFT called directly (nh = 1: a 1-D plan)
-    nh = n if dims == 2 else 1
+    s = {"s": (n, n)} if dims == 2 else {"n": n}
+    rfft = torch.fft.rfft2 if dims == 2 else torch.fft.rfft
+    irfft = torch.fft.irfft2 if dims == 2 else torch.fft.irfft
+    nh = n if dims == 2 else 1  # the direct hook makes a 1-D plan for nh = 1
+    direct = _C.testing
+    X = None
     if kind == "r2c":
+        ref = rfft(x.double(), **s)
+        torch_fn = lambda: rfft(x, **s)  # noqa: E731
         if h == n:
-            cu_d = lambda: _C._cufft_direct_rfft2(x, nh, n)  # noqa: E731
+            direct_fn = lambda: direct.cufft_direct_rfft2(x, nh, n)  # noqa: E731
         else:
             pad = (0, n - h, 0, n - h) if dims == 2 else (0, n - h)
-            cu_d = lambda: _C._cufft_direct_rfft2(  # noqa: E731
-                torch.nn.functional.pad(x, pad), nh, n)
-        got_d, ref_d = cu_d(), ref
+            direct_fn = lambda: direct.cufft_direct_rfft2(F.pad(x, pad), nh, n)  # noqa: E731
     else:
-        got_d = _C._cufft_direct_irfft2_(X.clone(), nh, n)
-        ref_d = ref_u
-        X_scratch = X.clone()  # overwritten by every call
-        cu_d = lambda: _C._cufft_direct_irfft2_(X_scratch, nh, n)  # noqa: E731
-    err_d = ((got_d - ref_d).abs().max() / ref_d.abs().max().clamp_min(1e-30)).item()
-    assert err_d < 1e-5, ("cuFFT called directly disagrees with torch.fft", kind, dims, n, h, err_d)
-    row["cufft_direct_graph_ms"] = time_graph(cu_d)
-    row["ratio_direct"] = row["cufft_direct_graph_ms"] / (
-        row["fbfft_graph_ms"] if kind == "r2c" else row["fbfft_unscaled_graph_ms"])
+        X = rfft(x, **s)
+        ref = irfft(X.to(torch.complex128), **s)
+        torch_fn = lambda: irfft(X, **s)  # noqa: E731
+        scratch = X.clone()  # cuFFT's C2R overwrites its input: checked on a fresh copy first
+        direct_fn = lambda: direct.cufft_direct_irfft2_(scratch, nh, n)  # noqa: E731
+    row["torch_fft"] = checked(torch_fn, ref)
+    tol = common.tolerance(row["torch_fft"]["rel_err"], TOL_FACTOR, TOL_FLOOR)
+    row["tolerance"] = tol
+    fb = fbfft_call(kind, dims, n, io, x, X)
+    row["fbfft"] = checked(fb, ref, tol)
+    if kind == "r2c":
+        row["cufft_direct"] = checked(direct_fn, ref, tol)
+        fb_headline = fb
+    else:  # both unnormalised: the direct call does not scale
+        scale = float(n * n if dims == 2 else n)
+        ref_u = ref * scale
+        m = {"rel_err": common.rel_err(direct.cufft_direct_irfft2_(X.clone(), nh, n), ref_u)}
+        if common.gate(m, tol):
+            m.update(graph(direct_fn))
+        row["cufft_direct"] = m
+        fb_headline = fbfft_call(kind, dims, n, io, x, X, normalized=False)
+        row["fbfft_unnormalized"] = checked(fb_headline, ref_u, tol)
+    del ref
+    head = row["fbfft"] if kind == "r2c" else row["fbfft_unnormalized"]
+    row["ratio_torch"] = common.ratio(row["torch_fft"], row["fbfft"])
+    row["ratio_direct"] = None
+    if common.usable(row["cufft_direct"]) and common.usable(head):
+        row["ab_direct"] = common.interleaved(direct_fn, fb_headline, graph, 3)
+        row["ratio_direct"] = row["ab_direct"]["ratio"]
     if nbytes not in copy_cache:
-        copy_cache[nbytes] = copy_gbps(nbytes)
-    row["copy_GBps"] = copy_cache[nbytes]
-    row["ratio"] = row["cufft_graph_ms"] / row["fbfft_graph_ms"]
-    row["fbfft_GBps"] = nbytes / row["fbfft_graph_ms"] / 1e6
-    row["cufft_GBps"] = nbytes / row["cufft_graph_ms"] / 1e6
-    row["fbfft_pct_copy"] = 100.0 * row["fbfft_GBps"] / row["copy_GBps"]
+        copy_cache[nbytes] = copy_speed(nbytes)
+    row["copy"] = copy_cache[nbytes]
+    if common.usable(row["fbfft"]):
+        row["fbfft_GBps"] = nbytes / row["fbfft"]["ms"] / 1e6
+        row["fbfft_pct_copy"] = 100.0 * row["fbfft_GBps"] / row["copy"]["GBps"]
     return row
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--quick", action="store_true", help="B = 16384 only")
-    ap.add_argument("--ab", action="store_true",
-                    help="also time each kernel with its spectrum always staged through shared "
-                         "memory and always moved directly")
+def copy_speed(nbytes) -> dict:
+    """The faster of two device-to-device copies of nbytes / 2 (read) into nbytes / 2 (write):
+    torch's copy_ (a memcpy) and an element-wise kernel (x * 1), graph replays as above."""
+    src = torch.randn(max(1, nbytes // 8), device="cuda")
+    dst = torch.empty_like(src)
+    memcpy, kernel = graph(lambda: dst.copy_(src)), graph(lambda: torch.mul(src, 1.0, out=dst))
+    best = min((memcpy, kernel), key=lambda m: m["ms"])
+    return {"ms": best["ms"], "GBps": 2 * src.numel() * 4 / best["ms"] / 1e6,
+            "memcpy_ms": memcpy["ms"], "kernel_ms": kernel["ms"]}
+
+
+def main(argv=None) -> int:
+    ap = common.parser(__doc__)
     ap.add_argument("--dims", type=int, choices=(1, 2), default=None,
                     help="only the 1-D or only the 2-D transforms")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("no CUDA device: the fbfft benchmark compares CUDA kernels and has nothing to run")
-        return
-    dev = torch.cuda.get_device_name()
-    cases = []
-    # 2-D: (n, h): h < n is implicit padding.
-    for n, h in [(8, 8), (16, 16), (32, 32), (64, 64), (128, 128), (16, 13), (32, 27), (64, 57)]:
-        batches = [16384] if args.quick else [1024, 16384]
-        if not args.quick:
-            batches.append(max(16384, (1 << 30) // (4 * n * n) // 4096 * 4096))  # ~1 GiB input
-        for B in sorted(set(batches)):
-            cases.append((2, n, h, B))
-    for n in [8, 16, 32, 64, 128, 256]:
-        batches = [16384] if args.quick else [1024, 16384, (1 << 30) // (4 * n)]
-        for B in batches:
-            cases.append((1, n, n, B))
-    rows, copy_cache = [], {}
-    print("fbfft vs cuFFT (torch.fft), %s, torch %s" % (dev, torch.__version__))
-    print("ratio x = cuFFT time / fbfft time (CUDA-graph replay, device time); "
-          "%copy = fbfft GB/s / device-to-device copy GB/s of the same bytes")
-    print("| dims | n (input) | B | kind | cuFFT ms | fbfft ms | x | fbfft GB/s | % copy | "
-          "eager cuFFT ms | eager fbfft ms | max rel err | x unscaled | cuFFT direct ms | "
-          "x direct |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    cases = [c for c in cases if args.dims is None or c[0] == args.dims]
-    for dims, n, h, B in cases:
+    ap.add_argument("--io", action="store_true",
+                    help="also each kernel with its spectrum always staged and always direct")
+    args = ap.parse_args(argv)
+    if not common.require_cuda("this benchmark compares CUDA kernels"):
+        return 0
+    t0 = time.perf_counter()
+    doc = common.meta("fbfft", args, quick=bool(args.quick), dims=args.dims, io=bool(args.io),
+                      timer="CUDA-graph replays of 10 calls, median of 9",
+                      tolerance="max(%g x torch.fft's error against float64, %g)"
+                                % (TOL_FACTOR, TOL_FLOOR),
+                      ratio_direct="cuFFT called directly / fbfft (C2R: both unnormalised); "
+                                   "median of per-round ratios of 3 interleaved rounds",
+                      ratio_torch="torch.fft / fbfft (C2R: both normalised)")
+    doc["rows"] = rows = []
+    res = common.Results(args.out, doc)
+    log(common.describe_run(doc))
+    copy_cache, failed = {}, 0
+    for dims, n, h, B in cases(args):
         for kind in ("r2c", "c2r"):
             if kind == "c2r" and h != n:
                 continue  # the padded cases are forward reads
-            # 64 x 64 has two kernels (registers: the default; lanes: as 128 x 128): both timed.
-            # --ab: also the spectrum always staged through shared memory, and always moved
-            # directly (the default moves it directly where that measured faster).
-            kernels = ["registers", "lanes"] if dims == 2 and n == 64 else [None]
-            if args.ab and (dims == 1 and n >= 8 or dims == 2 and n <= 64):
-                kernels += [(k or "") + io for k in kernels if k != "lanes"
-                            for io in ("+staged", "+direct")]
-            for kernel in kernels:
-                _C._fbfft_set_lanes_2d_min(64 if kernel == "lanes" else 128)
-                io = (kernel or "").split("+")[-1]
-                _C._fbfft_set_direct_io({"staged": 0, "direct": 2}.get(io, 1))
+            ios = ["measured"]
+            if args.io and (dims == 1 and n >= 8 or dims == 2 and n <= 64):
+                ios += ["staged", "direct"]
+            for io in ios:
                 try:
-                    r = measure(kind, dims, n, h, B, copy_cache)
-                except torch.OutOfMemoryError:
-                    print("| %d | %d (%d) | %d | %s | out of memory |" % (dims, n, h, B, kind))
-                    torch.cuda.empty_cache()
-                    continue
-                finally:
-                    _C._fbfft_set_lanes_2d_min(128)
-                    _C._fbfft_set_direct_io(1)
-                if kernel:
-                    r["kernel"] = kernel
+                    r = measure(kind, dims, n, h, B, io, copy_cache)
+                except torch.OutOfMemoryError as e:
+                    r = {"kind": kind, "dims": dims, "n": n, "h": h, "B": B, "io": io,
+                         **common.failure(e)}
+                common.release()
                 rows.append(r)
-                unscaled = "%.2f" % r["ratio_unscaled"] if "ratio_unscaled" in r else ""
-                print("| %d | %d (%d)%s | %d | %s | %.4f | %.4f | %.2f | %.0f | %.0f | %.4f | "
-                      "%.4f | %.1e | %s | %.4f | %.2f |" % (
-                          dims, n, h, " " + kernel if kernel else "", B, kind,
-                          r["cufft_graph_ms"], r["fbfft_graph_ms"], r["ratio"], r["fbfft_GBps"],
-                          r["fbfft_pct_copy"], r["cufft_eager_ms"], r["fbfft_eager_ms"],
-                          r["max_rel_err"], unscaled, r["cufft_direct_graph_ms"],
-                          r["ratio_direct"]))
-                torch.cuda.empty_cache()
-    if args.out:
-        path = Path(args.out) / "fbfft-bench.json"
-        path.write_text(json.dumps({"device": dev, "torch": torch.__version__, "rows": rows},
-                                   indent=1))
+                bad = [k for k in ("fbfft", "fbfft_unnormalized", "cufft_direct")
+                       if "failed" in r.get(k, {})] or (["run"] if "failed" in r else [])
+                failed += bool(bad) and not r.get("oom")
+                log("  %dD n=%-3d h=%-3d B=%-8d %s %-8s fbfft %s ms | direct x%s | torch.fft x%s"
+                    " | %s%% of copy%s" % (
+                        dims, n, h, B, kind, io, common.fmt(r.get("fbfft", {}).get("ms"), ".4f"),
+                        common.fmt(r.get("ratio_direct"), ".2f"),
+                        common.fmt(r.get("ratio_torch"), ".2f"),
+                        common.fmt(r.get("fbfft_pct_copy"), ".0f"),
+                        "  FAILED: " + "; ".join(r.get(k, r).get("failed", "") for k in bad)
+                        if bad else ""))
+                res.save()
+    doc["elapsed_s"] = time.perf_counter() - t0
+    res.save()
+    import make_docs
+    log("")
+    log(make_docs.fbfft(doc))
+    log("wrote %s (%.0f s; %d failed cases)" % (res.path, doc["elapsed_s"], failed))
+    return 3 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,18 +12,23 @@ Variants, all called through cuBLAS (ctypes, on torch's handle and stream):
            lo*hi + hi*lo + hi*hi as three TF32 GEMMs accumulating into one output (beta = 1);
            the time counts the GEMMs only, the split is timed separately.
 Error: normwise, ||C - C_ref|| / ||C_ref|| over the whole output, C_ref in complex128 from the
-same fp32 operands; and the ratio of that error to cgemm's own.
-Times: median of CUDA-event intervals around `reps` calls, after warm-up.
+same fp32 operands; and the ratio of that error to cgemm's own. A variant gets a speed ratio only
+within its tolerance: cgemm3m and 3xtf32 claim fp32 accuracy (at most 4 x cgemm's error), tf32
+claims TF32's (the tuner's TF32 floor); outside it, the variant is recorded as failed.
+Times: CUDA events around single calls (L2 flushed), median of the trials.
+Writes DIR/spectral-gemm-<device>.json. Without CUDA it says so and exits 0.
 """
-import argparse
 import ctypes
-import json
-import statistics
-from pathlib import Path
+import sys
 
-import torch
+import common
+from common import log
 
-LAYERS = {  # name: (S, C, K, basis side) as bench_conv.py's Table 4 and its fastest fbfft basis
+import torch  # noqa: E402
+
+from fastlayers import tuner  # noqa: E402
+
+LAYERS = {  # name: (S, C, K, basis side) as bench_table4.py's layers, at their fastest fbfft basis
     "L1": (128, 3, 96, 128),
     "L2": (128, 64, 64, 64),
     "L3": (128, 128, 128, 32),
@@ -34,6 +39,7 @@ OP_N, OP_T, OP_C = 0, 1, 2
 CUDA_C_32F = 4
 COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77
 GEMM_DEFAULT = -1
+VARIANTS = ("cgemm3m", "tf32", "3xtf32")
 
 
 class Complex(ctypes.Structure):
@@ -75,15 +81,22 @@ def split_tf32(z: torch.Tensor):
     return torch.view_as_complex(hi.contiguous()), torch.view_as_complex(lo.contiguous())
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=None)
+def main(argv=None):
+    ap = common.parser(__doc__)
     ap.add_argument("--layers", default="L1,L2,L3,L4,L5")
-    ap.add_argument("--reps", type=int, default=10)
-    args = ap.parse_args()
+    ap.add_argument("--trials", type=int, default=10)
+    args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("no CUDA device: nothing to measure (this benchmark times cuBLAS on the GPU)")
-        return
+        log("no CUDA device: nothing to measure (this benchmark times cuBLAS on the GPU)")
+        return 0
+    timer = common.CudaTimer(warmup=2, trials=args.trials, flush=True)
+    tf32_floor = tuner.error_floor(torch.float32, True)
+    doc = common.meta("spectral-gemm", args, layers=args.layers, **timer.config(),
+                      tolerance={"cgemm3m": "4 x cgemm's error", "3xtf32": "4 x cgemm's error",
+                                 "tf32": "%g (tuner.error_floor, TF32)" % tf32_floor})
+    doc["rows"] = rows = []
+    res = common.Results(args.out, doc)
+    log(common.describe_run(doc))
     lib = cublas()
     handle = ctypes.c_void_p(torch.cuda.current_blas_handle())
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -108,26 +121,9 @@ def main():
             ctypes.c_void_p(Cm.data_ptr()), ldc, ll(ldc * n), F)
         assert st == 0, st
 
-    def timed(fn, reps):
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(5):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / reps)
-        return statistics.median(times)
-
-    rows = []
-    dev = torch.cuda.get_device_name()
-    print(f"per-frequency complex GEMMs of the FFT convolution, {dev}, torch {torch.__version__}")
-    print("| layer | pass | F | m x n x k | cgemm ms | cgemm3m ms (x) | tf32 ms (x) | 3xtf32 ms (x) "
-          "| split ms | err cgemm | err 3m (/cgemm) | err tf32 (/cgemm) | err 3xtf32 (/cgemm) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    log("| layer | pass | F | m x n x k | cgemm ms | cgemm3m ms (x) | tf32 ms (x) | 3xtf32 ms (x) "
+        "| split ms | err cgemm | err 3m (/cgemm) | err tf32 (/cgemm) | err 3xtf32 (/cgemm) |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     g = torch.Generator(device="cuda").manual_seed(0)
     for name in args.layers.split(","):
         S, C, K, n = LAYERS[name]
@@ -147,53 +143,51 @@ def main():
             else:
                 ref = a64.conj().transpose(1, 2) @ b64
             del a64, b64
-            refn = torch.linalg.vector_norm(ref).item()
 
-            def err():
-                return (torch.linalg.vector_norm(out.to(torch.complex128) - ref).item() / refn)
+            def run(fn, tol=None):
+                """Error of fn's product first, then its time when within `tol`."""
+                fn()
+                m = {"rel_err": common.rel_err(out, ref)}
+                if tol is None or common.gate(m, tol):
+                    m.update(timer(fn))
+                return m
 
-            row = {"layer": name, "pass": pass_, "F": F, "m": m, "n": nn, "k": k}
-            f_c = lambda: gemm_ex(ta, tb, m, nn, k, bt, lda, at, ldb, out, ldc, F, COMPUTE_32F, zero)
-            row["cgemm_ms"] = timed(f_c, args.reps)
-            f_c()
-            row["cgemm_err"] = err()
-            f_3m = lambda: gemm3m(ta, tb, m, nn, k, bt, lda, at, ldb, out, ldc, F)
-            row["cgemm3m_ms"] = timed(f_3m, args.reps)
-            f_3m()
-            row["cgemm3m_err"] = err()
-            f_t = lambda: gemm_ex(ta, tb, m, nn, k, bt, lda, at, ldb, out, ldc, F,
-                                  COMPUTE_32F_FAST_TF32, zero)
-            row["tf32_ms"] = timed(f_t, args.reps)
-            f_t()
-            row["tf32_err"] = err()
-            row["split_ms"] = timed(lambda: (split_tf32(at), split_tf32(bt)), args.reps)
             (ah, al), (bh, bl) = split_tf32(at), split_tf32(bt)
 
             def f_3x():
                 gemm_ex(ta, tb, m, nn, k, bh, lda, al, ldb, out, ldc, F, COMPUTE_32F_FAST_TF32, zero)
                 gemm_ex(ta, tb, m, nn, k, bl, lda, ah, ldb, out, ldc, F, COMPUTE_32F_FAST_TF32, one)
                 gemm_ex(ta, tb, m, nn, k, bh, lda, ah, ldb, out, ldc, F, COMPUTE_32F_FAST_TF32, one)
-            row["3xtf32_ms"] = timed(f_3x, args.reps)
-            f_3x()
-            row["3xtf32_err"] = err()
+
+            row = {"layer": name, "pass": pass_, "F": F, "m": m, "n": nn, "k": k}
+            row["cgemm"] = run(lambda: gemm_ex(ta, tb, m, nn, k, bt, lda, at, ldb, out, ldc, F,
+                                               COMPUTE_32F, zero))
+            fp32_tol = common.tolerance(row["cgemm"]["rel_err"], 4.0)
+            row["cgemm3m"] = run(lambda: gemm3m(ta, tb, m, nn, k, bt, lda, at, ldb, out, ldc, F),
+                                 fp32_tol)
+            row["tf32"] = run(lambda: gemm_ex(ta, tb, m, nn, k, bt, lda, at, ldb, out, ldc, F,
+                                              COMPUTE_32F_FAST_TF32, zero), tf32_floor)
+            row["3xtf32"] = run(f_3x, fp32_tol)
+            row["split"] = timer(lambda: (split_tf32(at), split_tf32(bt)))
+            row["tflops_cgemm"] = 8.0 * F * m * nn * k / (row["cgemm"]["ms"] * 1e-3) / 1e12
+            e = row["cgemm"]["rel_err"]
+            for v in VARIANTS:
+                row[v]["ratio"] = common.ratio(row["cgemm"], row[v])
+                row[v]["err_over_cgemm"] = row[v]["rel_err"] / e if e > 0 else None
             del ah, al, bh, bl, ref, at, bt, out
-            torch.cuda.empty_cache()
+            common.release()
             rows.append(row)
-            c = row["cgemm_ms"]
-            e = row["cgemm_err"]
-            print(f"| {name} | {pass_} | {F} | {m} x {nn} x {k} | {c:.4f} "
-                  f"| {row['cgemm3m_ms']:.4f} ({c / row['cgemm3m_ms']:.2f}) "
-                  f"| {row['tf32_ms']:.4f} ({c / row['tf32_ms']:.2f}) "
-                  f"| {row['3xtf32_ms']:.4f} ({c / row['3xtf32_ms']:.2f}) | {row['split_ms']:.4f} "
-                  f"| {e:.2e} | {row['cgemm3m_err']:.2e} ({row['cgemm3m_err'] / e:.2f}) "
-                  f"| {row['tf32_err']:.2e} ({row['tf32_err'] / e:.1f}) "
-                  f"| {row['3xtf32_err']:.2e} ({row['3xtf32_err'] / e:.2f}) |", flush=True)
-    if args.out:
-        path = Path(args.out) / "spectral-gemm.json"
-        path.write_text(json.dumps({"device": dev, "torch": torch.__version__, "rows": rows},
-                                   indent=1))
-        print("wrote", path)
+            res.save()
+            log("| %s | %s | %d | %d x %d x %d | %.4f | %s | %.4f | %.2e | %s |" % (
+                name, pass_, F, m, nn, k, row["cgemm"]["ms"],
+                " | ".join("%s (%s)" % (common.fmt(row[v].get("ms"), ".4f"),
+                                        common.fmt(row[v]["ratio"], ".2f")) for v in VARIANTS),
+                row["split"]["ms"], e,
+                " | ".join("%.2e (%s)" % (row[v]["rel_err"], common.fmt(row[v]["err_over_cgemm"], ".2f"))
+                           for v in VARIANTS)))
+    log("wrote %s" % res.path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

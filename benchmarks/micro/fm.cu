@@ -3,7 +3,7 @@
 // 20 calls captured in a CUDA graph, replayed, CUDA-event time per call (device time; the short
 // 8 x 8 kernels would otherwise time the host's launch rate). From the repository root:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
-//     benchmarks/micro/fm.cu cuda/fbfft/fbfft.cu -o fm && ./fm
+//     benchmarks/micro/fm.cu cuda/fbfft/*.cu -o fm && ./fm
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cmath>

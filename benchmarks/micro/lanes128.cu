@@ -1,7 +1,7 @@
 // fbfft's 128x128 R2C and C2R at B = 16384 (row-major spectrum; whole, padded and clipped images),
 // CUDA-event times. From the repository root:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
-//     benchmarks/micro/lanes128.cu cuda/fbfft/fbfft.cu -o lanes128 && ./lanes128
+//     benchmarks/micro/lanes128.cu cuda/fbfft/*.cu -o lanes128 && ./lanes128
 #include <cuda_runtime.h>
 #include <cstdio>
 #include "fbfft/fbfft.h"

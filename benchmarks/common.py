@@ -1,0 +1,471 @@
+"""What every benchmark shares: timers, statistics, correctness gates, run metadata, the JSON writer.
+
+Rules (docs/benchmarks.md, "Method"):
+- A ratio is computed only from measurements whose results passed a correctness check in the same
+  run (`gate`); a measurement outside its tolerance is recorded as failed and gets no ratio.
+- Device time: CUDA events around each trial with L2 flushed before it (`CudaTimer`), or CUDA-graph
+  replays (`graph_ms`) for kernels shorter than the launch path. Host time: wall clock of calls
+  issued back to back (`host_us`). Medians of trials; geometric means over configurations.
+- An A/B ratio is the median of per-round ratios of interleaved trials (`interleaved`), so a
+  drift of clocks or of a neighbour's load hits both sides alike.
+- Errors: normwise relative error against a float64 reference (`rel_err`).
+- Every JSON document records the device, the versions, the git commit and whether the tree was
+  clean (`meta`); benchmarks/make_docs.py refuses to publish a dirty or unknown tree's results
+  unless told to, and then marks them.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+# The source tree's package when it holds a built extension (setup.py build_ext --inplace);
+# otherwise the installed fastlayers, which an unbuilt source copy must not shadow.
+if any((ROOT / "python" / "fastlayers").glob("_C*.so")) and str(ROOT / "python") not in sys.path:
+    sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+
+FLUSH_BYTES = 256 << 20  # larger than the L2 of any current GPU (H100 50 MB, H200 60 MB)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
+
+
+def fmt(v, spec=".3g", none="-"):
+    return none if v is None else format(v, spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def geomean(xs):
+    xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summary(ts) -> dict:
+    """Median, min, max and count of a list of times in ms."""
+    return {"ms": statistics.median(ts), "min_ms": min(ts), "max_ms": max(ts), "trials": len(ts)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Correctness
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| (float64 arithmetic; complex tensors too); inf when out is not
+    finite."""
+    if not bool(torch.isfinite(out).all()):
+        return math.inf
+    ref = ref.to(torch.complex128 if ref.is_complex() else torch.float64)
+    out = out.to(ref.dtype)
+    den = torch.linalg.vector_norm(ref).item()
+    diff = torch.linalg.vector_norm(out - ref).item()
+    return diff / den if den > 0 else diff
+
+
+def tolerance(ref_err: float, factor: float = 2.0, floor: float = 0.0) -> float:
+    """What a candidate's error may be: `factor` times the reference implementation's own error
+    against float64 (the same rule as the tuner and the tests), never below `floor`."""
+    return max(factor * ref_err, floor)
+
+
+def gate(entry: dict, tol: float) -> bool:
+    """Marks a measurement dict (holding "rel_err") within or outside `tol`; one outside is turned
+    into a failure: its time stays for the record, and no ratio may use it (`ratio`)."""
+    entry["tolerance"] = tol
+    ok = "rel_err" in entry and entry["rel_err"] <= tol
+    entry["within_tolerance"] = ok
+    if not ok and "failed" not in entry:
+        entry["failed"] = "error %.2e > tolerance %.2e" % (entry.get("rel_err", math.inf), tol)
+    return ok
+
+
+def usable(entry) -> bool:
+    """A measurement a ratio may use: timed, and not failed (a failed gate included)."""
+    return bool(entry) and "ms" in entry and "failed" not in entry
+
+
+def ratio(a: dict, b: dict):
+    """a's time over b's (> 1: b is faster), or None unless both are usable."""
+    return a["ms"] / b["ms"] if usable(a) and usable(b) else None
+
+
+def is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def failure(e: BaseException) -> dict:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return {"failed": "%s: %s" % (type(e).__name__, first[:300]), "oom": is_oom(e)}
+
+
+class guard:
+    """`with guard(row, stats, res, label):` runs one measurement; an out-of-memory or runtime
+    error is recorded in `row` and counted in `stats`, the run goes on, and the document is saved
+    either way."""
+
+    def __init__(self, row: dict, stats: dict, res, label: str):
+        self.row, self.stats, self.res, self.label = row, stats, res, label
+
+    def __enter__(self):
+        return self.row
+
+    def __exit__(self, kind, e, tb):
+        caught = kind is not None and issubclass(kind, (torch.cuda.OutOfMemoryError, RuntimeError))
+        if caught:
+            self.row.update(failure(e))
+            self.stats["oom" if self.row["oom"] else "errors"] += 1
+            log("  %s failed: %s" % (self.label, self.row["failed"]))
+        release()
+        self.res.save()
+        return caught
+
+
+def release():
+    """After a failure on CUDA: let the queue drain and return cached blocks."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------
+# Timers
+
+
+def _sleep_cycles_per_ms() -> float:
+    """Calibrates torch.cuda._sleep (a spin kernel counting clock cycles)."""
+    try:
+        torch.cuda._sleep(1000)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(2_000_000)
+        b.record()
+        b.synchronize()
+        return 2_000_000 / max(a.elapsed_time(b), 1e-3)
+    except Exception:  # noqa: BLE001 - no _sleep: trials start without a head start
+        return 0.0
+
+
+class CudaTimer:
+    """Device time of one call: CUDA events around each trial, L2 flushed before each trial (a
+    write of FLUSH_BYTES), the median reported. The trials queue behind a spin kernel long enough
+    for the host to enqueue them all, so host latency does not show up as device idle time inside
+    the events (host cost is measured apart, with `host_us`). A slow call gets fewer trials (never
+    fewer than 3) so that one measurement stays under `max_s`."""
+
+    def __init__(self, warmup: int = 3, trials: int = 15, flush: bool = True, max_s: float = 2.0):
+        self.warmup = warmup
+        self.trials = trials
+        self.max_s = max_s
+        self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if flush else None
+        self.cycles_per_ms = _sleep_cycles_per_ms()
+
+    def config(self) -> dict:
+        return {"timer": "cuda-events", "warmup": self.warmup, "trials": self.trials,
+                "l2_flush_bytes": FLUSH_BYTES if self.flush_buf is not None else 0}
+
+    def __call__(self, fn, trials=None) -> dict:
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(max(1, self.warmup - 1)):
+            fn()
+        host_ms = (time.perf_counter() - t0) * 1e3 / max(1, self.warmup - 1)
+        torch.cuda.synchronize()
+        trials = trials or self.trials
+        if first_s * trials > self.max_s:
+            trials = max(3, min(trials, int(self.max_s / max(first_s, 1e-6))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
+        if self.cycles_per_ms > 0:
+            torch.cuda._sleep(int(min(50.0, 1.5 * trials * host_ms + 0.5) * self.cycles_per_ms))
+        for i in range(trials):
+            if self.flush_buf is not None:
+                self.flush_buf.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        out = summary([s.elapsed_time(e) for s, e in zip(starts, ends)])
+        out["l2_flushed"] = self.flush_buf is not None
+        return out
+
+
+def graph_ms(fn, calls: int = 10, trials: int = 15) -> dict:
+    """Device time per call of `calls` calls captured in one CUDA graph and replayed (no host
+    launch path; warm cache), median over `trials` replays."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(trials):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / calls)
+    del g
+    out = summary(times)
+    out["graph_calls"] = calls
+    return out
+
+
+def host_us(fn, calls: int = 100, reps: int = 5, warmup: int = 20) -> dict:
+    """Wall clock per call of `calls` calls issued back to back, median of `reps`, in
+    microseconds: "us" with the device drained at the end (host and device overlapped), and
+    "enqueue_us" up to the last call's return (the host's own cost when the device keeps up)."""
+    for _ in range(warmup):
+        fn()
+    _sync()
+    total, enqueue = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        _sync()
+        t2 = time.perf_counter()
+        enqueue.append((t1 - t0) / calls * 1e6)
+        total.append((t2 - t0) / calls * 1e6)
+    return {"us": statistics.median(total), "enqueue_us": statistics.median(enqueue),
+            "calls": calls, "reps": reps}
+
+
+def cpu_ms(fn, trials: int = 7, warmup: int = 1) -> dict:
+    """Wall clock of single calls (CPU tensors), median of trials."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return summary(ts)
+
+
+def _sync():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def interleaved(a, b, time_one, rounds: int = 5) -> dict:
+    """A/B: `rounds` rounds of (time a, time b) in alternating order; the ratio is the median of
+    the per-round ratios a / b (> 1: b faster). `time_one(fn)` returns a measurement dict."""
+    ta, tb, rs = [], [], []
+    for i in range(rounds):
+        if i % 2 == 0:
+            ma, mb = time_one(a), time_one(b)
+        else:
+            mb, ma = time_one(b), time_one(a)
+        ta.append(ma["ms"])
+        tb.append(mb["ms"])
+        rs.append(ma["ms"] / mb["ms"])
+    return {"a_ms": statistics.median(ta), "b_ms": statistics.median(tb),
+            "ratio": statistics.median(rs), "ratio_min": min(rs), "ratio_max": max(rs),
+            "rounds": rounds}
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision modes
+
+
+def set_precision(mode: str) -> bool:
+    """fp32: TF32 off for cuDNN and matmul; tf32: cuDNN's convolution switch on (PyTorch's default
+    for convolution), matmul's off. Returns whether fastlayers sees TF32 allowed."""
+    import fastlayers
+    tf = mode == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf
+    torch.backends.cuda.matmul.allow_tf32 = False
+    allowed = fastlayers.ops.conv_tf32_allowed()
+    if allowed != tf:
+        raise RuntimeError("fastlayers.ops.conv_tf32_allowed() = %s after setting %s" % (allowed, mode))
+    return allowed
+
+
+# ---------------------------------------------------------------------------------------------
+# Run metadata
+
+
+def git_state() -> dict:
+    """The commit and whether the tree differs from it. Benchmark outputs (benchmarks/results/)
+    do not count; file modes do not count (copies to other machines lose them)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=20)
+        if head.returncode != 0 or not head.stdout.strip():
+            return {"commit": None, "dirty": None, "note": "not a git checkout"}
+        st = subprocess.run(["git", "-c", "core.fileMode=false", "status", "--porcelain", "--",
+                             ".", ":(exclude)benchmarks/results"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+        changed = [line[3:] for line in st.stdout.splitlines() if line.strip()]
+        return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed[:20],
+                "n_changed": len(changed)}
+    except Exception as e:  # noqa: BLE001 - no git on the machine
+        return {"commit": None, "dirty": None, "note": "git unavailable: %s" % e}
+
+
+def versions() -> dict:
+    import fastlayers
+    v = {"python": platform.python_version(), "torch": torch.__version__,
+         "cuda": torch.version.cuda, "cudnn": None, "cufft": None,
+         "fastlayers": getattr(fastlayers, "__version__", None),
+         "fastlayers_with_cuda": bool(getattr(fastlayers, "with_cuda", False))}
+    try:
+        v["cudnn"] = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001
+        pass
+    fn = getattr(fastlayers._C, "cufft_version", None)
+    if fn is not None:
+        try:
+            v["cufft"] = fn()
+        except Exception as e:  # noqa: BLE001
+            v["cufft"] = "unavailable: %s" % e
+    return v
+
+
+def device_info() -> dict:
+    if not torch.cuda.is_available():
+        return {"name": platform.processor() or platform.machine(), "type": "cpu",
+                "threads": torch.get_num_threads()}
+    p = torch.cuda.get_device_properties(0)
+    return {"name": torch.cuda.get_device_name(0), "type": "cuda",
+            "capability": "%d.%d" % torch.cuda.get_device_capability(0),
+            "total_memory": p.total_memory, "sm_count": p.multi_processor_count,
+            "l2_cache_bytes": getattr(p, "L2_cache_size", None)}
+
+
+def meta(kind: str, args: argparse.Namespace, **config) -> dict:
+    """The head of a results document; warns loudly when the tree is not a clean commit."""
+    git = git_state()
+    doc = {"kind": kind,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "device": device_info(), "versions": versions(), "git": git,
+           "argv": sys.argv[1:], "config": config}
+    if git.get("dirty") is not False:
+        why = ("%d changed paths: %s" % (git["n_changed"], ", ".join(git["changed"][:5]))
+               if git.get("dirty") else git.get("note", "commit unknown"))
+        log("WARNING: not a clean commit (%s). The results record it; benchmarks/make_docs.py "
+            "will not publish them without --allow-dirty." % why)
+    return doc
+
+
+def describe_run(doc: dict) -> str:
+    v, g = doc["versions"], doc["git"]
+    state = "clean" if g.get("dirty") is False else ("DIRTY" if g.get("dirty") else "UNKNOWN")
+    return "%s; torch %s, CUDA %s, cuDNN %s, cuFFT %s, fastlayers %s; git %s (%s)" % (
+        doc["device"]["name"], v["torch"], v["cuda"], v["cudnn"], v["cufft"], v["fastlayers"],
+        (g.get("commit") or "?")[:10], state)
+
+
+class Results:
+    """A results document, written atomically after every section, so that a run cut short still
+    leaves what it measured: OUT/<kind>-<device>.json."""
+
+    def __init__(self, out_dir, doc: dict):
+        self.doc = doc
+        dev = doc["device"]
+        self.path = Path(out_dir) / ("%s-%s.json" % (
+            doc["kind"], "cpu" if dev.get("type") == "cpu" else slug(dev["name"])))
+
+    def save(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f, indent=1, default=str)
+        os.replace(tmp, self.path)
+
+
+def parser(doc: str, results: bool = True) -> argparse.ArgumentParser:
+    """An argument parser with the options every benchmark that writes results has."""
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    if results:
+        ap.add_argument("--out", default=str(RESULTS),
+                        help="folder for the results JSON (default: benchmarks/results)")
+        ap.add_argument("--quick", action="store_true", help="a smaller run")
+    return ap
+
+
+def require_cuda(what: str) -> bool:
+    """Whether CUDA and a CUDA build are there; if not, says why `what` has nothing to run."""
+    import fastlayers
+    if torch.cuda.is_available() and fastlayers.with_cuda:
+        return True
+    log("no CUDA device (or a CPU-only build): %s; nothing to run" % what)
+    return False
+
+
+def finish(doc: dict, res: Results, ok: bool, stats: dict, t_start: float, render) -> int:
+    """The end of a run: PyTorch's TF32 default back, the tuner's report, counts and time saved;
+    the tables printed (`render(doc)`); the exit status (1 a section crashed, 3 a measurement
+    failed, 0 otherwise)."""
+    from fastlayers import tuner
+    torch.backends.cudnn.allow_tf32 = True
+    doc["tuner_report"] = tuner.report()
+    doc["stats"] = stats
+    doc["elapsed_s"] = time.perf_counter() - t_start
+    res.save()
+    log("")
+    log(render(doc))
+    log("")
+    log("wrote %s (%.0f s; %d failed measurements, %d out of memory)"
+        % (res.path, doc["elapsed_s"], stats["errors"], stats["oom"]))
+    if not ok:
+        return 1
+    return 3 if stats["errors"] else 0
+
+
+def section(doc: dict, res: Results, name: str, fn, *a) -> bool:
+    """Runs one section; an exception is recorded in doc["sections"] and the run goes on."""
+    import traceback
+    t0 = time.perf_counter()
+    log("")
+    log("== %s ==" % name)
+    ok = True
+    try:
+        fn(*a)
+        doc.setdefault("sections", {})[name] = {"ok": True, "s": time.perf_counter() - t0}
+    except Exception as e:  # noqa: BLE001 - record, go on with the next section
+        traceback.print_exc()
+        ok = False
+        doc.setdefault("sections", {})[name] = {"ok": False, "s": time.perf_counter() - t0,
+                                                "error": "%s: %s" % (type(e).__name__, e)}
+        release()
+    res.save()
+    return ok
