@@ -1,5 +1,9 @@
 #include "fft_conv.h"
 
+#include <ATen/Context.h>
+
+#include "module_api.h"
+
 namespace fastlayers {
 namespace fft_conv_host {
 namespace {
@@ -135,6 +139,22 @@ std::vector<int64_t> output_shape(Pass pass, const Geometry& g) {
     case Pass::WeightGrad: return {g.K, g.C, g.kh, g.kw};
   }
   return {};
+}
+
+bool conv_tf32_allowed() { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); }
+
+size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,
+                              int64_t kh, int64_t kw, int64_t ph, int64_t pw, int64_t nh,
+                              int64_t nw, int real_bytes, const std::string& backend, int64_t th,
+                              int64_t tw) {
+  TORCH_CHECK(pass >= 0 && pass <= 2, "fft_conv2d_workspace_bytes: `pass_` must be 0, 1 or 2");
+  TORCH_CHECK(th >= 0 && tw >= 0 && (th == 0) == (tw == 0),
+              "fft_conv2d_workspace_bytes: `tile` must be (0, 0) or positive");
+  Geometry g{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
+  g.th = th;
+  g.tw = tw;
+  g.backend = parse_backend("fft_conv2d_workspace_bytes", backend);
+  return workspace_bytes(static_cast<Pass>(pass), g, real_bytes);
 }
 
 at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,

@@ -1,0 +1,12 @@
+// The inverse register kernels of 1-D 16 points (registers.cuh).
+#include "../registers.cuh"
+
+namespace fastlayers {
+namespace fbfft {
+namespace detail {
+
+template void irfft2_registers_run<1, 16>(const InverseArgs&);
+
+}  // namespace detail
+}  // namespace fbfft
+}  // namespace fastlayers

@@ -1,0 +1,12 @@
+// The inverse register kernels of 1-D 4 points (registers.cuh).
+#include "../registers.cuh"
+
+namespace fastlayers {
+namespace fbfft {
+namespace detail {
+
+template void irfft2_registers_run<1, 4>(const InverseArgs&);
+
+}  // namespace detail
+}  // namespace fbfft
+}  // namespace fastlayers

@@ -1,0 +1,12 @@
+// The inverse register kernels of 64 x 64 (registers.cuh).
+#include "../registers.cuh"
+
+namespace fastlayers {
+namespace fbfft {
+namespace detail {
+
+template void irfft2_registers_run<64, 64>(const InverseArgs&);
+
+}  // namespace detail
+}  // namespace fbfft
+}  // namespace fastlayers

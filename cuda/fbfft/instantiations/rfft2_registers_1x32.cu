@@ -1,0 +1,12 @@
+// The forward register kernels of 1-D 32 points (registers.cuh).
+#include "../registers.cuh"
+
+namespace fastlayers {
+namespace fbfft {
+namespace detail {
+
+template void rfft2_registers_run<1, 32>(const ForwardArgs&);
+
+}  // namespace detail
+}  // namespace fbfft
+}  // namespace fastlayers

@@ -1,0 +1,12 @@
+// The forward 1-D lane kernels of 16 points (lanes_1d.cuh).
+#include "../lanes_1d.cuh"
+
+namespace fastlayers {
+namespace fbfft {
+namespace detail {
+
+template void rfft_lanes_run<16>(const ForwardArgs&);
+
+}  // namespace detail
+}  // namespace fbfft
+}  // namespace fastlayers
