@@ -1,7 +1,10 @@
+// Host side of FFT convolution shared by both devices: argument checks, geometry, the Python
+// module's queries, and autocast registration.
 #include "fft_conv.h"
 
 #include <ATen/Context.h>
 
+#include "../common/autocast.h"
 #include "module_api.h"
 
 namespace fastlayers {
@@ -177,3 +180,19 @@ at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
 
 }  // namespace fft_conv_host
 }  // namespace fastlayers
+
+// Autocast: the three passes run in the autocast dtype, as nn.Conv2d does.
+namespace {
+
+template <c10::DeviceType D>
+void register_autocast_passes(torch::Library& m) {
+  fastlayers::register_autocast<D>(
+      m, {"fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad"});
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
+  register_autocast_passes<c10::DeviceType::CUDA>(m);
+}
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) { register_autocast_passes<c10::DeviceType::CPU>(m); }

@@ -1,5 +1,5 @@
 // The 1-D lane kernels (fbfft.h): n = 8..256, two lines per group of lanes; kernels and
-// launchers. Instantiated per size in instantiations/*_lanes_*.cu.
+// launchers. Instantiated in instantiations/lanes_1d_*.cu.
 #pragma once
 
 #include "io.cuh"

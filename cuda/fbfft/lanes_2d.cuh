@@ -1,5 +1,5 @@
 // The 2-D lane kernels (fbfft.h): 128 x 128, one image per block; kernels and launchers.
-// Instantiated in instantiations/rfft2_lanes_128.cu and irfft2_lanes_128.cu.
+// Instantiated in instantiations/lanes_2d_128.cu.
 #pragma once
 
 #include <type_traits>

@@ -1,8 +1,9 @@
 // The launchers of fbfft's kernel families, one per size (and direction), and their arguments.
 // fbfft.cu chooses the family and calls them; each family header (registers.cuh, lanes_1d.cuh,
-// lanes_2d.cuh) defines them and a small file under instantiations/ instantiates each size, so a
-// kernel edit recompiles only the sizes of its family and the compiles run in parallel. A new size:
-// a row of fbfft.cu's table and an instantiation file.
+// lanes_2d.cuh) defines them and small files under instantiations/ instantiate them, one file per
+// size where a size's kernels take long to compile, small sizes grouped (each compile unit costs
+// nvcc's fixed passes too), so a kernel edit recompiles only its family and the compiles run in
+// parallel. A new size: a row of fbfft.cu's table and a line in an instantiation file.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
 // The register kernels (fbfft.h): 2-D n x n up to 64 x 64, and 1-D lines (NH = 1), every line FFT
-// in one thread's registers; kernels and launchers. Instantiated per size in
-// instantiations/*registers*.cu.
+// in one thread's registers; kernels and launchers. Instantiated in
+// instantiations/registers_*.cu.
 #pragma once
 
 #include <cuda_pipeline.h>

@@ -1,4 +1,4 @@
-// The forward 2-D lane kernels of 128 x 128 (lanes_2d.cuh).
+// The 2-D lane kernels of 128 x 128, both directions (lanes_2d.cuh).
 #include "../lanes_2d.cuh"
 
 namespace fastlayers {
@@ -6,6 +6,7 @@ namespace fbfft {
 namespace detail {
 
 template void rfft2_lanes_run<128>(const ForwardArgs&);
+template void irfft2_lanes_run<128>(const InverseArgs&);
 
 }  // namespace detail
 }  // namespace fbfft

@@ -1,4 +1,4 @@
-// The forward register kernels of 32 x 32 (registers.cuh).
+// The 2-D register kernels of 32 x 32, both directions (registers.cuh).
 #include "../registers.cuh"
 
 namespace fastlayers {
@@ -6,6 +6,7 @@ namespace fbfft {
 namespace detail {
 
 template void rfft2_registers_run<32, 32>(const ForwardArgs&);
+template void irfft2_registers_run<32, 32>(const InverseArgs&);
 
 }  // namespace detail
 }  // namespace fbfft
