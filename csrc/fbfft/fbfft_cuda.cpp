@@ -37,23 +37,33 @@ int64_t count(const std::vector<int64_t>& shape) {
   return n;
 }
 
-fbfft::Options options(const char* op, int direct_io) {
+// What both directions start from: the checked, contiguous input, its leading dimensions (all but
+// the last `dims`) and their product, and the transform's options.
+struct Batch {
+  at::Tensor t;
+  std::vector<int64_t> shape;
+  int64_t count;
+  fbfft::Options options;
+};
+
+Batch prepare(const char* op, const at::Tensor& input, int64_t dims, int direct_io) {
+  check_float32(op, input);
   TORCH_CHECK(direct_io >= 0 && direct_io <= 2, op, ": `direct_io` must be 0, 1 or 2, got ",
               direct_io);
-  fbfft::Options o;
-  o.direct_io = static_cast<fbfft::DirectIo>(direct_io);
-  return o;
+  Batch b{input.contiguous(), {}, 0, {}};
+  b.shape = lead(b.t, dims);
+  b.count = count(b.shape);
+  b.options.direct_io = static_cast<fbfft::DirectIo>(direct_io);
+  return b;
 }
 
 // input [..., h, w] (dims = 2) or [..., w] (dims = 1, one row) -> spectrum.
 at::Tensor forward(const char* op, const at::Tensor& input, int64_t nh, int64_t nw, int64_t oy,
                    int64_t ox, bool transposed, int64_t dims, int direct_io) {
-  check_float32(op, input);
-  const fbfft::Options opt = options(op, direct_io);
   c10::cuda::CUDAGuard guard(input.device());
-  const auto x = input.contiguous();
-  auto shape = lead(x, dims);
-  const int64_t batch = count(shape);
+  Batch in = prepare(op, input, dims, direct_io);
+  const at::Tensor& x = in.t;
+  auto& shape = in.shape;
   const int64_t h = dims == 2 ? x.size(-2) : 1, w = x.size(-1);
   if (dims == 2) {
     shape.push_back(transposed ? nw / 2 + 1 : nh);
@@ -66,21 +76,19 @@ at::Tensor forward(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   auto* dst = reinterpret_cast<float2*>(out.mutable_data_ptr<c10::complex<float>>());
   const int ih = static_cast<int>(nh), iw = static_cast<int>(nw);
   fbfft::rfft2(x.const_data_ptr(), real_type(x.scalar_type()), dst,
-               transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw), batch,
+               transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw), in.count,
                static_cast<int>(h), static_cast<int>(w), ih, iw, static_cast<int>(oy),
-               static_cast<int>(ox), at::cuda::getCurrentCUDAStream(), opt);
+               static_cast<int>(ox), at::cuda::getCurrentCUDAStream(), in.options);
   return out;
 }
 
 at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t nw, int64_t out_h,
                    int64_t out_w, int64_t oy, int64_t ox, bool transposed, bool normalized,
                    int64_t dims, int direct_io) {
-  check_float32(op, input);
-  const fbfft::Options opt = options(op, direct_io);
   c10::cuda::CUDAGuard guard(input.device());
-  const auto X = input.contiguous();
-  auto shape = lead(X, dims);
-  const int64_t batch = count(shape);
+  Batch in = prepare(op, input, dims, direct_io);
+  const at::Tensor& X = in.t;
+  auto& shape = in.shape;
   if (dims == 2) shape.push_back(out_h);
   shape.push_back(out_w);
   auto out = at::empty(shape, X.options().dtype(at::kFloat));
@@ -89,10 +97,10 @@ at::Tensor inverse(const char* op, const at::Tensor& input, int64_t nh, int64_t 
   const int ih = static_cast<int>(nh), iw = static_cast<int>(nw);
   fbfft::irfft2(reinterpret_cast<const float2*>(X.const_data_ptr<c10::complex<float>>()),
                 transposed ? fbfft::transposed(ih, iw) : fbfft::row_major(ih, iw),
-                out.mutable_data_ptr<float>(), Real::F32, batch, ih, iw,
+                out.mutable_data_ptr<float>(), Real::F32, in.count, ih, iw,
                 static_cast<int>(out_h), static_cast<int>(out_w), static_cast<int>(oy),
                 static_cast<int>(ox), scale, nullptr, 1, at::cuda::getCurrentCUDAStream(), false,
-                opt);
+                in.options);
   return out;
 }
 

@@ -1,4 +1,11 @@
+// Host side of FFT convolution shared by both devices: argument checks, geometry, the Python
+// module's queries, and autocast registration.
 #include "fft_conv.h"
+
+#include <ATen/Context.h>
+
+#include "../common/autocast.h"
+#include "module_api.h"
 
 namespace fastlayers {
 namespace fft_conv_host {
@@ -137,6 +144,22 @@ std::vector<int64_t> output_shape(Pass pass, const Geometry& g) {
   return {};
 }
 
+bool conv_tf32_allowed() { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); }
+
+size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,
+                              int64_t kh, int64_t kw, int64_t ph, int64_t pw, int64_t nh,
+                              int64_t nw, int real_bytes, const std::string& backend, int64_t th,
+                              int64_t tw) {
+  TORCH_CHECK(pass >= 0 && pass <= 2, "fft_conv2d_workspace_bytes: `pass_` must be 0, 1 or 2");
+  TORCH_CHECK(th >= 0 && tw >= 0 && (th == 0) == (tw == 0),
+              "fft_conv2d_workspace_bytes: `tile` must be (0, 0) or positive");
+  Geometry g{S, C, K, H, W, kh, kw, ph, pw, nh, nw};
+  g.th = th;
+  g.tw = tw;
+  g.backend = parse_backend("fft_conv2d_workspace_bytes", backend);
+  return workspace_bytes(static_cast<Pass>(pass), g, real_bytes);
+}
+
 at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
                     at::IntArrayRef basis, bool tf32, c10::string_view backend,
@@ -157,3 +180,19 @@ at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
 
 }  // namespace fft_conv_host
 }  // namespace fastlayers
+
+// Autocast: the three passes run in the autocast dtype, as nn.Conv2d does.
+namespace {
+
+template <c10::DeviceType D>
+void register_autocast_passes(torch::Library& m) {
+  fastlayers::register_autocast<D>(
+      m, {"fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad"});
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
+  register_autocast_passes<c10::DeviceType::CUDA>(m);
+}
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) { register_autocast_passes<c10::DeviceType::CPU>(m); }

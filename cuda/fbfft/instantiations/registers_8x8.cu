@@ -1,0 +1,13 @@
+// The 2-D register kernels of 8 x 8, both directions (registers.cuh).
+#include "../registers.cuh"
+
+namespace fastlayers {
+namespace fbfft {
+namespace detail {
+
+template void rfft2_registers_run<8, 8>(const ForwardArgs&);
+template void irfft2_registers_run<8, 8>(const InverseArgs&);
+
+}  // namespace detail
+}  // namespace fbfft
+}  // namespace fastlayers
