@@ -1,6 +1,8 @@
 """The four fbfft transforms on every device against torch.fft: windows, clipping, layouts,
 batches, dtypes, gradients, opcheck and argument checks (fbfft_samples.check_transform: the
 tolerance rule of conv_samples)."""
+import functools
+
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
@@ -54,28 +56,35 @@ def test_irfft_matches_torch(device, dtype, n, out_size, offset, normalized):
                     what="irfft n=%d out=%d offset=%d" % (n, out, offset))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("size", SIZES_2D, ids=str)
-@pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("offset", [(0, 0), (-1, -2), (2, 1)], ids=str)
+def bins_2d(size, transposed):
+    return (size[1] // 2 + 1, size[0]) if transposed else (size[0], size[1] // 2 + 1)
+
+
+def every_2d_window(test):
+    """Every 2-D size, layout and window offset, float32 and float64 (the latter CPU only)."""
+    @functools.wraps(test)
+    def run(device, dtype, size, transposed, offset):
+        skip_float64_on_cuda(device, dtype)
+        test(device, dtype, size, transposed, offset)
+    for name, values, ids in (("offset", [(0, 0), (-1, -2), (2, 1)], str),
+                              ("transposed", [False, True], None), ("size", SIZES_2D, str),
+                              ("dtype", DTYPES, str)):
+        run = pytest.mark.parametrize(name, values, ids=ids)(run)
+    return run
+
+
+@every_2d_window
 def test_rfft2_matches_torch(device, dtype, size, transposed, offset):
-    skip_float64_on_cuda(device, dtype)
     x = real(2, 3, max(1, size[0] - 1), size[1] + 1, dtype=dtype, device=device)
     got = fbfft.rfft2(x, size, offset, transposed)
-    bins = (size[1] // 2 + 1, size[0]) if transposed else (size[0], size[1] // 2 + 1)
-    assert got.shape == (2, 3, *bins) and got.is_contiguous()
+    assert got.shape == (2, 3, *bins_2d(size, transposed)) and got.is_contiguous()
     check_transform(got, torch_rfft2, x, size, offset, transposed,
                     what="rfft2 %s offset=%s transposed=%s" % (size, offset, transposed))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("size", SIZES_2D, ids=str)
-@pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("offset", [(0, 0), (-1, -2), (2, 1)], ids=str)
+@every_2d_window
 def test_irfft2_matches_torch(device, dtype, size, transposed, offset):
-    skip_float64_on_cuda(device, dtype)
-    bins = (size[1] // 2 + 1, size[0]) if transposed else (size[0], size[1] // 2 + 1)
-    X = spectrum(3, 2, *bins, dtype=dtype, device=device)
+    X = spectrum(3, 2, *bins_2d(size, transposed), dtype=dtype, device=device)
     out = (max(1, size[0] - 2), size[1])
     for normalized in (True, False):
         got = fbfft.irfft2(X, size, out, offset, transposed, normalized)

@@ -109,46 +109,49 @@ BAD_ARGUMENTS = {
                                 r"`basis` \[5, 8\] is not supported by `backend` \"fbfft\""),
 }
 
-# Tiles of a [1, 3, 9, 9] x [2, 3, 3, 3] problem (y and grad_output 7 x 7).
-X, WT, GY = (1, 3, 9, 9), (2, 3, 3, 3), (1, 2, 7, 7)
+# Tiles of a [1, 3, 9, 9] x [2, 3, 3, 3] problem (y and grad_output 7 x 7): the pass, basis,
+# backend, tile, and the message.
 BAD_TILES = {
-    "negative": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None, [0, 0],
-                                         [8, 8], False, "cufft", [-1, 4]),
+    "negative": ("forward", [8, 8], "cufft", [-1, 4],
                  r"fft_conv2d: `tile` must be >= 0, got \[-1, 4\]"),
-    "one-zero": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None, [0, 0],
-                                         [8, 8], False, "cufft", [0, 4]),
+    "one-zero": ("forward", [8, 8], "cufft", [0, 4],
                  r"`tile` must be \[0, 0\] \(untiled\) or have both sides positive, got \[0, 4\]"),
-    "one-zero-input_grad": (lambda d: fl.fft_conv2d_input_grad(_t(*GY, device=d),
-                                                               _t(*WT, device=d), [0, 0], [8, 8],
-                                                               False, "cufft", [3, 0]),
+    "one-zero-input_grad": ("input_grad", [8, 8], "cufft", [3, 0],
                             r"fft_conv2d_input_grad: `tile` must be \[0, 0\]"),
-    "larger-than-output": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None,
-                                                   [0, 0], [16, 16], False, "cufft", [8, 7]),
+    "larger-than-output": ("forward", [16, 16], "cufft", [8, 7],
                            r"`tile` \[8, 7\] is larger than the output \(7, 7\)"),
-    "larger-than-input-grad": (lambda d: fl.fft_conv2d_input_grad(
-        _t(*GY, device=d), _t(*WT, device=d), [0, 0], [16, 16], False, "cufft", [9, 10]),
-        r"`tile` \[9, 10\] is larger than the input gradient \(9, 9\)"),
-    "larger-than-output-weight_grad": (lambda d: fl.fft_conv2d_weight_grad(
-        _t(*GY, device=d), _t(*X, device=d), [0, 0], [16, 16], False, "cufft", [2, 8]),
+    "larger-than-input-grad": ("input_grad", [16, 16], "cufft", [9, 10],
+                               r"`tile` \[9, 10\] is larger than the input gradient \(9, 9\)"),
+    "larger-than-output-weight_grad": (
+        "weight_grad", [16, 16], "cufft", [2, 8],
         r"fft_conv2d_weight_grad: `tile` \[2, 8\] is larger than the output \(7, 7\)"),
-    "basis-below-tile": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None,
-                                                 [0, 0], [8, 6], False, "cufft", [5, 5]),
+    "basis-below-tile": ("forward", [8, 6], "cufft", [5, 5],
                          r"`basis` \[8, 6\] must be at least `tile` \+ kernel - 1 \(7, 7\)"),
-    "basis-below-tile-input_grad": (lambda d: fl.fft_conv2d_input_grad(
-        _t(*GY, device=d), _t(*WT, device=d), [0, 0], [7, 6], False, "cufft", [5, 5]),
+    "basis-below-tile-input_grad": (
+        "input_grad", [7, 6], "cufft", [5, 5],
         r"fft_conv2d_input_grad: `basis` \[7, 6\] must be at least `tile` \+ kernel - 1"),
-    "fbfft-basis-tiled": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None,
-                                                  [0, 0], [7, 7], False, "fbfft", [5, 5]),
+    "fbfft-basis-tiled": ("forward", [7, 7], "fbfft", [5, 5],
                           r"`basis` \[7, 7\] is not supported by `backend` \"fbfft\""),
-    "length": (lambda d: fl.fft_conv2d(_t(*X, device=d), _t(*WT, device=d), None, [0, 0],
-                                       [8, 8], False, "cufft", [2, 2, 2]),
-               r"tile"),
+    "length": ("forward", [8, 8], "cufft", [2, 2, 2], r"tile"),
 }
+
+
+def tiled_call(device, pass_, basis, backend, tile):
+    x, w, gy = (_t(*s, device=device) for s in ((1, 3, 9, 9), (2, 3, 3, 3), (1, 2, 7, 7)))
+    if pass_ == "forward":
+        return fl.fft_conv2d(x, w, None, [0, 0], basis, False, backend, tile)
+    if pass_ == "input_grad":
+        return fl.fft_conv2d_input_grad(gy, w, [0, 0], basis, False, backend, tile)
+    return fl.fft_conv2d_weight_grad(gy, x, [0, 0], basis, False, backend, tile)
 
 
 @pytest.mark.parametrize("name", list(BAD_ARGUMENTS) + ["tile-" + n for n in BAD_TILES])
 def test_bad_arguments_name_the_argument(device, name):
-    call, message = BAD_TILES[name[5:]] if name.startswith("tile-") else BAD_ARGUMENTS[name]
+    if name.startswith("tile-"):
+        *args, message = BAD_TILES[name[5:]]
+        call = lambda d: tiled_call(d, *args)  # noqa: E731
+    else:
+        call, message = BAD_ARGUMENTS[name]
     with pytest.raises(RuntimeError, match=message):
         call(device)
 
