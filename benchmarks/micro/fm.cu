@@ -3,13 +3,14 @@
 // 20 calls captured in a CUDA graph, replayed, CUDA-event time per call (device time; the short
 // 8 x 8 kernels would otherwise time the host's launch rate). From the repository root:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
-//     benchmarks/micro/fm.cu cuda/fbfft/*.cu -o fm && ./fm
+//     benchmarks/micro/fm.cu cuda/fbfft/*.cu cuda/fbfft/instantiations/*.cu -o fm && ./fm
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cmath>
 #include <vector>
 #include "fbfft/fbfft.h"
 using namespace fastlayers::fbfft;
+using fastlayers::Real;
 __global__ void fill(float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = __sinf(0.37f * float(i % 100003)) + 0.25f * __cosf(0.011f * float(i % 7919));

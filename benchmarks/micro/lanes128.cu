@@ -1,11 +1,13 @@
 // fbfft's 128x128 R2C and C2R at B = 16384 (row-major spectrum; whole, padded and clipped images),
 // CUDA-event times. From the repository root:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
-//     benchmarks/micro/lanes128.cu cuda/fbfft/*.cu -o lanes128 && ./lanes128
+//     benchmarks/micro/lanes128.cu cuda/fbfft/*.cu \
+//     cuda/fbfft/instantiations/*.cu -o lanes128 && ./lanes128
 #include <cuda_runtime.h>
 #include <cstdio>
 #include "fbfft/fbfft.h"
 using namespace fastlayers::fbfft;
+using fastlayers::Real;
 int main() {
   const int64_t B = 16384; const int n = 128;
   float* x; float2* X; float* y;
