@@ -323,13 +323,45 @@ def set_precision(mode: str) -> bool:
 # Run metadata
 
 
+# A copy of the tree without its .git (a GPU machine gets the files alone) proves its commit with
+# this file, written beside the files by scripts/source-manifest: the commit, then the git blob
+# hash and path of every tracked file.
+MANIFEST = ROOT / ".source-manifest"
+
+
+def _blob_sha(path: Path) -> str:
+    import hashlib
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def manifest_state() -> dict:
+    """The commit of MANIFEST and whether any tracked file differs from it (outside
+    benchmarks/results/), by content."""
+    lines = MANIFEST.read_text().splitlines()
+    commit = lines[0].split()[1]
+    changed = []
+    for line in lines[1:]:
+        sha, path = line.split(" ", 1)
+        if path.startswith("benchmarks/results/"):
+            continue
+        f = ROOT / path
+        if not f.is_file() or _blob_sha(f) != sha:
+            changed.append(path)
+    return {"commit": commit, "dirty": bool(changed), "changed": changed[:20],
+            "n_changed": len(changed), "note": "checked against .source-manifest (no .git)"}
+
+
 def git_state() -> dict:
     """The commit and whether the tree differs from it. Benchmark outputs (benchmarks/results/)
-    do not count; file modes do not count (copies to other machines lose them)."""
+    do not count; file modes do not count (copies to other machines lose them). Without a git
+    checkout, MANIFEST decides where it exists."""
     try:
         head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=ROOT,
                               capture_output=True, text=True, timeout=20)
         if head.returncode != 0 or not head.stdout.strip():
+            if MANIFEST.is_file():
+                return manifest_state()
             return {"commit": None, "dirty": None, "note": "not a git checkout"}
         st = subprocess.run(["git", "-c", "core.fileMode=false", "status", "--porcelain", "--",
                              ".", ":(exclude)benchmarks/results"], cwd=ROOT, capture_output=True,
@@ -337,8 +369,12 @@ def git_state() -> dict:
         changed = [line[3:] for line in st.stdout.splitlines() if line.strip()]
         return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed[:20],
                 "n_changed": len(changed)}
-    except Exception as e:  # noqa: BLE001 - no git on the machine
-        return {"commit": None, "dirty": None, "note": "git unavailable: %s" % e}
+    except FileNotFoundError:  # no git on the machine
+        if MANIFEST.is_file():
+            return manifest_state()
+        return {"commit": None, "dirty": None, "note": "git unavailable"}
+    except Exception as e:  # noqa: BLE001
+        return {"commit": None, "dirty": None, "note": "git failed: %s" % e}
 
 
 def versions() -> dict:
