@@ -145,11 +145,15 @@ at::Tensor run_tiled(Pass pass, const Geometry& g, const at::Tensor& a, const at
         break;
       }
       case Pass::WeightGrad: {
+        // Over several chunks the tiles go in the accumulation type, so that each chunk's sum
+        // leaves the untiled kernel unrounded (half storage would round every partial sum).
+        const auto ct = acc.defined() ? acc.scalar_type() : a.scalar_type();
         const auto& gy = a;
         const auto x = at::constant_pad_nd(
-            b.narrow(0, s0, n),
+            b.narrow(0, s0, n).to(ct),
             {g.pw, ew + g.kw - 1 - g.W - g.pw, g.ph, eh + g.kh - 1 - g.H - g.ph}, 0);
-        const auto y = at::constant_pad_nd(gy.narrow(0, s0, n), {0, ew - rw, 0, eh - rh}, 0);
+        const auto y =
+            at::constant_pad_nd(gy.narrow(0, s0, n).to(ct), {0, ew - rw, 0, eh - rh}, 0);
         const auto x_tiles = cut(x, g.th + g.kh - 1, g.tw + g.kw - 1, g.th, g.tw);
         const auto y_tiles = cut(y, g.th, g.tw, g.th, g.tw);
         auto r = untiled(pass, t, y_tiles, x_tiles, std::nullopt, tf32, options);  // [K, C, kh, kw]
