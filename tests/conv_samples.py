@@ -285,9 +285,9 @@ def round_tf32(t: torch.Tensor) -> torch.Tensor:
 
 
 def _spectral_gemm(equation, a, b, tf32):
-    if tf32:
-        a = torch.view_as_complex(round_tf32(torch.view_as_real(a)))
-        b = torch.view_as_complex(round_tf32(torch.view_as_real(b)))
+    if tf32:  # (a conjugated view has no real view: resolve it first)
+        a = torch.view_as_complex(round_tf32(torch.view_as_real(a.resolve_conj())))
+        b = torch.view_as_complex(round_tf32(torch.view_as_real(b.resolve_conj())))
     return torch.einsum(equation, a, b)
 
 
