@@ -355,7 +355,7 @@ def manifest_state() -> dict:
 def git_state() -> dict:
     """The commit and whether the tree differs from it. Benchmark outputs (benchmarks/results/)
     do not count; file modes do not count (copies to other machines lose them). Without a git
-    checkout, MANIFEST decides where it exists."""
+    checkout, or where MANIFEST names another commit than .git's HEAD, MANIFEST decides."""
     try:
         head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=ROOT,
                               capture_output=True, text=True, timeout=20)
@@ -363,6 +363,10 @@ def git_state() -> dict:
             if MANIFEST.is_file():
                 return manifest_state()
             return {"commit": None, "dirty": None, "note": "not a git checkout"}
+        if MANIFEST.is_file() and MANIFEST.read_text().split(None, 2)[1] != head.stdout.strip():
+            # a copy whose .git is older than its files (a GPU machine's): the manifest, written
+            # with the files, names their commit
+            return manifest_state()
         st = subprocess.run(["git", "-c", "core.fileMode=false", "status", "--porcelain", "--",
                              ".", ":(exclude)benchmarks/results"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
