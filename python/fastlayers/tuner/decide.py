@@ -20,16 +20,17 @@ class Decision:
     times_ms: Dict[str, float] = field(default_factory=dict)
     errors: Dict[str, float] = field(default_factory=dict)
     skipped: Dict[str, str] = field(default_factory=dict)
+    runs: Dict[str, int] = field(default_factory=dict)  # calls timed per candidate
 
     def to_json(self) -> dict:
         return {"choice": self.choice, "reason": self.reason, "times_ms": self.times_ms,
-                "errors": self.errors, "skipped": self.skipped}
+                "errors": self.errors, "skipped": self.skipped, "runs": self.runs}
 
     @staticmethod
     def from_json(d: dict) -> "Decision":
         return Decision(choice=str(d["choice"]), source="file", reason=str(d.get("reason", "")),
                         times_ms=dict(d.get("times_ms", {})), errors=dict(d.get("errors", {})),
-                        skipped=dict(d.get("skipped", {})))
+                        skipped=dict(d.get("skipped", {})), runs=dict(d.get("runs", {})))
 
 
 Measure = Callable[[object, str, torch.device], Decision]

@@ -1,14 +1,23 @@
-"""Measuring candidates: the accuracy guard, the timers, the budget loop and the win margin.
+"""Measuring candidates: the accuracy guard, the step-cost timer, the budget loop and the win margin.
+
+A candidate's figure is what a training step pays for it: the wall time of calls enqueued back to
+back, host and device together, divided by the number of calls. Device time alone would let a
+candidate with a fast kernel and a slow host path win a step it loses.
 
 The first candidate is the baseline (PyTorch's own path): it is always measured, its error sets
 the tolerance, and another candidate replaces it only when measurably faster.
+
+Every candidate within tolerance (and within the workspace bound) is timed at least once,
+whatever the budget; the budget then buys repeated, interleaved rounds for those still in the race.
+A candidate whose first figure is over DROP_FACTOR x the best first figure cannot win and gets no
+more rounds, and a round times fewer calls of a slow candidate than of a fast one.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 
@@ -27,13 +36,17 @@ ERROR_FLOOR = {
 }
 
 # A candidate replaces the baseline only when its median is below this fraction of the baseline's
-# (timing noise and per-call host cost stay on the safe side).
+# (timing noise stays on the safe side).
 WIN_MARGIN = 0.95
 
-# Timed runs per candidate after its warm-up: at most REPEATS, at least MIN_REPEATS once the budget
-# is spent.
-REPEATS = 25
-MIN_REPEATS = 3
+# Rounds of the race: at most ROUNDS after the first figure; a round times about ROUND_MS of calls
+# of each candidate in the race (between 1 and MAX_CALLS calls).
+ROUNDS = 7
+ROUND_MS = 2.0
+MAX_CALLS = 16
+# A first figure over DROP_FACTOR x the best first figure leaves the race: noise does not halve a
+# time.
+DROP_FACTOR = 2.0
 
 
 def error_floor(dtype: torch.dtype, tf32: bool) -> float:
@@ -53,42 +66,42 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / den if den > 0 else diff
 
 
-def timer(device: torch.device):
-    """run(fn, args) -> milliseconds of one call: CUDA events on the current stream, else wall time."""
-    if device.type == "cuda":
-        def run(fn, args):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
+def step_timer(device: torch.device):
+    """run(fn, args, calls) -> milliseconds per call of `calls` calls enqueued back to back, from
+    an idle device to the last call's completion (host and device together)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def run(fn, args, calls=1):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
             fn(*args)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-    else:
-        def run(fn, args):
-            t0 = time.perf_counter()
-            fn(*args)
-            return (time.perf_counter() - t0) * 1e3
+        sync()
+        return (time.perf_counter() - t0) * 1e3 / calls
     return run
 
 
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
-                       workspace: Callable[[Choice], int], args: tuple, ref: torch.Tensor,
-                       device: torch.device, floor: float) -> Decision:
-    """Runs each candidate on `args` in order and returns the decision.
+                       workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
+                       ref: torch.Tensor, device: torch.device, floor: float) -> Decision:
+    """Checks, times and ranks `choices` (the baseline first) and returns the decision.
 
-    A candidate other than the baseline (choices[0]) is skipped when its `workspace` exceeds the
-    bound or the budget is spent; any candidate that raises (an OOM, a library refusal) or whose
-    error against `ref` exceeds max(2 x the baseline's error, `floor`) is skipped with the reason.
-    The others run once to warm up, then up to REPEATS times (at least MIN_REPEATS) while the
-    budget lasts; the fastest median wins if below WIN_MARGIN x the baseline's."""
+    Accuracy: each candidate runs once on `check_args` (a small batch of the problem), and its
+    error against the float64 `ref` of those must be at most max(2 x the baseline's error,
+    `floor`); a candidate that raises (an OOM, a library refusal) or misses the tolerance is
+    skipped with the reason, as is one whose `workspace` exceeds the bound. Time: every other
+    candidate is warmed up and timed once on `args` (the problem's size), then the budget buys
+    rounds for those within DROP_FACTOR of the best; the fastest median wins if it is below
+    WIN_MARGIN x the baseline's."""
+    t_start = time.perf_counter()
     limit = workspace_limit(device)
-    run = timer(device)
-    deadline = time.perf_counter() + _state.budget_s
-    times: Dict[str, float] = {}
+    run = step_timer(device)
+    baseline = choices[0].label
     errors: Dict[str, float] = {}
     skipped: Dict[str, str] = {}
-    baseline = choices[0].label
+    samples: Dict[str, List[float]] = {}
+    runs: Dict[str, int] = {}
+    fns: Dict[str, Callable] = {}
     tol = None
     for choice in choices:
         label = choice.label
@@ -97,38 +110,56 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             if ws > limit:
                 skipped[label] = "workspace %.0f MiB > bound %.0f MiB" % (ws / 2**20, limit / 2**20)
                 continue
-            if time.perf_counter() > deadline:
-                skipped[label] = "tuning budget spent"
-                continue
         fn = call(choice)
         try:
-            out = fn(*args)
+            out = fn(*check_args)
             err = rel_err(out, ref)
             del out
+            if label == baseline:
+                tol = max(2 * err, floor)
+            elif not err <= tol:
+                errors[label] = err
+                skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
+                continue
+            fn(*args)  # warm-up at the problem's size (plans, allocator)
+            samples[label] = [run(fn, args)]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
             skipped[label] = "failed: %s" % str(e).splitlines()[0][:120]
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             continue
         errors[label] = err
-        if label == baseline:
-            tol = max(2 * err, floor)
-        elif not err <= tol:
-            skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
-            continue
-        run(fn, args)  # warm-up (plans, allocator)
-        samples = []
-        for _ in range(REPEATS):
-            samples.append(run(fn, args))
-            if len(samples) >= MIN_REPEATS and time.perf_counter() > deadline:
-                break
-        times[label] = statistics.median(samples)
-    best = min(times, key=times.get)
-    reason = "fastest of %d measured" % len(times)
+        runs[label] = 1
+        fns[label] = fn
+    if baseline not in samples:  # PyTorch's own path failed: nothing to compare against
+        raise RuntimeError("the baseline %s could not be measured: %s"
+                           % (baseline, skipped.get(baseline, "")))
+
+    first_best = min(s[0] for s in samples.values())
+    race = [lab for lab in samples if samples[lab][0] <= DROP_FACTOR * first_best]
+    if baseline not in race:
+        race.append(baseline)  # the yardstick of the win margin
+    deadline = time.perf_counter() + _state.budget_s
+    rounds = 0
+    while len(race) > 1 and rounds < ROUNDS and time.perf_counter() < deadline:
+        for label in race:  # interleaved: drift of the machine hits every candidate alike
+            calls = max(1, min(MAX_CALLS, int(ROUND_MS / max(samples[label][0], 1e-3))))
+            samples[label].append(run(fns[label], args, calls))
+            runs[label] += calls
+        rounds += 1
+
+    times = {lab: statistics.median(s) for lab, s in samples.items()}
+    best = min(race, key=times.get)
+    spent = time.perf_counter() - t_start
+    out_of_race = [lab for lab in samples if lab not in race]
+    reason = "fastest of %d measured (%d rounds, %.2f s%s)" % (
+        len(times), rounds, spent,
+        "; %d timed once, over %.0fx the best" % (len(out_of_race), DROP_FACTOR) if out_of_race else "")
     if best == baseline and len(times) == 1:
         reason = "only candidate measured"
-    elif best != baseline and baseline in times and times[best] > WIN_MARGIN * times[baseline]:
-        reason = "%s within %.0f%% of %s: kept %s" % (best, 100 * (1 - WIN_MARGIN), baseline, baseline)
+    elif best != baseline and times[best] > WIN_MARGIN * times[baseline]:
+        reason = "%s within %.0f%% of %s: kept %s (%d rounds, %.2f s)" % (
+            best, 100 * (1 - WIN_MARGIN), baseline, baseline, rounds, spent)
         best = baseline
     return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
-                    skipped=skipped)
+                    skipped=skipped, runs=runs)

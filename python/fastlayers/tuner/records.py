@@ -30,10 +30,10 @@ def decisions() -> List[dict]:
         for key, d in _state.memory.items():
             rows.append({"key": key, "choice": d.choice, "source": d.source, "reason": d.reason,
                          "times_ms": dict(d.times_ms), "errors": dict(d.errors),
-                         "skipped": dict(d.skipped)})
+                         "skipped": dict(d.skipped), "runs": dict(d.runs)})
         for what, reason in _state.fallbacks.items():
             rows.append({"key": what, "choice": "native", "source": "unsupported", "reason": reason,
-                         "times_ms": {}, "errors": {}, "skipped": {}})
+                         "times_ms": {}, "errors": {}, "skipped": {}, "runs": {}})
     return rows
 
 
@@ -67,7 +67,8 @@ def report() -> str:
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
-            lines.append("      ms:  " + ", ".join("%s %.4g" % kv for kv in r["times_ms"].items()))
+            lines.append("      ms:  " + ", ".join(  # per call, back to back; calls timed
+                "%s %.4g (%s)" % (k, v, r["runs"].get(k, "?")) for k, v in r["times_ms"].items()))
         if r["errors"]:
             lines.append("      err: " + ", ".join("%s %.2e" % kv for kv in r["errors"].items()))
         for label, why in r["skipped"].items():

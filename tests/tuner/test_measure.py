@@ -1,0 +1,148 @@
+"""The tuner's measuring: a candidate's figure is what a step pays (host and device, back to back),
+every candidate within tolerance is timed at least once whatever the budget, and the budget buys
+rounds for the candidates that can still win, with fewer calls of slow ones."""
+import time
+
+import pytest
+import torch
+
+from fastlayers import algorithms, tuner
+from fastlayers.algorithms import NATIVE, Family
+
+
+class Timed(Family):
+    """PyTorch's path with a cost added on the host ('timed:sleep=MS'), or PyTorch's result of
+    the same input computed once and returned again ('timed:memo': nearly free)."""
+    names = ("timed",)
+    kinds = ("conv2d",)
+    keeps_input_layout = True
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def parse(self, name, params, label):
+        return (params,)
+
+    def format(self, name, params):
+        return "timed:" + params[0]
+
+    def candidates(self, problem, pass_):
+        return [algorithms.parse(label) for label in self.labels]
+
+    def conv2d_call(self, choice, pass_, padding, tf32):
+        native = algorithms.conv2d_call(NATIVE, pass_, padding, tf32)
+        what = choice.params[0]
+        if what == "memo":
+            memo = {}
+
+            def call(x, w, b, gy):
+                key = (id(x), id(gy))
+                if key not in memo:
+                    memo[key] = (x, gy, native(x, w, b, gy))  # x, gy kept: ids stay theirs
+                return memo[key][2]
+            return call
+        delay = float(what.split("=")[1]) / 1e3
+
+        def slow(x, w, b, gy):
+            time.sleep(delay)
+            return native(x, w, b, gy)
+        return slow
+
+
+@pytest.fixture
+def timed(monkeypatch):
+    def register(*labels):
+        family = algorithms.register(Timed(labels))
+        registered.append(family)
+        return family
+    registered = []
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    yield register
+    for family in registered:
+        algorithms.unregister(family)
+
+
+def problem(device, S=4, C=16, K=16, H=24, W=24):
+    # no FFT candidates in the way: kernel 1 x 1 over an image that leaves no tile
+    x = torch.randn(S, C, H, W, device=device)
+    w = torch.randn(K, C, 1, 1, device=device)
+    p = tuner.ConvProblem.from_tensors(x, w, (0, 0), tf32=False)
+    return p
+
+
+def row_of(p, pass_="forward"):
+    return {r["key"]: r for r in tuner.decisions()}[p.key(pass_)]
+
+
+def only_timed(p, pass_="forward"):
+    """The candidates of `p` without FFT ones: native and the test family."""
+    return [c for c in tuner.candidates_conv2d(p, pass_) if c.split(":")[0] in ("native", "timed")]
+
+
+@pytest.fixture
+def no_fft(monkeypatch):
+    fft = algorithms.fft.FAMILY
+    monkeypatch.setattr(fft, "candidates", lambda problem, pass_: [])
+
+
+def test_host_time_counts(timed, no_fft, device):
+    """A candidate that costs the host 3 ms a call is slower in a step, whatever its device time."""
+    timed("timed:sleep=3")
+    tuner.set_budget(0.2)
+    p = problem(device)
+    assert tuner.choose_conv2d(p, "forward") == "native"
+    row = row_of(p)
+    assert row["times_ms"]["timed:sleep=3"] >= 3.0
+
+
+def test_a_cheaper_call_wins(timed, no_fft, device):
+    timed("timed:memo")
+    tuner.set_budget(0.5)
+    p = problem(device, S=8, C=32, K=32, H=48, W=48)
+    assert tuner.choose_conv2d(p, "forward") == "timed:memo"
+    row = row_of(p)
+    assert row["times_ms"]["timed:memo"] < 0.95 * row["times_ms"]["native"]
+    # a cheap call gets more calls per round than PyTorch's convolution
+    assert row["runs"]["timed:memo"] > row["runs"]["native"] > 1
+
+
+def test_every_candidate_is_timed_once_without_budget(timed, no_fft, device):
+    timed("timed:sleep=1", "timed:sleep=30", "timed:memo")
+    tuner.set_budget(0)
+    p = problem(device)
+    tuner.choose_conv2d(p, "forward")
+    row = row_of(p)
+    assert set(row["times_ms"]) == set(only_timed(p))
+    assert all(row["runs"][c] == 1 for c in row["times_ms"])
+    assert not row["skipped"]
+    assert "0 rounds" in row["reason"]
+
+
+def test_a_candidate_that_cannot_win_leaves_the_race(timed, no_fft, device):
+    timed("timed:sleep=30", "timed:memo")
+    tuner.set_budget(0.3)
+    p = problem(device)
+    tuner.choose_conv2d(p, "forward")
+    row = row_of(p)
+    assert row["runs"]["timed:sleep=30"] == 1  # over 2x the best after its first figure
+    assert row["runs"]["native"] > 1 and row["runs"]["timed:memo"] > 1
+    assert "timed once" in row["reason"]
+    assert "timed:sleep=30 " in tuner.report()
+
+
+def test_the_baseline_failing_leaves_native_with_the_reason(monkeypatch, device):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    p = problem(device)
+
+    def fail(*args):
+        raise RuntimeError("no convolution today")
+    monkeypatch.setattr(algorithms.native.FAMILY, "conv2d_call",
+                        lambda choice, pass_, padding, tf32: fail)
+    algorithms.registry._forget()
+    try:
+        assert tuner.choose_conv2d(p, "forward") == "native"
+    finally:
+        monkeypatch.undo()
+        algorithms.registry._forget()
+    row = row_of(p)
+    assert row["source"] == "heuristic" and "no convolution today" in row["reason"]
