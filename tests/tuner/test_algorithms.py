@@ -26,7 +26,24 @@ PROBLEMS = [
     dict(S=1, C=2, K=3, H=13, W=6, kh=5, kw=2, ph=2, pw=0),
     dict(S=2, C=2, K=2, H=20, W=20, kh=3, kw=3, ph=1, pw=1),
     dict(S=1, C=1, K=2, H=5, W=3, kh=1, kw=1, ph=2, pw=2),
+    dict(S=1, C=2, K=2, H=100, W=90, kh=15, kw=17, ph=7, pw=3),  # large kernel: tiles from 48
+    dict(S=2, C=2, K=3, H=1, W=300, kh=1, kw=31, ph=0, pw=15),  # 1-D: bases of height 1
 ]
+
+
+@pytest.mark.parametrize("kwargs", PROBLEMS[-2:], ids=["k15x17", "1d-k31"])
+def test_large_kernels_have_untiled_and_tiled_fft_in_every_pass(kwargs):
+    p = problem(**kwargs)
+    for pass_ in PASSES:
+        fft = [c for c in algorithms.candidates(p, pass_) if c.family == "fft"]
+        tiled = [c for c in fft if c.params.tile != (0, 0)]
+        assert len(fft) > len(tiled) >= 1, (pass_, fft)  # cuFFT: untiled and tiled
+        for c in tiled:
+            (nh, nw), (th, tw) = c.params.basis, c.params.tile
+            assert th + p.kh - 1 <= nh and tw + p.kw - 1 <= nw, c
+            assert max(th, tw) >= min(p.kh, p.kw), c  # tiles at least as long as the kernel
+            if p.H == 1:
+                assert nh == 1 and th == 1, c
 
 
 def all_candidates():

@@ -146,3 +146,21 @@ def test_the_baseline_failing_leaves_native_with_the_reason(monkeypatch, device)
         algorithms.registry._forget()
     row = row_of(p)
     assert row["source"] == "heuristic" and "no convolution today" in row["reason"]
+
+
+def test_a_large_kernel_measures_fft_in_every_pass(monkeypatch, device):
+    """A 31 x 31 kernel: PyTorch's path is slow, and every FFT candidate is still measured in
+    every pass, with no budget at all."""
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0)
+    x = torch.randn(1, 2, 48, 48, device=device)
+    w = torch.randn(2, 2, 31, 31, device=device)
+    p = tuner.ConvProblem.from_tensors(x, w, (15, 15), tf32=False)
+    for pass_ in tuner.PASSES:
+        tuner.choose_conv2d(p, pass_)
+        row = row_of(p, pass_)
+        candidates = tuner.candidates_conv2d(p, pass_)
+        assert any("tile=" in c for c in candidates) and len(candidates) > 3
+        assert not any("budget" in why for why in row["skipped"].values()), row["skipped"]
+        assert set(row["times_ms"]) | set(row["skipped"]) == set(candidates)
+        assert set(row["times_ms"]) - {"native"}, (pass_, row)

@@ -431,12 +431,14 @@ def test_candidates_backends_and_tiles():
         tiled = cands[4:]
         assert tiled == ["%s:%dx%d,tile=%dx%d" % (a, n, n, n - 2, n - 2)
                          for n in (8, 16, 32) for a in ("fft", "fbfft")]
-    # Past fbfft's 128: no untiled fbfft, tiles still; a wide result cuts the tile to its height.
+    # Past fbfft's 128: no untiled fbfft, tiles still; a wide result cuts the tile to its height,
+    # and the basis side to what that tile needs.
     p = problem(S=1, H=5, W=200, k=3, pad=1)
     cands = tuner.candidates_conv2d(p, "forward")
     assert "fbfft:8x256" not in cands and "fft:8x256" in cands
     assert "fbfft:8x128" in tuner.candidates_conv2d(problem(S=1, H=5, W=100, k=3, pad=1), "forward")
-    assert "fbfft:8x8,tile=5x6" in cands and "fft:64x64,tile=5x62" in cands
+    assert "fbfft:8x8,tile=5x6" in cands and "fft:8x64,tile=5x62" in cands
+    assert "fft:64x64,tile=5x62" not in cands
     # The input gradient's tiles divide grad_input: 5x3 image, k = 1, pad 2 -> y is 9x7.
     p = problem(S=1, H=5, W=3, k=1, pad=2)
     assert "fft:8x8,tile=8x7" not in tuner.candidates_conv2d(p, "input_grad")

@@ -14,8 +14,12 @@ from .registry import CONV2D_PASSES, Choice, Family
 BACKEND = {"fft": "cufft", "fbfft": "fbfft"}
 NAME = {backend: name for name, backend in BACKEND.items()}
 
-# Bases of tiled candidates: tile + kernel - 1 is one of these powers of two (square).
-TILE_BASES = (8, 16, 32, 64)
+# Tiled candidates: power-of-two bases from 8, each side cut to what its tile needs (a side with a
+# 1-wide kernel and result stays 1: a 1-D convolution), whose tiles are at least as long as the
+# kernel (shorter ones spend more work on overlap than on output), at most MAX_TILE_BASES of them,
+# up to the first that holds the whole result.
+MIN_TILE_BASIS = 8
+MAX_TILE_BASES = 4
 
 
 class FftParams(NamedTuple):
@@ -39,6 +43,27 @@ def _fbfft_basis_ok(nh: int, nw: int) -> bool:
     return ok(nh) and ok(nw)
 
 
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n, 1 included (a side of a 1-D convolution)."""
+    return 1 if n <= 1 else next_pow2(n)
+
+
+def tile_shapes(p, pass_: str):
+    """(basis, tile) of the tiled candidates of `pass_` of `p`: see MIN_TILE_BASIS."""
+    rh, rw = (p.H, p.W) if pass_ == "input_grad" else (p.oh, p.ow)
+    kmax = max(p.kh, p.kw)
+    n = max(MIN_TILE_BASIS, next_pow2(2 * kmax - 1))
+    out = []
+    while len(out) < MAX_TILE_BASES:
+        tile = (min(n - p.kh + 1, rh), min(n - p.kw + 1, rw))
+        if tile == (rh, rw):
+            break  # one tile is the whole result: the untiled candidates do that
+        basis = (_pow2(tile[0] + p.kh - 1), _pow2(tile[1] + p.kw - 1))
+        out.append((basis, tile))
+        n *= 2
+    return out
+
+
 class Fft(Family):
     names = tuple(BACKEND)
     kinds = ("conv2d",)
@@ -60,26 +85,23 @@ class Fft(Family):
 
     def candidates(self, p, pass_):
         """cuFFT at the smallest fast basis and the next power of two holding the padded input;
-        fbfft at that power of two when both sides are at most FBFFT_MAX_BASIS (not float64 on
-        CUDA); tiled, either backend, where tile + kernel - 1 is one of TILE_BASES and the tile
-        is smaller than the pass's large result (y; grad_input for the input grad)."""
+        fbfft at that power of two when both sides are 2..FBFFT_MAX_BASIS (not float64 on CUDA);
+        tiled (tile_shapes), cuFFT and, where its sides allow, fbfft, for any kernel: tiles of
+        the pass's large result (y; grad_input for the input grad)."""
         out = []
         hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
         backends = ["cufft"]
         if not (p.device_type == "cuda" and p.dtype == "float64"):
             backends.append("fbfft")
-        for basis in sorted({(good_fft_size(hp), good_fft_size(wp)), (next_pow2(hp), next_pow2(wp))}):
+        pow2 = (_pow2(hp), _pow2(wp))
+        for basis in sorted({(good_fft_size(hp), good_fft_size(wp)), pow2}):
             out.append(self.make(basis))
-        pow2 = (next_pow2(hp), next_pow2(wp))
         if "fbfft" in backends and _fbfft_basis_ok(*pow2):
             out.append(self.make(pow2, "fbfft"))
-        rh, rw = (p.H, p.W) if pass_ == "input_grad" else (p.oh, p.ow)
-        for n in TILE_BASES:
-            tile = (min(n - p.kh + 1, rh), min(n - p.kw + 1, rw))
-            if tile[0] < 1 or tile[1] < 1 or (tile[0] == rh and tile[1] == rw):
-                continue  # the kernel does not fit, or one tile would be the whole result
+        for basis, tile in tile_shapes(p, pass_):
             for backend in backends:
-                out.append(self.make((n, n), backend, tile))
+                if backend == "cufft" or _fbfft_basis_ok(*basis):
+                    out.append(self.make(basis, backend, tile))
         return out
 
     def conv2d_call(self, choice, pass_, padding, tf32):
