@@ -41,7 +41,7 @@ WIN_MARGIN = 0.95
 
 # Rounds of the race: at most ROUNDS after the first figure; a round times about ROUND_MS of calls
 # of each candidate in the race (between 1 and MAX_CALLS calls).
-ROUNDS = 7
+ROUNDS = 5
 ROUND_MS = 2.0
 MAX_CALLS = 16
 # A first figure over DROP_FACTOR x the best first figure leaves the race: noise does not halve a

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Whole training steps of torchvision networks: fastlayers.convert against the plain model.
+
+    python3 benchmarks/bench_networks.py [--out DIR] [--quick] [--nets vgg16,resnet18]
+                                         [--modes fp32,tf32,bf16] [--steps N] [--rounds R]
+
+Per network and precision mode (fp32: TF32 off; tf32: PyTorch's convolution default; bf16:
+autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's method says:
+  first step  wall time of the first training step of each model on a fresh tuner cache (the
+              converted model tunes its layers there; the plain one pays cuDNN's benchmark)
+  check       one step's logits and first-layer weight gradient of both models against a float64
+              copy of the plain model, on the same inputs and dropout masks: the converted model
+              gets a ratio only within max(2 x the plain model's error, floor)
+  steps       forward, loss, backward and an SGD step, STEPS steps back to back (wall clock to the
+              last one's completion, host and device together); plain and converted interleaved
+              round by round, the ratio the median of per-round ratios; beside it, the same for
+              two plain copies (A/A: the noise floor of the ratio)
+The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log, torch  # noqa: E402
+
+import fastlayers  # noqa: E402
+from fastlayers import tuner  # noqa: E402
+
+# name -> (batch, image side): BENCHMARKS.md's whole-step anchors.
+NETWORKS = {"vgg16": (16, 224), "resnet18": (64, 224), "resnet50": (32, 224), "alexnet": (128, 224)}
+MODES = ("fp32", "tf32", "bf16")
+FLOOR = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 1.6e-2}
+
+
+def build(name: str):
+    import torchvision
+    return getattr(torchvision.models, name)(weights=None).cuda().train()
+
+
+def make_step(model, x, target, mode):
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16, enabled=mode == "bf16"):
+            loss = loss_fn(model(x), target)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def first_conv(model):
+    return next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+
+
+def outputs(model, x, target, mode, seed=0):
+    """Logits and the first convolution's weight gradient of one forward + backward (no step)."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)  # the same dropout masks for every model
+    with torch.autocast("cuda", torch.bfloat16, enabled=mode == "bf16"):
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, target)
+    loss.backward()
+    out = (logits.detach().double(), first_conv(model).weight.grad.detach().double())
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def check(plain, conv, x, target, mode) -> dict:
+    ref = copy.deepcopy(plain).double()
+    r = outputs(ref, x.double(), target, "fp64")
+    del ref
+    p, c = outputs(plain, x, target, mode), outputs(conv, x, target, mode)
+    row = {}
+    for i, what in enumerate(("logits", "conv1_weight_grad")):
+        ep, ec = common.rel_err(p[i], r[i]), common.rel_err(c[i], r[i])
+        tol = common.tolerance(ep, 2.0, FLOOR[mode])
+        row[what] = {"plain_err": ep, "converted_err": ec, "tolerance": tol, "ok": ec <= tol}
+    row["ok"] = all(v["ok"] for v in row.values() if isinstance(v, dict))
+    return row
+
+
+def timed(step, steps):
+    def run():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return {"ms": (time.perf_counter() - t0) * 1e3 / steps}
+    return run
+
+
+def first_step_s(step) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def run_network(doc, res, stats, name, mode, args):
+    N, side = NETWORKS[name]
+    if args.quick:
+        N = max(1, N // 2)
+    row = {"network": name, "mode": mode, "N": N, "image": side}
+    doc["rows"].append(row)
+    with common.guard(row, stats, res, "%s %s" % (name, mode)):
+        common.set_precision("tf32" if mode == "tf32" else "fp32")
+        torch.manual_seed(0)
+        plain = build(name)
+        conv = fastlayers.convert(copy.deepcopy(plain))
+        twin = copy.deepcopy(plain)
+        x = torch.randn(N, 3, side, side, device="cuda")
+        target = torch.randint(0, 1000, (N,), device="cuda")
+        steps = {k: make_step(m, x, target, mode) for k, m in
+                 (("plain", plain), ("converted", conv), ("twin", twin))}
+
+        tuner.clear()
+        row["first_step_s"] = {"plain": first_step_s(steps["plain"]),
+                               "converted": first_step_s(steps["converted"])}
+        decisions = [d for d in tuner.decisions() if d["source"] in ("tuned", "file")]
+        row["passes_tuned"] = len(decisions)
+        row["passes_on_fastlayers"] = sum(d["choice"] != "native" for d in decisions)
+        row["choices"] = {d["key"].split("|torch=")[0]: d["choice"] for d in decisions}
+        log("  %-8s %-4s N=%-3d first step: plain %.2f s, converted %.2f s (%d passes tuned, "
+            "%d on fastlayers)" % (name, mode, N, row["first_step_s"]["plain"],
+                                   row["first_step_s"]["converted"], row["passes_tuned"],
+                                   row["passes_on_fastlayers"]))
+
+        row["check"] = chk = check(plain, conv, x, target, mode)
+        if not chk["ok"]:
+            row["failed"] = "outside tolerance: %s" % chk
+            stats["errors"] += 1
+            log("  %-8s %-4s %s" % (name, mode, row["failed"]))
+            return
+        for s in steps.values():  # warm: plans, allocator, cuDNN's choices
+            for _ in range(2):
+                s()
+        row["steps_per_trial"] = args.steps
+        row["ab"] = common.interleaved(timed(steps["plain"], args.steps),
+                                       timed(steps["converted"], args.steps),
+                                       lambda fn: fn(), args.rounds)
+        row["aa"] = common.interleaved(timed(steps["plain"], args.steps),
+                                       timed(steps["twin"], args.steps),
+                                       lambda fn: fn(), args.rounds)
+        row["ratio"] = row["ab"]["ratio"]
+        log("  %-8s %-4s plain %.2f ms, converted %.2f ms: x%.3f (%.3f-%.3f); A/A x%.3f "
+            "(%.3f-%.3f)" % (name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],
+                             row["ab"]["ratio_min"], row["ab"]["ratio_max"], row["aa"]["ratio"],
+                             row["aa"]["ratio_min"], row["aa"]["ratio_max"]))
+    del plain, conv, twin
+    common.release()
+
+
+def render(doc) -> str:
+    import make_docs
+    return make_docs.networks(doc)
+
+
+def main(argv=None) -> int:
+    ap = common.parser(__doc__)
+    ap.add_argument("--nets", default=",".join(NETWORKS), help="comma-separated: " + ", ".join(NETWORKS))
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
+    ap.add_argument("--steps", type=int, default=None, help="steps per timed trial (default 10, quick 4)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 7, quick 3)")
+    args = ap.parse_args(argv)
+    args.steps = args.steps or (4 if args.quick else 10)
+    args.rounds = args.rounds or (3 if args.quick else 7)
+    if not common.require_cuda("whole-network training steps"):
+        return 0
+    # A fresh tuner cache: the first steps measure what a new user's would.
+    os.environ["FASTLAYERS_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastlayers-bench-networks-")
+    tuner.clear()
+    torch.backends.cudnn.benchmark = True
+    t_start = time.perf_counter()
+    doc = common.meta("networks", args, steps=args.steps, rounds=args.rounds, quick=args.quick,
+                      cudnn_benchmark=True, timer="wall clock, steps back to back")
+    doc["rows"] = []
+    res = common.Results(args.out, doc)
+    stats = {"errors": 0, "oom": 0}
+    ok = True
+    for name in args.nets.split(","):
+        for mode in args.modes.split(","):
+            ok &= common.section(doc, res, "%s %s" % (name, mode), run_network, doc, res, stats,
+                                 name, mode, args)
+    ratios = [r["ratio"] for r in doc["rows"] if "ratio" in r]
+    doc["summary"] = {"min_ratio": min(ratios) if ratios else None,
+                      "geomean": common.geomean(ratios) if ratios else None}
+    return common.finish(doc, res, ok, stats, t_start, render)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
