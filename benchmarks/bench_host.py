@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Host time of a swapped-in layer: fastlayers.Conv2d (tuned, and with every pass on PyTorch's
+path) against nn.Conv2d, forward + backward.
+
+    python3 benchmarks/bench_host.py [--out DIR] [--quick]
+
+Per layer (fp32, TF32 off), after tuning and a warm-up:
+  enqueue   host microseconds per forward + backward, calls issued back to back, up to the last
+            call's return (what the host pays; the device keeps up or the queue absorbs it)
+  step      microseconds per forward + backward back to back with the device drained at the end
+            (host and device together: what a training step sees)
+Each fastlayers variant against nn.Conv2d in interleaved rounds, the ratio the median of per-round
+ratios (> 1: fastlayers cheaper), and nn.Conv2d against a second nn.Conv2d beside (A/A). Outputs
+and gradients are checked against a float64 nn.Conv2d first. Writes DIR/host-<device>.json.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log, torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import fastlayers  # noqa: E402
+from fastlayers import tuner  # noqa: E402
+
+# name, S, C, K, H (= W), k, padding: the layers issue 15 names, and a small one.
+LAYERS = [("resnet-3x3", 32, 256, 256, 14, 3, 1),
+          ("resnet-first-3x3", 32, 64, 64, 56, 3, 1),
+          ("small", 8, 16, 16, 16, 3, 1)]
+
+
+def fwd_bwd(m, x, gy):
+    def call():
+        y = m(x)
+        y.backward(gy)
+    return call
+
+
+def timer(calls, what):
+    def time_one(fn):
+        r = common.host_us(fn, calls=calls, reps=1, warmup=2)
+        return {"ms": r[what]}
+    return time_one
+
+
+def run_layer(doc, res, stats, layer, args):
+    name, S, C, K, n, k, pad = layer
+    row = {"layer": name, "S": S, "C": C, "K": K, "n": n, "k": k, "padding": pad}
+    doc["rows"].append(row)
+    with common.guard(row, stats, res, name):
+        common.set_precision("fp32")
+        torch.manual_seed(0)
+        ref = nn.Conv2d(C, K, k, padding=pad).cuda()
+        twin = copy.deepcopy(ref)
+        tuned = fastlayers.convert(copy.deepcopy(ref))
+        native = fastlayers.convert(copy.deepcopy(ref)).force_algorithms("native", "native", "native")
+        x = torch.randn(S, C, n, n, device="cuda", requires_grad=True)
+        gy = torch.randn(S, K, n + 2 * pad - k + 1, n + 2 * pad - k + 1, device="cuda")
+        fwd_bwd(tuned, x, gy)()  # tunes the three passes
+        row["choices"] = {d["key"].split("|")[0]: d["choice"] for d in tuner.decisions()
+                          if "S=%d,C=%d,K=%d,H=%d" % (S, C, K, n) in d["key"]}
+        # correctness against float64 first
+        from bench_modules import check_module
+        row["check"] = chk = check_module(ref, tuned, x.detach(), gy, False)
+        if not chk["within_tolerance"]:
+            row["failed"] = "outside tolerance: %s" % ", ".join(chk["outside"])
+            stats["errors"] += 1
+            return
+        calls = 10 if args.quick else 30
+        rounds = 3 if args.quick else 7
+        fns = {k_: fwd_bwd(m, x, gy) for k_, m in
+               (("nn", ref), ("twin", twin), ("tuned", tuned), ("native", native))}
+        for what in ("enqueue_us", "us"):
+            t = timer(calls, what)
+            row[what] = {v: common.interleaved(fns["nn"], fns[v], t, rounds)
+                         for v in ("tuned", "native", "twin")}
+        log("  %-18s enqueue us: nn %.0f, tuned %.0f (x%.2f), native-forced %.0f (x%.2f), A/A x%.2f | "
+            "step us: nn %.0f, tuned %.0f (x%.2f), A/A x%.2f | %s" % (
+                name, row["enqueue_us"]["tuned"]["a_ms"], row["enqueue_us"]["tuned"]["b_ms"],
+                row["enqueue_us"]["tuned"]["ratio"], row["enqueue_us"]["native"]["b_ms"],
+                row["enqueue_us"]["native"]["ratio"], row["enqueue_us"]["twin"]["ratio"],
+                row["us"]["tuned"]["a_ms"], row["us"]["tuned"]["b_ms"], row["us"]["tuned"]["ratio"],
+                row["us"]["twin"]["ratio"], " / ".join(row["choices"].values())))
+
+
+def render(doc) -> str:
+    out = ["| layer | nn.Conv2d host us | tuned: host us, x | all-native: host us, x | A/A x "
+           "| step us nn / tuned, x | choices |", "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        if "failed" in r:
+            out.append("| %s | failed: %s | | | | | |" % (r["layer"], r["failed"]))
+            continue
+        e, s = r["enqueue_us"], r["us"]
+        out.append("| %s | %.0f | %.0f, %.2f | %.0f, %.2f | %.2f | %.0f / %.0f, %.2f | %s |" % (
+            r["layer"], e["tuned"]["a_ms"], e["tuned"]["b_ms"], e["tuned"]["ratio"],
+            e["native"]["b_ms"], e["native"]["ratio"], e["twin"]["ratio"], s["tuned"]["a_ms"],
+            s["tuned"]["b_ms"], s["tuned"]["ratio"], " / ".join(r["choices"].values())))
+    out += ["", "Forward + backward of one layer, fp32; x = nn.Conv2d / fastlayers (> 1: fastlayers "
+            "cheaper), median of per-round ratios of interleaved trials. Host us: up to the last "
+            "call's return; step us: to the device's completion."]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    args = common.parser(__doc__).parse_args(argv)
+    if not common.require_cuda("host time of CUDA layers"):
+        return 0
+    t_start = time.perf_counter()
+    torch.backends.cudnn.benchmark = True
+    doc = common.meta("host", args, quick=args.quick)
+    doc["rows"] = []
+    res = common.Results(args.out, doc)
+    stats = {"errors": 0, "oom": 0}
+    ok = True
+    for layer in LAYERS:
+        ok &= common.section(doc, res, layer[0], run_layer, doc, res, stats, layer, args)
+    return common.finish(doc, res, ok, stats, t_start, render)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""A training step with fastlayers layers captured in a CUDA graph and replayed: the tuned choices
+run inside the graph, and replays train exactly as eager steps do."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import fastlayers
+from fastlayers import tuner
+from conv_samples import RecordOps
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 5, padding=2), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).cuda()
+
+
+def labels(model):
+    return [("fft:16x16", "fbfft:16x16", "fft:16x16,tile=10x10"),
+            ("fbfft:16x16", "fft:16x16", "fbfft:8x8,tile=6x6")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["forced", "tuned"])
+def test_captured_training_step_replays_like_eager(how):
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    ref = cnn()
+    model = fastlayers.convert(copy.deepcopy(ref))
+    convs = [m for m in model.modules() if isinstance(m, fastlayers.Conv2d)]
+    if how == "forced":
+        for m, ls in zip(convs, labels(model)):
+            m.force_algorithms(*ls)
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 3, 12, 12, device="cuda")
+    y = torch.randint(0, 4, (4,), device="cuda")
+
+    def trainer(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+        def step(xs, ys):
+            opt.zero_grad(set_to_none=False)
+            loss = nn.functional.cross_entropy(m(xs), ys)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    step, eager_step = trainer(model), trainer(eager)
+    static_x, static_y = x.clone(), y.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: tuning, plans and workspaces before capture
+        for _ in range(3):
+            step(static_x, static_y)
+            eager_step(x, y)
+    torch.cuda.current_stream().wait_stream(side)
+    if how == "tuned":
+        assert {r["source"] for r in tuner.decisions()} >= {"tuned"}
+    g = torch.cuda.CUDAGraph()
+    with RecordOps() as rec, torch.cuda.graph(g):
+        static_loss = step(static_x, static_y)
+    chosen = [c for m in convs for c in m._fl_forced or ()] if how == "forced" else None
+    if how == "forced":
+        assert {name for name, _ in rec.calls} == {
+            "fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad"}, chosen
+    for _ in range(5):
+        xi, yi = torch.randn_like(x), torch.randint(0, 4, (4,), device="cuda")
+        static_x.copy_(xi)
+        static_y.copy_(yi)
+        g.replay()
+        loss = eager_step(xi, yi)
+        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
