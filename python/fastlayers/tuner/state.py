@@ -6,7 +6,7 @@ import contextlib
 import os
 import threading
 import warnings
-from typing import Dict, Optional
+from typing import Dict, Optional, Set, Tuple
 
 import torch
 
@@ -37,6 +37,7 @@ class _State:
         self.memory: Dict[str, object] = {}  # key -> Decision
         self.file_entries: Optional[Dict[str, dict]] = None  # loaded lazily
         self.fallbacks: Dict[str, str] = {}
+        self.rejected: Set[Tuple[str, str]] = set()  # (key, label) of file entries warned about
         self.generation = 0
 
 
