@@ -341,6 +341,9 @@ def test_fbfft_does_not_fit_float64_on_cuda():
 
 def test_fits_follows_the_problems_policy():
     p = problem()
+    assert "transforms are off" in algorithms.fits("fft:16x16", dataclasses.replace(
+        p, transforms=False), "forward")
+    assert algorithms.fits("native", dataclasses.replace(p, transforms=False), "forward") is None
     family = algorithms.register(Scaled(deterministic=False))
     try:
         q = dataclasses.replace(p, deterministic=True)
@@ -366,6 +369,21 @@ def test_a_family_without_a_rule_fits_its_candidates():
         p = problem()
         assert algorithms.fits("scaled:1.0", p, "forward") is None
         assert "not one of scaled's candidates" in algorithms.fits("scaled:2.0", p, "forward")
+    finally:
+        algorithms.unregister(family)
+
+
+def test_transform_based_families_leave_with_the_switch():
+    kinds = {type(f).__name__: f.transform_based for f in algorithms.families()}
+    assert kinds == {"Native": False, "Fft": True}
+    family = Scaled(("scaled:1.0",))
+    family.transform_based = True
+    algorithms.register(family)
+    try:
+        p = problem()
+        off = dataclasses.replace(p, transforms=False)
+        assert "scaled:1.0" in tuner.candidates_conv2d(p, "forward")
+        assert tuner.candidates_conv2d(off, "forward") == ["native"]
     finally:
         algorithms.unregister(family)
 

@@ -408,7 +408,9 @@ def test_key_separates_what_changes_the_answer():
     keys.add(tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=True).key("forward"))
     keys.add(tuner.ConvProblem.from_tensors(x.contiguous(memory_format=torch.channels_last), w,
                                             (1, 1), tf32=False).key("forward"))
-    assert len(keys) == 3 + 10
+    keys.add(tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False,
+                                            transforms=False).key("forward"))
+    assert len(keys) == 3 + 11
 
 
 def test_candidates_hold_the_padded_input():
@@ -674,3 +676,29 @@ def test_module_survives_an_unfit_entry(no_measuring):
     with torch.no_grad(), pytest.warns(UserWarning, match=re.escape("'fbfft:2x2'")):
         y = m(x)
     torch.testing.assert_close(y, torch.nn.functional.conv2d(x, m.weight, m.bias, padding=1))
+
+
+# --- the transforms switch ------------------------------------------------------------------------
+
+
+def test_transforms_switch_and_context():
+    assert tuner.transforms_allowed()
+    generation = tuner.generation()
+    with tuner.transforms(False):
+        assert not tuner.transforms_allowed() and tuner.generation() != generation
+        assert not problem().transforms
+    assert tuner.transforms_allowed() and problem().transforms
+    with pytest.raises(TypeError, match="`allowed`"):
+        tuner.set_transforms("0")
+    assert tuner.transforms_allowed()
+
+
+def test_transforms_environment(monkeypatch):
+    for text, allowed in (("0", False), ("false", False), ("1", True), ("", True)):
+        monkeypatch.setenv("FASTLAYERS_TRANSFORMS", text)
+        assert state._State().transforms is allowed
+    monkeypatch.delenv("FASTLAYERS_TRANSFORMS")
+    assert state._State().transforms
+    monkeypatch.setenv("FASTLAYERS_TRANSFORMS", "sometimes")
+    with pytest.warns(UserWarning, match="FASTLAYERS_TRANSFORMS"):
+        assert state._State().transforms

@@ -8,8 +8,8 @@ through it.
     check_fits(c, problem, "forward")  # ValueError when c cannot serve that shape and pass
 
 A family (native.py, fft.py) answers everything about its labels: parsing, candidates, whether a
-choice fits a problem, calls, workspace, description and determinism. Adding one is a new module
-here and one ``register`` call below.
+choice fits a problem, calls, workspace, description, determinism and whether it is
+transform-based. Adding one is a new module here and one ``register`` call below.
 """
 from . import fft, native
 from .fft import FftParams

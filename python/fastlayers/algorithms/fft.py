@@ -115,6 +115,10 @@ class Fft(Family):
         # chunks in a fixed order.
         return True
 
+    # Every output value mixes every input value of its sample (docs/tuner.md, "Non-finite and
+    # wide-range inputs").
+    transform_based = True
+
     def fits(self, choice, p, pass_):
         """What the ops' argument check requires of (choice, problem, pass): a basis holding the
         padded input, or tile + kernel - 1 with a tile no larger than the pass's result (y; the

@@ -59,6 +59,11 @@ class Family:
     # Whether a forward call returns the memory format nn.Conv2d returns for its input (channels_last
     # in, channels_last out); when not, ``conv2d_call(..., nn_layout=True)`` converts.
     keeps_input_layout = False
+    # Whether the algorithm computes through a transform of the input (FFT: of each image;
+    # Winograd: of each tile), so that one non-finite or huge input value spreads beyond the
+    # outputs whose window holds it (docs/tuner.md). A problem with ``transforms`` False
+    # (fastlayers.tuner.set_transforms, a layer's own setting) gets none of its choices.
+    transform_based = False
 
     def parse(self, name: str, params: str, label: str) -> Any:
         """The parameters of `label` (its text after ``name:``, or "" when it has no colon);
@@ -177,15 +182,21 @@ def _family(choice: Choice) -> Family:
     return family
 
 
+def _transforms_allowed(problem) -> bool:
+    return getattr(problem, "transforms", True)
+
+
 def candidates(problem, pass_: str) -> List[Choice]:
     """Every registered choice that supports `problem` in `pass_`, native first; when
-    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones.
+    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones; when
+    not ``problem.transforms``, none of a transform-based family.
 
     `problem` names its layer kind in ``problem.kind`` (``tuner.ConvProblem``: "conv2d"); the
     families whose ``kinds`` hold it are asked, in registration order."""
     out: List[Choice] = []
     for family in families():
-        if problem.kind in family.kinds:
+        if problem.kind in family.kinds and (
+                _transforms_allowed(problem) or not family.transform_based):
             out.extend(family.candidates(problem, pass_))
     if problem.deterministic:
         out = [c for c in out if _family(c).deterministic(c)]
@@ -195,8 +206,9 @@ def candidates(problem, pass_: str) -> List[Choice]:
 def fits(choice: Union[Choice, str], problem, pass_: str) -> Optional[str]:
     """None when `choice` can serve `problem` in `pass_`, else why not: its family does not serve
     the problem's kind, the problem's policy excludes it (deterministic mode and a
-    nondeterministic choice), or the family's own rule (a basis too small for the shape, say).
-    ValueError for a label no family knows or a bad pass."""
+    nondeterministic choice; transforms off and a transform-based one), or the family's own rule
+    (a basis too small for the shape, say). ValueError for a label no family knows or a bad
+    pass."""
     choice = parse(choice)
     if pass_ not in CONV2D_PASSES:
         raise ValueError(f"pass must be one of {CONV2D_PASSES}, got {pass_!r}")
@@ -205,6 +217,8 @@ def fits(choice: Union[Choice, str], problem, pass_: str) -> Optional[str]:
         return "%s does not serve %s layers" % (choice.family, problem.kind)
     if problem.deterministic and not family.deterministic(choice):
         return "not deterministic, and torch.use_deterministic_algorithms is on"
+    if family.transform_based and not _transforms_allowed(problem):
+        return "transform-based, and transforms are off for this layer"
     return family.fits(choice, problem, pass_)
 
 

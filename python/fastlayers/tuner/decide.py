@@ -78,12 +78,14 @@ def _from_file(key: str, entry: dict, problem, pass_: str) -> Tuple[Optional[Dec
     return None, "ignored the file's %r: %s" % (label, why)
 
 
-def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure) -> str:
+def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure,
+           fixed: Optional[Decision] = None) -> str:
     """The label for `pass_` of `problem` (anything with ``key(pass_)`` and ``device_type``): from
-    memory, else (mode not 'off') the file, when its entry fits the problem, else measured with
-    `measure` (mode 'tune', on CUDA, or on CPU when CPU tuning is on) and written to the file, else
-    'native' with the reason. A new problem is measured on `device` (default: the current CUDA
-    device, or the CPU)."""
+    memory, else `fixed` (the decision when there is nothing to choose from; kept in memory only),
+    else (mode not 'off') the file, when its entry fits the problem, else measured with `measure`
+    (mode 'tune', on CUDA, or on CPU when CPU tuning is on) and written to the file, else 'native'
+    with the reason. A new problem is measured on `device` (default: the current CUDA device, or
+    the CPU)."""
     key = problem.key(pass_)
     d = _state.memory.get(key)
     if d is not None:
@@ -92,8 +94,9 @@ def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure
         d = _state.memory.get(key)
         if d is not None:
             return d.choice
+        d = fixed
         rejected = ""
-        if _state.mode != "off":
+        if d is None and _state.mode != "off":
             entry = cache.file_entries().get(key)
             if entry is not None:
                 d, rejected = _from_file(key, entry, problem, pass_)
