@@ -7,7 +7,7 @@ import contextlib
 import os
 import threading
 import warnings
-from typing import Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 
@@ -75,14 +75,19 @@ def get_mode() -> str:
 
 
 @contextlib.contextmanager
-def mode(m: str):
-    """Temporarily switch the tuner's mode."""
-    old = get_mode()
-    set_mode(m)
+def _for_block(get: Callable[[], Any], set_: Callable[[Any], None], value: Any):
+    """Sets a process-wide setting to `value` for a block, then back to what it was."""
+    old = get()
+    set_(value)
     try:
         yield
     finally:
-        set_mode(old)
+        set_(old)
+
+
+def mode(m: str):
+    """Temporarily switch the tuner's mode (a context manager)."""
+    return _for_block(get_mode, set_mode, m)
 
 
 def set_transforms(allowed: bool) -> None:
@@ -102,15 +107,10 @@ def transforms_allowed() -> bool:
     return _state.transforms
 
 
-@contextlib.contextmanager
 def transforms(allowed: bool):
-    """Temporarily set the global transforms switch (process-wide, like mode())."""
-    old = transforms_allowed()
-    set_transforms(allowed)
-    try:
-        yield
-    finally:
-        set_transforms(old)
+    """Temporarily set the global transforms switch (a context manager; process-wide, like
+    mode())."""
+    return _for_block(transforms_allowed, set_transforms, allowed)
 
 
 def set_budget(seconds: float) -> None:
