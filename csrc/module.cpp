@@ -20,6 +20,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The fbfft size limits: powers of two up to FBFFT_MAX_1D in 1-D, FBFFT_MAX_2D per side in 2-D.
   m.attr("FBFFT_MAX_1D") = fastlayers::fbfft::kMax1d;
   m.attr("FBFFT_MAX_2D") = fastlayers::fbfft::kMax2d;
+  // The FFT convolution's size bounds (module_api.h): elements per plane, values per pass's spectra.
+  m.attr("FFT_CONV_MAX_PLANE") = fft_conv::kMaxPlane;
+  m.attr("FFT_CONV_MAX_SPECTRUM") = fft_conv::kMaxSpectrum;
   m.def("conv_tf32_allowed", &fft_conv::conv_tf32_allowed);
   m.def("fft_conv2d_workspace_bytes", &fft_conv::python_workspace_bytes, py::arg("pass_"),
         py::arg("S"), py::arg("C"), py::arg("K"), py::arg("H"), py::arg("W"), py::arg("kh"),

@@ -4,6 +4,8 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
+
 #include "../common/autocast.h"
 #include "module_api.h"
 
@@ -20,12 +22,26 @@ const char* op_name(Pass pass) {
   return "fft_conv2d";
 }
 
+// Whether an h x w plane (h, w >= 0) stays within kMaxPlane elements; no overflow for any sides.
+bool plane_ok(int64_t h, int64_t w) {
+  return h <= kMaxPlane && w <= kMaxPlane && h * w <= kMaxPlane;
+}
+
 void check_tensor(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 4, op, ": `", name, "` must be 4-D, got ", t.dim(), "-D tensor of shape ",
               t.sizes());
   const auto dt = t.scalar_type();
   TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
               ": `", name, "` has dtype ", dt, "; supported: float32, float64, float16, bfloat16");
+  TORCH_CHECK(plane_ok(t.size(2), t.size(3)), op, ": `", name, "` has spatial size (", t.size(2),
+              ", ", t.size(3), "); the ops take at most ", kMaxPlane, " elements per plane");
+}
+
+// A pair argument (`padding`, `basis`) within [0, kMaxPlane] per side, so that sums of sizes
+// cannot overflow; negative values get their own messages below.
+void check_side_bound(const char* op, const char* name, at::IntArrayRef v) {
+  TORCH_CHECK(v[0] <= kMaxPlane && v[1] <= kMaxPlane, op, ": `", name, "` ", v,
+              " is too large: the ops take at most ", kMaxPlane, " elements per side and plane");
 }
 
 }  // namespace
@@ -52,7 +68,9 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               "` is on ", b.device());
   TORCH_CHECK(padding.size() == 2, op, ": `padding` must have 2 values (ph, pw), got ", padding);
   TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": `padding` must be >= 0, got ", padding);
+  check_side_bound(op, "padding", padding);
   TORCH_CHECK(basis.size() == 2, op, ": `basis` must have 2 values (nh, nw), got ", basis);
+  check_side_bound(op, "basis", basis);
   Geometry g{};
   g.backend = parse_backend(op, backend);
   g.ph = padding[0];
@@ -95,6 +113,10 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               g.kw, ")");
   TORCH_CHECK(g.kh <= g.H + 2 * g.ph && g.kw <= g.W + 2 * g.pw, op, ": kernel size (", g.kh, ", ",
               g.kw, ") is larger than the padded input (", g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ")");
+  TORCH_CHECK(plane_ok(g.H + 2 * g.ph, g.W + 2 * g.pw), op, ": the padded input (",
+              g.H + 2 * g.ph, ", ", g.W + 2 * g.pw, ") of input size (", g.H, ", ", g.W,
+              ") and `padding` ", padding, " is too large: the ops take at most ", kMaxPlane,
+              " elements per plane");
   TORCH_CHECK(tile.size() == 2, op, ": `tile` must have 2 values (th, tw), got ", tile);
   TORCH_CHECK(tile[0] >= 0 && tile[1] >= 0, op, ": `tile` must be >= 0, got ", tile);
   TORCH_CHECK((tile[0] == 0) == (tile[1] == 0), op, ": `tile` must be [0, 0] (untiled) or have "
@@ -113,6 +135,19 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
     TORCH_CHECK(g.nh >= g.H + 2 * g.ph && g.nw >= g.W + 2 * g.pw, op, ": `basis` ", basis,
                 " must be at least the padded input size (", g.H + 2 * g.ph, ", ",
                 g.W + 2 * g.pw, ")");
+  }
+  TORCH_CHECK(plane_ok(g.nh, g.nw), op, ": `basis` ", basis, " has ", g.nh * g.nw,
+              " elements; the ops take at most ", kMaxPlane, " per plane");
+  {
+    // The spectra over every sample (and tile): the largest of the S C, K C and S K planes the
+    // pass transforms or multiplies, times the basis. In double: the product may exceed int64.
+    const double n = static_cast<double>(g.S) * (g.tiled() ? tiles_per_sample(pass, g) : 1);
+    const double planes = std::max({n * g.C, n * g.K, static_cast<double>(g.K) * g.C});
+    const double values = planes * static_cast<double>(g.nh * g.nw);
+    TORCH_CHECK(values <= static_cast<double>(kMaxSpectrum), op, ": `basis` ", basis,
+                g.tiled() ? c10::str(" with `tile` ", tile) : std::string(), " gives spectra of ",
+                values, " values for S = ", g.S, ", C = ", g.C, ", K = ", g.K,
+                "; the ops take at most 2^54");
   }
   if (g.backend == Backend::FbFFT) {
     TORCH_CHECK(fft_conv::fbfft_basis_ok(g.nh, g.nw), op, ": `basis` ", basis,

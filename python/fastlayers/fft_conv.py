@@ -31,19 +31,29 @@ __all__ = [
 BACKENDS = ("cufft", "fbfft")
 # fbfft's largest 2-D size, from the extension's one definition (cuda/fbfft/limits.h).
 FBFFT_MAX_BASIS = int(_C.FBFFT_MAX_2D)
+# The ops' size bound, elements per side and per plane (csrc/fft_conv/module_api.h): checked here
+# before a default basis is derived from a size, and by the ops.
+MAX_PLANE = int(_C.FFT_CONV_MAX_PLANE)
 
 
 def good_fft_size(n: int) -> int:
-    """Smallest 2^a 3^b 5^c 7^d >= n: the sizes cuFFT and pocketfft transform fastest."""
+    """Smallest 2^a 3^b 5^c 7^d >= n: the sizes cuFFT and pocketfft transform fastest.
+
+    Built from the 3^b 5^c 7^d below the next power of two (a few hundred even for huge n), each
+    with the smallest power of two that reaches n: no search over n, n + 1, ..."""
     n = max(int(n), 1)
-    while True:
-        m = n
-        for p in (2, 3, 5, 7):
-            while m % p == 0:
-                m //= p
-        if m == 1:
-            return n
-        n += 1
+    best = 1 << (n - 1).bit_length()
+    p7 = 1
+    while p7 < best:
+        p5 = p7
+        while p5 < best:
+            p3 = p5
+            while p3 < best:
+                best = min(best, p3 << (-(-n // p3) - 1).bit_length())
+                p3 *= 3
+            p5 *= 5
+        p7 *= 7
+    return best
 
 
 def default_basis(input_hw: Sequence[int], padding: IntPair) -> Tuple[int, int]:
@@ -58,21 +68,40 @@ def _input_hw_of_grad(grad_output: Tensor, weight: Tensor, padding) -> Tuple[int
             grad_output.shape[3] + weight.shape[3] - 1 - 2 * pw)
 
 
+def _bounded(v: Tuple[int, int], name: str) -> Tuple[int, int]:
+    """`v` if both sides are at most MAX_PLANE (larger ones would overflow the ops' int64
+    arguments or reach sizes they refuse); ValueError naming `name` otherwise."""
+    if v[0] > MAX_PLANE or v[1] > MAX_PLANE:
+        raise ValueError(f"fastlayers.ops: `{name}` {list(v)} is too large: the ops take at most "
+                         f"{MAX_PLANE} elements per side and plane")
+    return v
+
+
+def _pad(padding: IntPair) -> Tuple[int, int]:
+    return _bounded(pair(padding, "padding"), "padding")
+
+
 def _tile(tile: Optional[IntPair]) -> Tuple[int, int]:
-    return (0, 0) if tile is None else pair(tile, "tile")
+    return (0, 0) if tile is None else _bounded(pair(tile, "tile"), "tile")
 
 
 def _basis_for(hw: Sequence[int], padding: Tuple[int, int], basis: Optional[IntPair],
                backend: str, tile: Tuple[int, int] = (0, 0),
                kernel: Sequence[int] = (1, 1)) -> Tuple[int, int]:
     """The explicit basis, or the default one for the backend: the smallest fast size (cuFFT) or
-    the next power of two (fbfft) holding the padded input, or tile + kernel - 1 when tiled."""
+    the next power of two (fbfft) holding the padded input, or tile + kernel - 1 when tiled.
+    ValueError naming `padding` or `tile` when what the basis must hold exceeds MAX_PLANE."""
     if basis is not None:
-        return pair(basis, "basis")
+        return _bounded(pair(basis, "basis"), "basis")
     if tile[0] > 0 and tile[1] > 0:
         need = (tile[0] + kernel[0] - 1, tile[1] + kernel[1] - 1)
+        what = "`tile` %s + kernel - 1" % list(tile)
     else:
         need = (hw[0] + 2 * padding[0], hw[1] + 2 * padding[1])
+        what = "the input %s padded by `padding` %s" % (list(hw), list(padding))
+    if need[0] > MAX_PLANE or need[1] > MAX_PLANE:
+        raise ValueError(f"fastlayers.ops: {what} needs a basis of {list(need)}; the ops take at "
+                         f"most {MAX_PLANE} elements per side and plane")
     fit = next_pow2 if backend == "fbfft" else good_fft_size
     return (fit(need[0]), fit(need[1]))
 
@@ -91,7 +120,7 @@ def fft_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
     `backend` "cufft" or "fbfft"; `tile` (th, tw) tiles of the output (overlap-save), None or
     (0, 0) for none. The default basis is the smallest fast size (cuFFT) or the next power of two
     (fbfft) that holds the padded input, or tile + kernel - 1 when tiled."""
-    padding, tile = pair(padding, "padding"), _tile(tile)
+    padding, tile = _pad(padding), _tile(tile)
     basis = _basis_for(input.shape[-2:], padding, basis, backend, tile, weight.shape[-2:])
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.fft_conv2d(input, weight, bias, padding, basis, tf32, backend,
@@ -104,7 +133,7 @@ def fft_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair 
     """Gradient of fft_conv2d with respect to its input: [S,K,oh,ow] x [K,C,kh,kw] -> [S,C,H,W].
 
     `tile`: tiles of the input gradient [H, W]."""
-    padding, tile = pair(padding, "padding"), _tile(tile)
+    padding, tile = _pad(padding), _tile(tile)
     basis = _basis_for(_input_hw_of_grad(grad_output, weight, padding), padding, basis, backend,
                        tile, weight.shape[-2:])
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
@@ -118,7 +147,7 @@ def fft_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair 
     """Gradient of fft_conv2d with respect to its weight: [S,K,oh,ow] x [S,C,H,W] -> [K,C,kh,kw].
 
     `tile`: tiles of the output [oh, ow] (grad_output's size), summed over."""
-    padding, tile = pair(padding, "padding"), _tile(tile)
+    padding, tile = _pad(padding), _tile(tile)
     kernel = (input.shape[2] + 2 * padding[0] - grad_output.shape[2] + 1,
               input.shape[3] + 2 * padding[1] - grad_output.shape[3] + 1)
     basis = _basis_for(input.shape[-2:], padding, basis, backend, tile, kernel)

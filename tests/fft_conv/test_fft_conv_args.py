@@ -156,6 +156,98 @@ def test_bad_arguments_name_the_argument(device, name):
         call(device)
 
 
+# Absurd sizes, refused before anything is computed or allocated (the ops' bound: 2^31 - 1
+# elements per side and plane, 2^54 values in a pass's spectra). name: (call taking the device,
+# error type, message). Expanded tensors give huge shapes without memory.
+HUGE = 2 ** 62
+
+
+def _expanded(*shape, device="cpu"):
+    return torch.zeros(1, 1, 1, 1, device=device).expand(*shape)
+
+
+ABSURD_SIZES = {
+    "op-padding": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                           None, [HUGE, HUGE], [8, 8]),
+                   RuntimeError, r"fft_conv2d: `padding` \[4611686018427387904, .* is too large"),
+    "op-padding-one-side": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                    _t(2, 3, 3, 3, device=d), None, [2 ** 40, 0],
+                                                    [8, 8]),
+                            RuntimeError, r"`padding` \[1099511627776, 0\] is too large"),
+    "op-padded-plane": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                _t(2, 3, 3, 3, device=d), None,
+                                                [2 ** 16, 2 ** 16], [131077, 131077]),
+                        RuntimeError, r"the padded input \(131077, 131077\) .* and `padding` "
+                                      r"\[65536, 65536\] is too large"),
+    "op-padding-input_grad": (lambda d: fl.fft_conv2d_input_grad(_t(1, 2, 3, 3, device=d),
+                                                                 _t(2, 3, 3, 3, device=d),
+                                                                 [HUGE, 0], [8, 8]),
+                              RuntimeError, r"fft_conv2d_input_grad: `padding` .* is too large"),
+    "op-padding-weight_grad": (lambda d: fl.fft_conv2d_weight_grad(_t(2, 2, 3, 3, device=d),
+                                                                   _t(2, 3, 5, 5, device=d),
+                                                                   [0, HUGE], [8, 8]),
+                               RuntimeError, r"fft_conv2d_weight_grad: `padding` .* is too large"),
+    "op-basis-plane": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                               None, [0, 0], [2 ** 20, 2 ** 20]),
+                       RuntimeError, r"`basis` \[1048576, 1048576\] has 1099511627776 elements"),
+    "op-basis-side": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                              None, [0, 0], [HUGE, 8]),
+                      RuntimeError, r"`basis` \[4611686018427387904, 8\] is too large"),
+    "op-basis-tiled": (lambda d: fl.fft_conv2d(_t(1, 3, 9, 9, device=d), _t(2, 3, 3, 3, device=d),
+                                               None, [0, 0], [2 ** 16, 2 ** 16], False,
+                                               "cufft", [5, 5]),
+                       RuntimeError, r"`basis` \[65536, 65536\] has 4294967296 elements"),
+    "op-tile": (lambda d: fl.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d), None,
+                                        [1, 1], [8, 8], False, "cufft", [HUGE, HUGE]),
+                RuntimeError, r"`tile` \[4611686018427387904, .* is larger than the output"),
+    "op-spectra": (lambda d: fl.fft_conv2d(_expanded(2 ** 25, 1, 1, 1, device=d),
+                                           _t(1, 1, 1, 1, device=d), None, [0, 0],
+                                           [2 ** 15, 2 ** 15]),
+                   RuntimeError, r"`basis` \[32768, 32768\] gives spectra of .* values for "
+                                 r"S = 33554432"),
+    "op-input-plane": (lambda d: fl.fft_conv2d(_expanded(1, 1, 2 ** 16, 2 ** 16, device=d),
+                                               _t(1, 1, 3, 3, device=d), None, [0, 0], [8, 8]),
+                       RuntimeError, r"`input` has spatial size \(65536, 65536\)"),
+    "wrapper-padding": (lambda d: ops.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                 _t(2, 3, 3, 3, device=d), padding=HUGE),
+                        ValueError, r"`padding` \[4611686018427387904, .* is too large"),
+    "wrapper-padded-basis": (lambda d: ops.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                      _t(2, 3, 3, 3, device=d), padding=2 ** 30),
+                             ValueError, r"padded by `padding` \[1073741824, 1073741824\] needs "
+                                         r"a basis of \[2147483653, 2147483653\]"),
+    "wrapper-padding-fbfft": (lambda d: ops.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                       _t(2, 3, 3, 3, device=d),
+                                                       padding=(0, 2 ** 31), backend="fbfft"),
+                              ValueError, r"`padding` \[0, 2147483648\] is too large"),
+    "wrapper-padding-input_grad": (lambda d: ops.fft_conv2d_input_grad(
+        _t(1, 2, 3, 3, device=d), _t(2, 3, 3, 3, device=d), padding=HUGE),
+        ValueError, r"`padding` .* is too large"),
+    "wrapper-padding-weight_grad": (lambda d: ops.fft_conv2d_weight_grad(
+        _t(2, 2, 3, 3, device=d), _t(2, 3, 5, 5, device=d), padding=(HUGE, 1)),
+        ValueError, r"`padding` .* is too large"),
+    "wrapper-basis": (lambda d: ops.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                               _t(2, 3, 3, 3, device=d), basis=2 ** 70),
+                      ValueError, r"`basis` \[1180591620717411303424, .* is too large"),
+    "wrapper-tile": (lambda d: ops.fft_conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                              tile=HUGE),
+                     ValueError, r"`tile` \[4611686018427387904, .* is too large"),
+    "wrapper-tile-basis": (lambda d: ops.fft_conv2d(_t(1, 3, 5, 5, device=d),
+                                                    _t(2, 3, 3, 3, device=d), tile=2 ** 31 - 1),
+                           ValueError, r"`tile` \[2147483647, 2147483647\] \+ kernel - 1 needs "
+                                       r"a basis of \[2147483649, 2147483649\]"),
+    "conv2d-padding": (lambda d: ops.conv2d(_t(1, 3, 5, 5, device=d), _t(2, 3, 3, 3, device=d),
+                                            padding=HUGE),
+                       ValueError, r"`padding` .* is too large"),
+}
+
+
+@pytest.mark.parametrize("name", list(ABSURD_SIZES))
+def test_absurd_sizes_name_the_argument(device, name):
+    call, error, message = ABSURD_SIZES[name]
+    with pytest.raises(error, match=message):
+        call(device)
+
+
 @pytest.mark.parametrize("kwargs, name", [
     (dict(stride=2), "stride"),
     (dict(stride=(1, 2)), "stride"),

@@ -280,3 +280,134 @@ def test_deterministic_mode_drops_nondeterministic_families():
         assert tuner.candidates_conv2d(q, "forward") == tuner.candidates_conv2d(p, "forward")[:-1]
     finally:
         algorithms.unregister(family)
+
+
+# --- whether a choice fits a problem -------------------------------------------------------------
+
+
+def test_every_candidate_fits():
+    for p, pass_, c in all_candidates():
+        assert algorithms.fits(c, p, pass_) is None, (p, pass_, c)
+        assert algorithms.check_fits(c.label, p, pass_) == c
+
+
+# (label, pass, problem kwargs, part of the reason, or None where it fits). Problem: 9x11, k 3,
+# padding 1 unless said (padded input 11x13; y and grad_input 9x11).
+FITS = [
+    ("native", "weight_grad", {}, None),
+    ("fft:11x13", "forward", {}, None),
+    ("fft:100x64", "input_grad", {}, None),          # fits though no candidate
+    ("fft:11x12", "forward", {}, "basis 11x12 is smaller than the padded input (11x13)"),
+    ("fft:2x2", "weight_grad", {}, "basis 2x2 is smaller than the padded input (11x13)"),
+    ("fft:8x8,tile=6x6", "forward", {}, None),
+    ("fft:8x8,tile=6x7", "forward", {}, "basis 8x8 is smaller than tile + kernel - 1 (8x9)"),
+    ("fft:16x16,tile=9x11", "input_grad", {}, None),
+    ("fft:16x16,tile=10x11", "forward", {}, "tile 10x11 is larger than the output (9x11)"),
+    ("fft:16x16,tile=9x12", "input_grad", {},
+     "tile 9x12 is larger than the input gradient (9x11)"),
+    ("fft:16x16,tile=13x11", "input_grad", dict(H=13, W=11, kh=1, kw=1, ph=0, pw=0), None),
+    ("fft:16x16,tile=13x11", "forward", dict(H=9, W=11, kh=1, kw=1, ph=2, pw=0), None),
+    ("fft:16x16,tile=13x11", "input_grad", dict(H=9, W=11, kh=1, kw=1, ph=2, pw=0),
+     "larger than the input gradient (9x11)"),
+    ("fbfft:16x16", "forward", {}, None),
+    ("fbfft:12x16", "forward", {}, "fbfft takes power-of-two basis sides from 2 to 128"),
+    ("fbfft:256x16", "forward", {}, "fbfft takes power-of-two basis sides from 2 to 128"),
+    ("fbfft:8x8,tile=6x6", "weight_grad", {}, None),
+    ("fft:65536x65536", "forward", {}, "basis 65536x65536 exceeds the ops' 2147483647 elements"),
+]
+
+
+@pytest.mark.parametrize("label, pass_, kwargs, why", FITS)
+def test_fits_states_the_reason(label, pass_, kwargs, why):
+    p = problem(**kwargs)
+    got = algorithms.fits(label, p, pass_)
+    if why is None:
+        assert got is None
+        assert algorithms.check_fits(label, p, pass_) == algorithms.parse(label)
+    else:
+        assert got is not None and why in got
+        with pytest.raises(ValueError) as e:
+            algorithms.check_fits(label, p, pass_)
+        for part in (repr(label), pass_, p.describe(), why):
+            assert part in str(e.value)
+
+
+@pytest.mark.parametrize("label, pass_, kwargs, why", [f for f in FITS if "65536" not in f[0]])
+def test_fits_is_what_the_ops_accept(label, pass_, kwargs, why):
+    # The rule mirrors the ops' argument check: a fitting choice runs and matches PyTorch, one
+    # that does not fit is refused by the op.
+    p = problem(**kwargs)
+    x = torch.randn(p.S, p.C, p.H, p.W, dtype=torch.float64)
+    w = torch.randn(p.K, p.C, p.kh, p.kw, dtype=torch.float64)
+    gy = torch.randn(p.S, p.K, p.oh, p.ow, dtype=torch.float64)
+    call = algorithms.conv2d_call(label, pass_, (p.ph, p.pw), False)
+    if why is None:
+        expected = dict(zip(PASSES, torch_passes(x, w, None, gy, (p.ph, p.pw))))[pass_]
+        assert rel_err(call(x, w, None, gy), expected) <= 1e-10
+    else:
+        with pytest.raises(RuntimeError, match="`basis`|`tile`"):
+            call(x, w, None, gy)
+
+
+def test_fbfft_does_not_fit_float64_on_cuda():
+    p = dataclasses.replace(problem(dtype=torch.float64), device_type="cuda")
+    assert "does not take float64" in algorithms.fits("fbfft:16x16", p, "forward")
+    assert algorithms.fits("fft:16x16", p, "forward") is None
+    assert algorithms.fits("fbfft:16x16", problem(dtype=torch.float32), "forward") is None
+
+
+def test_fits_follows_the_problems_policy():
+    p = problem()
+    assert "transforms are off" in algorithms.fits("fft:16x16", dataclasses.replace(
+        p, transforms=False), "forward")
+    assert algorithms.fits("native", dataclasses.replace(p, transforms=False), "forward") is None
+    family = algorithms.register(Scaled(deterministic=False))
+    try:
+        q = dataclasses.replace(p, deterministic=True)
+        assert algorithms.fits("scaled:1.0", p, "forward") is None
+        assert "not deterministic" in algorithms.fits("scaled:1.0", q, "forward")
+    finally:
+        algorithms.unregister(family)
+
+
+def test_fits_refuses_unknown_labels_and_passes():
+    p = problem()
+    with pytest.raises(ValueError, match=re.escape("'winograd:4x4'")):
+        algorithms.fits("winograd:4x4", p, "forward")
+    with pytest.raises(ValueError, match=re.escape("'fft:16'")):
+        algorithms.check_fits("fft:16", p, "forward")
+    with pytest.raises(ValueError, match="backward"):
+        algorithms.fits("native", p, "backward")
+
+
+def test_a_family_without_a_rule_fits_its_candidates():
+    family = algorithms.register(Scaled(("scaled:1.0",)))
+    try:
+        p = problem()
+        assert algorithms.fits("scaled:1.0", p, "forward") is None
+        assert "not one of scaled's candidates" in algorithms.fits("scaled:2.0", p, "forward")
+    finally:
+        algorithms.unregister(family)
+
+
+def test_transform_based_families_leave_with_the_switch():
+    kinds = {type(f).__name__: f.transform_based for f in algorithms.families()}
+    assert kinds == {"Native": False, "Fft": True}
+    family = Scaled(("scaled:1.0",))
+    family.transform_based = True
+    algorithms.register(family)
+    try:
+        p = problem()
+        off = dataclasses.replace(p, transforms=False)
+        assert "scaled:1.0" in tuner.candidates_conv2d(p, "forward")
+        assert tuner.candidates_conv2d(off, "forward") == ["native"]
+    finally:
+        algorithms.unregister(family)
+
+
+def test_candidates_of_a_huge_layer_come_quickly():
+    # good_fft_size builds its answer instead of searching: a side of 10^9 costs microseconds.
+    assert ops.good_fft_size(10 ** 9 + 7) == 1000188000 and ops.good_fft_size(2 ** 40 + 1) == \
+        1100753141760
+    p = dataclasses.replace(problem(), H=10 ** 6, W=7, ph=0, pw=0)
+    assert "fft:1000000x7" in tuner.candidates_conv2d(p, "forward")

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 import time
 from pathlib import Path
 
@@ -407,7 +408,9 @@ def test_key_separates_what_changes_the_answer():
     keys.add(tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=True).key("forward"))
     keys.add(tuner.ConvProblem.from_tensors(x.contiguous(memory_format=torch.channels_last), w,
                                             (1, 1), tf32=False).key("forward"))
-    assert len(keys) == 3 + 10
+    keys.add(tuner.ConvProblem.from_tensors(x, w, (1, 1), tf32=False,
+                                            transforms=False).key("forward"))
+    assert len(keys) == 3 + 11
 
 
 def test_candidates_hold_the_padded_input():
@@ -605,3 +608,99 @@ def test_measures_fbfft_and_tiles_on_gpu():
         measured = set(row["times_ms"]) | set(row["skipped"])
         assert measured == set(tuner.candidates_conv2d(p, pass_))
         assert any("tile=" in c for c in row["times_ms"]), row
+
+
+# --- file entries the tuner does not trust -------------------------------------------------------
+
+# Entries of valid JSON whose label cannot serve the 9x11 problem (padded 11x13), by pass, with
+# part of the reason.
+UNFIT_ENTRIES = {
+    "forward": ({"choice": "fft:2x2"}, "basis 2x2 is smaller than the padded input (11x13)"),
+    "input_grad": ({"choice": "winograd:4x4"}, "unknown algorithm label 'winograd:4x4'"),
+    "weight_grad": ({"choice": "fbfft:12x16", "times_ms": {"fbfft:12x16": 0.1}},
+                    "fbfft takes power-of-two basis sides"),
+}
+
+
+def test_unfit_file_entries_are_ignored_and_retuned(tune_cpu):
+    p = problem()
+    write_cache({p.key(pass_): entry for pass_, (entry, _) in UNFIT_ENTRIES.items()})
+    for pass_, (entry, why) in UNFIT_ENTRIES.items():
+        head = p.key(pass_).split("|torch=")[0]
+        with pytest.warns(UserWarning) as record:
+            label = tuner.choose_conv2d(p, pass_)
+        text = "\n".join(str(w.message) for w in record)
+        assert head in text and repr(entry["choice"]) in text and why in text
+        assert label in tuner.candidates_conv2d(p, pass_)
+        assert by_key()[p.key(pass_)]["source"] == "tuned"
+    entries = json.loads(tuner.cache_file().read_text())["entries"]
+    assert {pass_: entries[p.key(pass_)]["choice"] for pass_ in tuner.PASSES} == {
+        pass_: by_key()[p.key(pass_)]["choice"] for pass_ in tuner.PASSES}
+
+
+def test_unfit_entry_in_cache_mode_is_reported_once(no_measuring):
+    p = problem()
+    write_cache({p.key("forward"): {"choice": "fft:2x2"},
+                 p.key("input_grad"): {"choice": "fft:16x16", "times_ms": [1, 2]}})
+    tuner.set_mode("cache")
+    with pytest.warns(UserWarning, match=re.escape("'fft:2x2'")):
+        assert tuner.choose_conv2d(p, "forward") == "native"
+    with pytest.warns(UserWarning, match="malformed entry"):
+        assert tuner.choose_conv2d(p, "input_grad") == "native"
+    row = by_key()[p.key("forward")]
+    assert row["source"] == "heuristic"
+    assert row["reason"].startswith("ignored the file's 'fft:2x2': basis 2x2 is smaller")
+    assert "mode 'cache'" in row["reason"]
+    tuner.set_mode("cache")  # forgets the decisions in memory: the file is consulted again
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuner.choose_conv2d(p, "forward") == "native"
+
+
+def test_fitting_entries_need_not_be_candidates(no_measuring):
+    p = problem()
+    write_cache({p.key("forward"): {"choice": "fft:100x64"},
+                 p.key("input_grad"): {"choice": "fbfft:16x16,tile=9x11"}})
+    tuner.set_mode("cache")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuner.choose_conv2d(p, "forward") == "fft:100x64"
+        assert tuner.choose_conv2d(p, "input_grad") == "fbfft:16x16,tile=9x11"
+    assert "fft:100x64" not in tuner.candidates_conv2d(p, "forward")
+
+
+def test_module_survives_an_unfit_entry(no_measuring):
+    m = fastlayers.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 9, 11)
+    p = tuner.ConvProblem.from_tensors(x, m.weight, (1, 1))
+    write_cache({p.key("forward"): {"choice": "fbfft:2x2"}})
+    tuner.set_mode("cache")
+    with torch.no_grad(), pytest.warns(UserWarning, match=re.escape("'fbfft:2x2'")):
+        y = m(x)
+    torch.testing.assert_close(y, torch.nn.functional.conv2d(x, m.weight, m.bias, padding=1))
+
+
+# --- the transforms switch ------------------------------------------------------------------------
+
+
+def test_transforms_switch_and_context():
+    assert tuner.transforms_allowed()
+    generation = tuner.generation()
+    with tuner.transforms(False):
+        assert not tuner.transforms_allowed() and tuner.generation() != generation
+        assert not problem().transforms
+    assert tuner.transforms_allowed() and problem().transforms
+    with pytest.raises(TypeError, match="`allowed`"):
+        tuner.set_transforms("0")
+    assert tuner.transforms_allowed()
+
+
+def test_transforms_environment(monkeypatch):
+    for text, allowed in (("0", False), ("false", False), ("1", True), ("", True)):
+        monkeypatch.setenv("FASTLAYERS_TRANSFORMS", text)
+        assert state._State().transforms is allowed
+    monkeypatch.delenv("FASTLAYERS_TRANSFORMS")
+    assert state._State().transforms
+    monkeypatch.setenv("FASTLAYERS_TRANSFORMS", "sometimes")
+    with pytest.warns(UserWarning, match="FASTLAYERS_TRANSFORMS"):
+        assert state._State().transforms

@@ -5,22 +5,23 @@ through it.
     c = parse("fbfft:16x16,tile=14x14")
     # c.family == "fbfft", c.params == FftParams(backend="fbfft", basis=(16, 16), tile=(14, 14))
     y = conv2d_call(c, "forward", padding=(1, 1), tf32=False)(x, w, b, None)
+    check_fits(c, problem, "forward")  # ValueError when c cannot serve that shape and pass
 
-A family (native.py, fft.py) answers everything about its labels: parsing, candidates, calls,
-workspace, description and determinism. Adding one is a new module here and one ``register``
-call below.
+A family (native.py, fft.py) answers everything about its labels: parsing, candidates, whether a
+choice fits a problem, calls, workspace, description, determinism and whether it is
+transform-based. Adding one is a new module here and one ``register`` call below.
 """
 from . import fft, native
 from .fft import FftParams
 from .native import NATIVE
-from .registry import (CONV2D_PASSES, Choice, Family, candidates, conv2d_call, conv2d_grads,
-                       describe, deterministic, families, parse, register, unregister,
-                       workspace_bytes)
+from .registry import (CONV2D_PASSES, Choice, Family, candidates, check_fits, conv2d_call,
+                       conv2d_grads, describe, deterministic, families, fits, parse, register,
+                       unregister, workspace_bytes)
 
 __all__ = [
     "Choice", "Family", "FftParams", "NATIVE", "CONV2D_PASSES", "parse", "register",
-    "unregister", "families", "candidates", "conv2d_call", "conv2d_grads", "workspace_bytes",
-    "describe", "deterministic",
+    "unregister", "families", "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads",
+    "workspace_bytes", "describe", "deterministic",
 ]
 
 register(native.FAMILY)  # first: the baseline leads every candidate list

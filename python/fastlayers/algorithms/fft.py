@@ -137,5 +137,40 @@ class Fft(Family):
         # chunks in a fixed order.
         return True
 
+    # Every output value mixes every input value of its sample (docs/tuner.md, "Non-finite and
+    # wide-range inputs").
+    transform_based = True
+
+    def fits(self, choice, p, pass_):
+        """What the ops' argument check requires of (choice, problem, pass): a basis holding the
+        padded input, or tile + kernel - 1 with a tile no larger than the pass's result (y; the
+        input gradient for input_grad), within the ops' plane bound; for fbfft, power-of-two sides
+        up to FBFFT_MAX_BASIS and not float64 on CUDA."""
+        from ..fft_conv import MAX_PLANE
+        backend, (nh, nw), (th, tw) = choice.params
+        hp, wp = p.H + 2 * p.ph, p.W + 2 * p.pw
+        if hp * wp > MAX_PLANE:
+            return "the padded input %dx%d exceeds the ops' %d elements per plane" % (
+                hp, wp, MAX_PLANE)
+        if th > 0:
+            ig = pass_ == "input_grad"
+            rh, rw = (p.H, p.W) if ig else (p.oh, p.ow)
+            if th > rh or tw > rw:
+                return "tile %dx%d is larger than the %s (%dx%d)" % (
+                    th, tw, "input gradient" if ig else "output", rh, rw)
+            need, what = (th + p.kh - 1, tw + p.kw - 1), "tile + kernel - 1"
+        else:
+            need, what = (hp, wp), "the padded input"
+        if nh < need[0] or nw < need[1]:
+            return "basis %dx%d is smaller than %s (%dx%d)" % (nh, nw, what, need[0], need[1])
+        if nh * nw > MAX_PLANE:
+            return "basis %dx%d exceeds the ops' %d elements per plane" % (nh, nw, MAX_PLANE)
+        if backend == "fbfft":
+            if not _fbfft_basis_ok(nh, nw):
+                return "fbfft takes power-of-two basis sides from 2 to %d" % FBFFT_MAX_BASIS
+            if p.device_type == "cuda" and p.dtype == "float64":
+                return "fbfft computes in float32 on CUDA and does not take float64"
+        return None
+
 
 FAMILY = Fft()

@@ -24,6 +24,9 @@ class Native(Family):
     def candidates(self, problem, pass_):
         return (NATIVE,)
 
+    def fits(self, choice, problem, pass_):
+        return None  # every convolution of its kinds
+
     def conv2d_call(self, choice, pass_, padding, tf32):
         pad = list(padding)
         if pass_ == "forward":

@@ -2,8 +2,12 @@
 
 A label names a family, then that family's parameters: ``native``, ``fft:16x16``,
 ``fbfft:16x16,tile=14x14``. ``parse`` turns it into a ``Choice`` once; everything else (the op
-call for a pass, candidates, workspace, description, determinism) asks the family that registered
-the label's name.
+call for a pass, candidates, whether a choice fits a problem, workspace, description,
+determinism) asks the family that registered the label's name.
+
+Candidates and fitting differ: ``candidates`` is the short list the tuner measures, ``fits`` every
+choice that can serve a problem. A label from elsewhere (a cache file, ``force_algorithms``) must
+fit, not be a candidate: the list changes between versions, a fitting choice stays correct.
 """
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ import torch
 
 __all__ = [
     "Choice", "Family", "CONV2D_PASSES", "parse", "register", "unregister", "families",
-    "candidates", "conv2d_call", "conv2d_grads", "workspace_bytes", "describe", "deterministic",
+    "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "workspace_bytes",
+    "describe", "deterministic",
 ]
 
 # The passes of a convolution, each its own op and its own choice.
@@ -54,6 +59,11 @@ class Family:
     # Whether a forward call returns the memory format nn.Conv2d returns for its input (channels_last
     # in, channels_last out); when not, ``conv2d_call(..., nn_layout=True)`` converts.
     keeps_input_layout = False
+    # Whether the algorithm computes through a transform of the input (FFT: of each image;
+    # Winograd: of each tile), so that one non-finite or huge input value spreads beyond the
+    # outputs whose window holds it (docs/tuner.md). A problem with ``transforms`` False
+    # (fastlayers.tuner.set_transforms, a layer's own setting) gets none of its choices.
+    transform_based = False
 
     def parse(self, name: str, params: str, label: str) -> Any:
         """The parameters of `label` (its text after ``name:``, or "" when it has no colon);
@@ -72,6 +82,14 @@ class Family:
         """The choices that support `problem` (of a kind in ``kinds``) in `pass_`, in the order the
         tuner measures them."""
         return ()
+
+    def fits(self, choice: Choice, problem, pass_: str) -> Optional[str]:
+        """None when `choice` can serve `problem` in `pass_` (its op accepts that shape), else the
+        reason in words. This default accepts only the family's own candidates; a family whose
+        choices take parameters should state the rule."""
+        if choice in self.candidates(problem, pass_):
+            return None
+        return "not one of %s's candidates for this problem" % choice.family
 
     def conv2d_call(self, choice: Choice, pass_: str, padding: Tuple[int, int],
                     tf32: bool) -> Conv2dCall:
@@ -164,19 +182,57 @@ def _family(choice: Choice) -> Family:
     return family
 
 
+def _transforms_allowed(problem) -> bool:
+    return getattr(problem, "transforms", True)
+
+
 def candidates(problem, pass_: str) -> List[Choice]:
     """Every registered choice that supports `problem` in `pass_`, native first; when
-    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones.
+    ``problem.deterministic`` (torch.use_deterministic_algorithms), only deterministic ones; when
+    not ``problem.transforms``, none of a transform-based family.
 
     `problem` names its layer kind in ``problem.kind`` (``tuner.ConvProblem``: "conv2d"); the
     families whose ``kinds`` hold it are asked, in registration order."""
     out: List[Choice] = []
     for family in families():
-        if problem.kind in family.kinds:
+        if problem.kind in family.kinds and (
+                _transforms_allowed(problem) or not family.transform_based):
             out.extend(family.candidates(problem, pass_))
     if problem.deterministic:
         out = [c for c in out if _family(c).deterministic(c)]
     return out
+
+
+def fits(choice: Union[Choice, str], problem, pass_: str) -> Optional[str]:
+    """None when `choice` can serve `problem` in `pass_`, else why not: its family does not serve
+    the problem's kind, the problem's policy excludes it (deterministic mode and a
+    nondeterministic choice; transforms off and a transform-based one), or the family's own rule
+    (a basis too small for the shape, say). ValueError for a label no family knows or a bad
+    pass."""
+    choice = parse(choice)
+    if pass_ not in CONV2D_PASSES:
+        raise ValueError(f"pass must be one of {CONV2D_PASSES}, got {pass_!r}")
+    family = _family(choice)
+    if problem.kind not in family.kinds:
+        return "%s does not serve %s layers" % (choice.family, problem.kind)
+    if problem.deterministic and not family.deterministic(choice):
+        return "not deterministic, and torch.use_deterministic_algorithms is on"
+    if family.transform_based and not _transforms_allowed(problem):
+        return "transform-based, and transforms are off for this layer"
+    return family.fits(choice, problem, pass_)
+
+
+def check_fits(label: Union[Choice, str], problem, pass_: str) -> Choice:
+    """The choice `label` names, when it can serve `problem` in `pass_` (see ``fits``); otherwise
+    ValueError naming the label, the pass, the problem and the reason. For labels set by hand
+    (``force_algorithms``), checked when a shape is first planned."""
+    choice = parse(label)
+    why = fits(choice, problem, pass_)
+    if why is not None:
+        what = problem.describe() if hasattr(problem, "describe") else repr(problem)
+        raise ValueError(f"algorithm {choice.label!r} cannot serve the {pass_} pass of {what}: "
+                         f"{why}")
+    return choice
 
 
 def _pad(padding: Sequence[int]) -> Tuple[int, int]:

@@ -18,6 +18,11 @@ Environment:
   FASTLAYERS_WORKSPACE_LIMIT  bytes a candidate's workspace may take (suffixes K, M, G allowed;
                               default: the smaller of 1 GiB and a quarter of free device memory)
   FASTLAYERS_TUNE_CPU         1 to measure on CPU tensors too (default: CPU uses the heuristic)
+  FASTLAYERS_TRANSFORMS       0 to keep every layer off transform-based algorithms (FFT,
+                              Winograd), where one NaN, inf or huge input value spoils more than
+                              the outputs whose window holds it: under FFT, its whole sample
+                              (default 1; also set_transforms(), transforms(), and a layer's own
+                              setting; docs/tuner.md)
 """
 from .cache import FORMAT, cache_file
 from .conv2d import PASSES, ConvProblem, candidates_conv2d, choose_conv2d
@@ -25,11 +30,13 @@ from .decide import Decision
 from .measure import ERROR_FLOOR, WIN_MARGIN, error_floor
 from .records import clear, decisions, note_fallback, record_forced, report
 from .state import (MODES, _state, generation, get_mode, mode, set_budget, set_mode,
-                    set_workspace_limit, workspace_limit)
+                    set_transforms, set_workspace_limit, transforms, transforms_allowed,
+                    workspace_limit)
 
 __all__ = [
     "ConvProblem", "Decision", "PASSES", "FORMAT", "MODES", "ERROR_FLOOR", "WIN_MARGIN",
     "choose_conv2d", "candidates_conv2d", "report", "decisions", "set_mode", "get_mode", "mode",
     "clear", "cache_file", "set_workspace_limit", "workspace_limit", "set_budget", "generation",
-    "note_fallback", "record_forced", "error_floor",
+    "note_fallback", "record_forced", "error_floor", "set_transforms", "transforms",
+    "transforms_allowed",
 ]

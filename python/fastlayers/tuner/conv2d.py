@@ -15,6 +15,7 @@ from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
 from .measure import error_floor, measure_candidates
+from .state import transforms_allowed
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,15 @@ class ConvProblem:
     layout: str
     tf32: bool
     deterministic: bool
+    transforms: bool  # transform-based algorithms allowed (tuner.set_transforms, per module)
 
     @staticmethod
     def from_tensors(input: torch.Tensor, weight: torch.Tensor, padding: Sequence[int],
-                     tf32: Optional[bool] = None) -> "ConvProblem":
+                     tf32: Optional[bool] = None,
+                     transforms: Optional[bool] = None) -> "ConvProblem":
+        """The problem of `input` and `weight` at `padding`. `tf32` None: PyTorch's switch for
+        convolution (CUDA); `transforms` None: the global switch (tuner.transforms_allowed()),
+        else a layer's own setting."""
         dev = input.device
         if dev.type == "cuda":
             name = torch.cuda.get_device_name(dev)
@@ -57,6 +63,7 @@ class ConvProblem:
             capability=cap, layout=layout,
             tf32=(dev.type == "cuda" and conv_tf32_allowed()) if tf32 is None else bool(tf32),
             deterministic=torch.are_deterministic_algorithms_enabled(),
+            transforms=transforms_allowed() if transforms is None else bool(transforms),
         )
 
     @property
@@ -72,20 +79,23 @@ class ConvProblem:
         return getattr(torch, self.dtype)
 
     def key(self, pass_: str) -> str:
-        return ("conv2d.%s|S=%d,C=%d,K=%d,H=%d,W=%d,k=%dx%d,pad=%d,%d|%s|%s|%s|sm%s|tf32=%d|det=%d|%s"
+        return ("conv2d.%s|S=%d,C=%d,K=%d,H=%d,W=%d,k=%dx%d,pad=%d,%d|%s|%s|%s|sm%s|tf32=%d|det=%d"
+                "|transforms=%d|%s"
                 % (pass_, self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw,
                    self.dtype, self.layout, self.device_name, self.capability, self.tf32,
-                   self.deterministic, versions()))
+                   self.deterministic, self.transforms, versions()))
 
     def describe(self) -> str:
-        return "S=%d C=%d K=%d %dx%d k=%dx%d pad=%d,%d %s %s%s" % (
+        return "S=%d C=%d K=%d %dx%d k=%dx%d pad=%d,%d %s %s%s%s" % (
             self.S, self.C, self.K, self.H, self.W, self.kh, self.kw, self.ph, self.pw, self.dtype,
-            self.device_type, " tf32" if self.tf32 and self.dtype == "float32" else "")
+            self.device_type, " tf32" if self.tf32 and self.dtype == "float32" else "",
+            "" if self.transforms else " transforms-off")
 
 
 def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
     """Labels of every registered algorithm that supports the problem, `native` first; under
-    torch.use_deterministic_algorithms(True) only deterministic ones."""
+    torch.use_deterministic_algorithms(True) only deterministic ones; with transforms off no
+    transform-based ones."""
     return [c.label for c in algorithms.candidates(p, pass_)]
 
 
@@ -129,5 +139,14 @@ def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = N
     ...). A new shape is measured on `device` (default: the current CUDA device, or the CPU)."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
-    return decide.choose(p, pass_, device, measure)
+    fixed = None
+    if not p.transforms:
+        only = algorithms.candidates(p, pass_)
+        if len(only) == 1:  # nothing left to measure against
+            fixed = decide.Decision(
+                choice=only[0].label, source="heuristic",
+                reason="transforms off: FFT and other transform-based algorithms are not "
+                       "candidates (tuner.set_transforms, FASTLAYERS_TRANSFORMS, or the layer's "
+                       "own switch)")
+    return decide.choose(p, pass_, device, measure, fixed)
 

@@ -1,13 +1,16 @@
 """Deciding: a Decision (what was chosen for a key, by whom and why) and the choice itself:
-memory, then the file, then measuring, else PyTorch's path, as the mode says."""
+memory, then the file, then measuring, else PyTorch's path, as the mode says. A file entry is
+used only when its label can serve the problem it is filed under."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from .. import algorithms
 from . import cache
 from .state import _state
 
@@ -52,11 +55,38 @@ def _measure_or_native(measure: Measure, problem, pass_: str, device: torch.devi
                         reason="measuring failed: %s" % str(e).splitlines()[0][:160])
 
 
-def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure) -> str:
+def _from_file(key: str, entry: dict, problem, pass_: str) -> Tuple[Optional[Decision], str]:
+    """The file's decision for `key`, or (None, why) when its label cannot serve `problem` in
+    `pass_` (valid JSON, but no family knows the label, or its basis does not hold the shape: an
+    edited or foreign file). Such an entry is reported once and decided again, as if missing."""
+    label = entry.get("choice")
+    try:
+        d = Decision.from_json(entry)
+    except (TypeError, ValueError, AttributeError) as e:  # times, errors or skipped not dicts
+        d, why = None, "malformed entry (%s)" % e
+    else:
+        try:
+            why = algorithms.fits(d.choice, problem, pass_)
+        except ValueError as e:  # a label no family knows, or malformed parameters
+            why = str(e)
+    if why is None:
+        return d, ""
+    if (key, str(label)) not in _state.rejected:
+        _state.rejected.add((key, str(label)))
+        warnings.warn(f"fastlayers: tuner cache {cache.cache_file()}: the entry for "
+                      f"{key.split('|torch=')[0]} names {label!r}, which cannot serve it ({why}); "
+                      "ignoring the entry and deciding again")
+    return None, "ignored the file's %r: %s" % (label, why)
+
+
+def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure,
+           fixed: Optional[Decision] = None) -> str:
     """The label for `pass_` of `problem` (anything with ``key(pass_)`` and ``device_type``): from
-    memory, else (mode not 'off') the file, else measured with `measure` (mode 'tune', on CUDA, or
-    on CPU when CPU tuning is on) and written to the file, else 'native' with the reason. A new
-    problem is measured on `device` (default: the current CUDA device, or the CPU)."""
+    memory, else `fixed` (the decision when there is nothing to choose from; kept in memory only),
+    else (mode not 'off') the file, when its entry fits the problem, else measured with `measure`
+    (mode 'tune', on CUDA, or on CPU when CPU tuning is on) and written to the file, else 'native'
+    with the reason. A new problem is measured on `device` (default: the current CUDA device, or
+    the CPU)."""
     key = problem.key(pass_)
     d = _state.memory.get(key)
     if d is not None:
@@ -65,10 +95,12 @@ def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure
         d = _state.memory.get(key)
         if d is not None:
             return d.choice
-        if _state.mode != "off":
+        d = fixed
+        rejected = ""
+        if d is None and _state.mode != "off":
             entry = cache.file_entries().get(key)
             if entry is not None:
-                d = Decision.from_json(entry)
+                d, rejected = _from_file(key, entry, problem, pass_)
         if d is None:
             measurable = problem.device_type == "cuda" or (
                 problem.device_type == "cpu" and _state.tune_cpu)
@@ -83,6 +115,7 @@ def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure
                 why = {"off": "tuner off", "cache": "not in cache (mode 'cache')"}.get(_state.mode)
                 if why is None:
                     why = "CPU tensors are not timed (FASTLAYERS_TUNE_CPU=1 to time them)"
-                d = Decision(choice="native", source="heuristic", reason=why)
+                d = Decision(choice="native", source="heuristic",
+                             reason="%s; %s" % (rejected, why) if rejected else why)
         _state.memory[key] = d
         return d.choice

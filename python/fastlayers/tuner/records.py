@@ -43,6 +43,7 @@ def clear(memory: bool = True, file: bool = False) -> None:
         if memory:
             _state.memory.clear()
             _state.fallbacks.clear()
+            _state.rejected.clear()
         if file:
             with contextlib.suppress(FileNotFoundError):
                 cache.cache_file().unlink()

@@ -1,16 +1,27 @@
 """The tuner's process state: mode, measuring budget, workspace bound, whether CPU tensors are
-timed, and the decisions made so far. Read from the environment at import."""
+timed, whether transform-based algorithms are allowed, and the decisions made so far. Read from
+the environment at import."""
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
 import warnings
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 
 MODES = ("tune", "cache", "off")
+
+
+def _transforms_from_env() -> bool:
+    text = os.environ.get("FASTLAYERS_TRANSFORMS", "1").strip().lower()
+    if text in ("0", "false", "off", "no"):
+        return False
+    if text not in ("", "1", "true", "on", "yes"):
+        warnings.warn(f"fastlayers: FASTLAYERS_TRANSFORMS={text!r} is not 0 or 1; allowing "
+                      "transforms")
+    return True
 
 
 def _parse_bytes(text: str) -> int:
@@ -34,9 +45,11 @@ class _State:
         lim = os.environ.get("FASTLAYERS_WORKSPACE_LIMIT")
         self.workspace_limit: Optional[int] = _parse_bytes(lim) if lim else None
         self.tune_cpu = os.environ.get("FASTLAYERS_TUNE_CPU", "0") not in ("", "0", "false")
+        self.transforms = _transforms_from_env()
         self.memory: Dict[str, object] = {}  # key -> Decision
         self.file_entries: Optional[Dict[str, dict]] = None  # loaded lazily
         self.fallbacks: Dict[str, str] = {}
+        self.rejected: Set[Tuple[str, str]] = set()  # (key, label) of file entries warned about
         self.generation = 0
 
 
@@ -62,14 +75,42 @@ def get_mode() -> str:
 
 
 @contextlib.contextmanager
-def mode(m: str):
-    """Temporarily switch the tuner's mode."""
-    old = get_mode()
-    set_mode(m)
+def _for_block(get: Callable[[], Any], set_: Callable[[Any], None], value: Any):
+    """Sets a process-wide setting to `value` for a block, then back to what it was."""
+    old = get()
+    set_(value)
     try:
         yield
     finally:
-        set_mode(old)
+        set_(old)
+
+
+def mode(m: str):
+    """Temporarily switch the tuner's mode (a context manager)."""
+    return _for_block(get_mode, set_mode, m)
+
+
+def set_transforms(allowed: bool) -> None:
+    """Allow (True, the default) or forbid transform-based algorithms (FFT, Winograd) for every
+    layer without its own setting. The switch is part of each decision's key: decisions made with
+    transforms allowed are not used while they are off."""
+    if not isinstance(allowed, bool):
+        raise TypeError(f"set_transforms: `allowed` must be a bool, got {allowed!r}")
+    with _state.lock:
+        _state.transforms = allowed
+        _state.generation += 1  # modules plan again, under keys with the new switch
+
+
+def transforms_allowed() -> bool:
+    """The global switch: whether layers without their own setting may use transform-based
+    algorithms."""
+    return _state.transforms
+
+
+def transforms(allowed: bool):
+    """Temporarily set the global transforms switch (a context manager; process-wide, like
+    mode())."""
+    return _for_block(transforms_allowed, set_transforms, allowed)
 
 
 def set_budget(seconds: float) -> None:
