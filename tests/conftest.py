@@ -33,10 +33,11 @@ def tuner_cache(tmp_path, monkeypatch):
     state = fastlayers.tuner._state
     cache_dir = tmp_path / "fastlayers-cache"
     monkeypatch.setenv("FASTLAYERS_CACHE_DIR", str(cache_dir))
-    for name in ("mode", "budget_s", "workspace_limit", "tune_cpu"):
+    for name in ("mode", "budget_s", "workspace_limit", "tune_cpu", "transforms"):
         monkeypatch.setattr(state, name, getattr(state, name))
     state.mode = "tune"
     state.tune_cpu = False
+    state.transforms = True
     state.workspace_limit = None
     fastlayers.tuner.clear()
     yield cache_dir
