@@ -1,6 +1,7 @@
-"""Drop-in modules. fastlayers.Conv2d *is* a torch.nn.Conv2d (same constructor, parameters,
-initialisation, state_dict and repr); only its forward differs: each pass picks its algorithm
-through the tuner, PyTorch's own path always among the candidates."""
+"""Drop-in modules. fastlayers.Conv2d *is* a torch.nn.Conv2d and fastlayers.Conv1d a
+torch.nn.Conv1d (same constructor, parameters, initialisation, state_dict and repr); only their
+forward differs: each pass picks its algorithm through the tuner, PyTorch's own path always among
+the candidates. A Conv1d runs as a 2-D convolution of height 1."""
 from __future__ import annotations
 
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
@@ -14,7 +15,7 @@ from . import tuner as _tuner
 from ._common import conv_tf32_allowed
 from .algorithms import NATIVE, Choice
 
-__all__ = ["Conv2d", "convert"]
+__all__ = ["Conv1d", "Conv2d", "convert"]
 
 _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
@@ -23,7 +24,7 @@ _CPU_DTYPES = (torch.float32, torch.float64)
 class _Plan(NamedTuple):
     """A module's three choices for one input signature, with their op calls bound once."""
     choices: Tuple[Choice, Choice, Choice]  # forward, input_grad, weight_grad
-    native: bool     # all three PyTorch's own: nn.Conv2d's autograd runs the backward
+    native: bool     # all three PyTorch's own: nn.Conv*d's autograd runs the backward
     forward: Callable[..., torch.Tensor]   # fn(x, w, b, gy)
     grads: Callable[..., tuple]            # fn(x, w, gy, need_x, need_w) -> (gx, gw)
 
@@ -31,17 +32,34 @@ class _Plan(NamedTuple):
 _ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None)
 
 
-def _bind(choices: Tuple[Choice, Choice, Choice], padding: Tuple[int, int], tf32: bool) -> _Plan:
-    """The plan of `choices`; all native runs F.conv2d inline and binds nothing."""
+def _bind(choices: Tuple[Choice, Choice, Choice], padding: Tuple[int, int], tf32: bool,
+          height_one: bool) -> _Plan:
+    """The plan of `choices`; all native runs the layer's own convolution inline and binds
+    nothing. With `height_one` the calls take and give 1-D tensors ([N, C, L] run as
+    [N, C, 1, L])."""
     if choices == _ALL_NATIVE.choices:
         return _ALL_NATIVE
     fwd, igrad, wgrad = choices
-    return _Plan(choices, False,
-                 algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=True),
-                 algorithms.conv2d_grads(igrad, wgrad, padding, tf32))
+    forward = algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=True)
+    grads = algorithms.conv2d_grads(igrad, wgrad, padding, tf32)
+    if height_one:
+        forward, grads = _height_one(forward, grads)
+    return _Plan(choices, False, forward, grads)
 
 
-class _Conv2dFunction(torch.autograd.Function):
+def _height_one(forward, grads):
+    """`forward` and `grads` of a 2-D convolution on 1-D operands: x [N, C, L], w [K, C, k] and
+    gy [N, K, L'] go in as height-1 views, the results come back in the operands' shapes."""
+    def forward_1d(x, w, b, gy):
+        return forward(x.unsqueeze(2), w.unsqueeze(2), b, None).squeeze(2)
+
+    def grads_1d(x, w, gy, need_x, need_w):
+        gx, gw = grads(x.unsqueeze(2), w.unsqueeze(2), gy.unsqueeze(2), need_x, need_w)
+        return (None if gx is None else gx.squeeze(2), None if gw is None else gw.squeeze(2))
+    return forward_1d, grads_1d
+
+
+class _ConvFunction(torch.autograd.Function):
     """One convolution whose three passes may each use a different algorithm (a _Plan)."""
 
     # forward(ctx, ...) rather than a separate setup_context: apply() then skips binding the
@@ -57,29 +75,32 @@ class _Conv2dFunction(torch.autograd.Function):
     def backward(ctx, gy):
         x, w = ctx.saved_tensors
         gx, gw = ctx.plan.grads(x, w, gy, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        gb = gy.sum((0, 2, 3)) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        gb = None
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = gy.sum((0, 2, 3) if gy.dim() == 4 else (0, 2))
         return gx, gw, gb, None
 
 
-class Conv2d(nn.Conv2d):
-    """torch.nn.Conv2d, tuned per shape and per pass.
+class _TunedConv:
+    """What fastlayers.Conv1d and Conv2d share: the forward, the plans and the pinned labels.
+    A subclass (with nn.Conv1d or nn.Conv2d after this class) sets the class attributes below."""
 
-    Supported by fastlayers' algorithms: stride 1, dilation 1, groups 1, any padding and padding
-    mode, fp32/fp64/fp16/bf16 on CUDA and fp32/fp64 on CPU. Everything else runs nn.Conv2d's own
-    path and is listed by ``fastlayers.tuner.report()`` with the reason.
-
-    ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins algorithm labels
-    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW'; see
-    ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
-    """
+    _fl_kind: str = ""                 # "conv1d", "conv2d": the layer's name in report()
+    _fl_dims: int = 0                  # its spatial dimensions
+    _fl_unit: Tuple[int, ...] = ()     # stride and dilation 1 in every dimension
 
     # The pinned label per pass (None: the tuner's), or None when nothing is pinned. Labels rather
     # than Choices: they are part of every call's plan key, and strings hash without Python code.
     _fl_forced: Optional[Tuple[Optional[str], ...]] = None
     _fl_plans: Optional[Dict] = None  # this module's plans per input signature
 
+    @staticmethod
+    def _fl_native(x, w, b, padding):
+        """The layer's own stride-1 convolution; `padding` is the 2-D (ph, pw)."""
+        raise NotImplementedError
+
     def force_algorithms(self, forward: Optional[str] = None, input_grad: Optional[str] = None,
-                         weight_grad: Optional[str] = None) -> "Conv2d":
+                         weight_grad: Optional[str] = None):
         """Pins labels per pass (None: that pass stays with the tuner); ValueError naming a label
         no algorithm family knows. Returns the module."""
         forced = tuple(None if v is None else algorithms.parse(v).label
@@ -88,9 +109,9 @@ class Conv2d(nn.Conv2d):
         return self
 
     def _unsupported(self, x: torch.Tensor) -> Optional[str]:
-        if self.stride != (1, 1):
+        if self.stride != self._fl_unit:
             return "stride %s (FFT convolution needs stride 1)" % (tuple(self.stride),)
-        if self.dilation != (1, 1):
+        if self.dilation != self._fl_unit:
             return "dilation %s" % (tuple(self.dilation),)
         if self.groups != 1:
             return "groups=%d" % self.groups
@@ -102,15 +123,14 @@ class Conv2d(nn.Conv2d):
         return None
 
     def _padding_pair(self, x: torch.Tensor):
-        """(input, (ph, pw)) with the padding mode and asymmetric 'same' applied explicitly."""
+        """(input, (ph, pw)) with the padding mode and asymmetric 'same' applied explicitly; (ph,
+        pw) is the 2-D problem's padding (a Conv1d's is (0, p))."""
+        rp = self._reversed_padding_repeated_twice  # (left, right[, top, bottom])
         if self.padding_mode != "zeros":
-            return F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode), (0, 0)
-        if isinstance(self.padding, str):
-            rp = self._reversed_padding_repeated_twice  # (left, right, top, bottom)
-            if rp[0] == rp[1] and rp[2] == rp[3]:
-                return x, (rp[2], rp[0])
+            return F.pad(x, rp, mode=self.padding_mode), (0, 0)
+        if isinstance(self.padding, str) and rp[0::2] != rp[1::2]:
             return F.pad(x, rp), (0, 0)
-        return x, (int(self.padding[0]), int(self.padding[1]))
+        return x, ((0, rp[0]) if self._fl_dims == 1 else (rp[2], rp[0]))
 
     def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
         """This input signature's plan, made once per module: each pass's pinned label, else the
@@ -131,7 +151,10 @@ class Conv2d(nn.Conv2d):
         if compiling and forced is None:
             # No measuring while tracing: what this module chose eagerly, else PyTorch's path.
             return _ALL_NATIVE
-        p = None if compiling else _tuner.ConvProblem.from_tensors(x, w, padding, tf32)
+        p = None
+        if not compiling:
+            x4, w4 = (x.unsqueeze(2), w.unsqueeze(2)) if self._fl_dims == 1 else (x, w)
+            p = _tuner.ConvProblem.from_tensors(x4, w4, padding, tf32)
         out = []
         for i, pass_ in enumerate(_tuner.PASSES):
             if forced is not None and forced[i] is not None:
@@ -143,22 +166,23 @@ class Conv2d(nn.Conv2d):
             else:
                 choice = algorithms.parse(_tuner.choose_conv2d(p, pass_, x.device))
             out.append(choice)
-        plan = _bind(tuple(out), padding, tf32)
+        plan = _bind(tuple(out), padding, tf32, self._fl_dims == 1)
         if not compiling:
             plans[key] = plan
         return plan
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dim() not in (3, 4) or input.dtype != self.weight.dtype:
-            return super().forward(input)  # nn.Conv2d's own error
+        w, b = self.weight, self.bias
+        if (input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2) or \
+                input.dtype != w.dtype:
+            return super().forward(input)  # nn.Conv*d's own error
         reason = self._unsupported(input)
         if reason is not None:
             if not torch.compiler.is_compiling():
-                _tuner.note_fallback("conv2d(%s)" % self.extra_repr(), reason)
+                _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), reason)
             return super().forward(input)
-        unbatched = input.dim() == 3
+        unbatched = input.dim() == self._fl_dims + 1
         x = input.unsqueeze(0) if unbatched else input
-        w, b = self.weight, self.bias
         dev = x.device.type
         if torch.is_autocast_enabled(dev):
             dt = torch.get_autocast_dtype(dev)
@@ -167,29 +191,71 @@ class Conv2d(nn.Conv2d):
             if dev == "cpu" and dt not in _CPU_DTYPES:
                 return super().forward(input)
         x, padding = self._padding_pair(x)
+        # (a Conv1d's [-2] is the channels: a mismatch gets nn.Conv1d's error too)
         if x.shape[-2] < w.shape[-2] or x.shape[-1] < w.shape[-1]:
-            return super().forward(input)  # nn.Conv2d raises its own error
+            return super().forward(input)  # nn.Conv*d raises its own error
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
         plan = self._plan(x, w, padding, tf32, need_backward)
         # Under autocast the operands already have the autocast dtype, so its casts are no-ops.
         if plan.native:
-            y = F.conv2d(x, w, b, 1, padding)
+            y = self._fl_native(x, w, b, padding)
         elif not need_backward:
             y = plan.forward(x, w, b, None)
         else:
-            y = _Conv2dFunction.apply(x, w, b, plan)
+            y = _ConvFunction.apply(x, w, b, plan)
         return y.squeeze(0) if unbatched else y
 
 
+class Conv2d(_TunedConv, nn.Conv2d):
+    """torch.nn.Conv2d, tuned per shape and per pass.
+
+    Supported by fastlayers' algorithms: stride 1, dilation 1, groups 1, any padding and padding
+    mode, fp32/fp64/fp16/bf16 on CUDA and fp32/fp64 on CPU. Everything else runs nn.Conv2d's own
+    path and is listed by ``fastlayers.tuner.report()`` with the reason.
+
+    ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins algorithm labels
+    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW'; see
+    ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
+    """
+    _fl_kind = "conv2d"
+    _fl_dims = 2
+    _fl_unit = (1, 1)
+
+    @staticmethod
+    def _fl_native(x, w, b, padding):
+        return F.conv2d(x, w, b, 1, padding)
+
+
+class Conv1d(_TunedConv, nn.Conv1d):
+    """torch.nn.Conv1d, tuned per shape and per pass as fastlayers.Conv2d is (the same support,
+    fallbacks and ``force_algorithms``).
+
+    It runs as a 2-D convolution of height 1: input [N, C, L] as [N, C, 1, L], weight [K, C, k]
+    as [K, C, 1, k], padding (0, p); labels and tuner keys are that problem's ('fft:1x64').
+    """
+    _fl_kind = "conv1d"
+    _fl_dims = 1
+    _fl_unit = (1,)
+
+    @staticmethod
+    def _fl_native(x, w, b, padding):
+        return F.conv1d(x, w, b, 1, padding[1])
+
+
+_FASTLAYERS_CLASS = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d}
+
+
 def convert(module: nn.Module) -> nn.Module:
-    """Turn every torch.nn.Conv2d in `module` (itself included) into a fastlayers.Conv2d, in place.
+    """Turn every torch.nn.Conv1d and torch.nn.Conv2d in `module` (itself included) into a
+    fastlayers.Conv1d or Conv2d, in place (exact types: subclasses are left alone).
 
     Parameters, buffers, hooks, device and dtype stay as they are (the objects are the same), so an
     optimizer built before the conversion keeps working. Returns `module`.
     """
     for m in module.modules():
-        if type(m) is nn.Conv2d:
-            m.__class__ = Conv2d
+        cls = _FASTLAYERS_CLASS.get(type(m))
+        if cls is not None:
+            m.__class__ = cls
     return module
