@@ -4,11 +4,13 @@ forward differs: each pass picks its algorithm through the tuner, PyTorch's own 
 the candidates. A Conv1d runs as a 2-D convolution of height 1."""
 from __future__ import annotations
 
+import threading
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import algorithms
 from . import tuner as _tuner
@@ -32,11 +34,12 @@ class _Plan(NamedTuple):
 _ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None)
 
 
-def _bind(choices: Tuple[Choice, Choice, Choice], padding: Tuple[int, int], tf32: bool,
+def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
           height_one: bool) -> _Plan:
-    """The plan of `choices`; all native runs the layer's own convolution inline and binds
+    """The plan of `labels`; all native runs the layer's own convolution inline and binds
     nothing. With `height_one` the calls take and give 1-D tensors ([N, C, L] run as
     [N, C, 1, L])."""
+    choices = tuple(algorithms.parse(v) for v in labels)
     if choices == _ALL_NATIVE.choices:
         return _ALL_NATIVE
     fwd, igrad, wgrad = choices
@@ -79,6 +82,68 @@ class _ConvFunction(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum((0, 2, 3) if gy.dim() == 4 else (0, 2))
         return gx, gw, gb, None
+
+
+def _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms):
+    """tuner.ConvProblem.from_tensors from the tensors' constants (x [S, C, H, W], w [K, C, kh,
+    kw]): under torch.compile there are only fake tensors."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        cap = "%d.%d" % torch.cuda.get_device_capability(device)
+    else:
+        name, cap = device.type, "-"
+    S, C, H, W = x_shape
+    K, _, kh, kw = w_shape
+    return _tuner.ConvProblem(S=S, C=C, K=K, H=H, W=W, kh=kh, kw=kw, ph=padding[0],
+                              pw=padding[1], dtype=str(dtype).replace("torch.", ""),
+                              device_type=device.type, device_name=name, capability=cap,
+                              layout=layout, tf32=tf32, deterministic=deterministic,
+                              transforms=transforms)
+
+
+# _choose and _bound run as Python when a graph is traced; their results enter it as constants.
+# So the tuner measures inputs of its own, never fake tensors, and plans (the registry's choices and
+# op calls) are made outside the trace: dynamo can neither return functions as constants nor replay
+# a Choice made while tracing. The traced code reads a plan back as an attribute of _Plans, which
+# dynamo reads when asked (a dict it reads once per trace, before the next layer's entries).
+@torch.compiler.assume_constant_result
+def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms,
+            need_backward, forced) -> Tuple[str, str, str]:
+    """Each pass's label: the pinned one (`forced`, recorded for report()), else the tuner's
+    (PyTorch's path for the gradients when none is needed)."""
+    p = _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms)
+    out = []
+    for i, pass_ in enumerate(_tuner.PASSES):
+        if forced is not None and forced[i] is not None:
+            _tuner.record_forced(p, pass_, forced[i])
+            out.append(forced[i])
+        elif pass_ != "forward" and not need_backward:
+            out.append(NATIVE.label)
+        else:
+            out.append(_tuner.choose_conv2d(p, pass_, device))
+    return tuple(out)
+
+
+class _Plans:
+    """Every plan _bound has made, one class attribute each."""
+
+
+_plan_names: Dict[tuple, str] = {}  # _bound's arguments -> the plan's attribute on _Plans
+_plan_lock = threading.Lock()
+
+
+@torch.compiler.assume_constant_result
+def _bound(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
+           height_one: bool) -> str:
+    """The name on _Plans of _bind's plan for these arguments, made now if new."""
+    key = (labels, padding, tf32, height_one)
+    with _plan_lock:
+        name = _plan_names.get(key)
+        if name is None:
+            name = "plan%d" % len(_plan_names)
+            setattr(_Plans, name, _bind(*key))
+            _plan_names[key] = name
+    return name
 
 
 class _TunedConv:
@@ -133,8 +198,8 @@ class _TunedConv:
         return x, ((0, rp[0]) if self._fl_dims == 1 else (rp[2], rp[0]))
 
     def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
-        """This input signature's plan, made once per module: each pass's pinned label, else the
-        tuner's (PyTorch's path for the gradients when none is needed), with the calls bound."""
+        """This input signature's plan: _choose's labels, bound by _bound. Kept per module
+        eagerly; under torch.compile each traced graph holds its own."""
         forced = self._fl_forced
         plans = self._fl_plans
         if plans is None:
@@ -147,27 +212,16 @@ class _TunedConv:
         got = plans.get(key)
         if got is not None:
             return got
-        compiling = torch.compiler.is_compiling()
-        if compiling and forced is None:
-            # No measuring while tracing: what this module chose eagerly, else PyTorch's path.
-            return _ALL_NATIVE
-        p = None
-        if not compiling:
-            x4, w4 = (x.unsqueeze(2), w.unsqueeze(2)) if self._fl_dims == 1 else (x, w)
-            p = _tuner.ConvProblem.from_tensors(x4, w4, padding, tf32)
-        out = []
-        for i, pass_ in enumerate(_tuner.PASSES):
-            if forced is not None and forced[i] is not None:
-                choice = algorithms.parse(forced[i])
-                if p is not None:
-                    _tuner.record_forced(p, pass_, choice.label)
-            elif compiling or (pass_ != "forward" and not need_backward):
-                choice = NATIVE
-            else:
-                choice = algorithms.parse(_tuner.choose_conv2d(p, pass_, x.device))
-            out.append(choice)
-        plan = _bind(tuple(out), padding, tf32, self._fl_dims == 1)
-        if not compiling:
+        x4, w4 = (x.unsqueeze(2), w.unsqueeze(2)) if self._fl_dims == 1 else (x, w)
+        layout = ("channels_last" if not x4.is_contiguous()
+                  and x4.is_contiguous(memory_format=torch.channels_last) else "contiguous")
+        # guard_scalar: the tuner decides per shape, so a dynamic size is specialised here.
+        labels = _choose(tuple(guard_scalar(n) for n in x4.shape),
+                         tuple(guard_scalar(n) for n in w4.shape), padding, x.dtype, x.device,
+                         layout, tf32, torch.are_deterministic_algorithms_enabled(),
+                         _tuner.transforms_allowed(), need_backward, forced)
+        plan = getattr(_Plans, _bound(labels, padding, tf32, self._fl_dims == 1))
+        if not torch.compiler.is_compiling():
             plans[key] = plan
         return plan
 
@@ -191,7 +245,7 @@ class _TunedConv:
             if dev == "cpu" and dt not in _CPU_DTYPES:
                 return super().forward(input)
         x, padding = self._padding_pair(x)
-        # (a Conv1d's [-2] is the channels: a mismatch gets nn.Conv1d's error too)
+        # A kernel larger than the padded input (for a Conv1d, [-2] compares the channels).
         if x.shape[-2] < w.shape[-2] or x.shape[-1] < w.shape[-1]:
             return super().forward(input)  # nn.Conv*d raises its own error
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
