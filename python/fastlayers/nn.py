@@ -1,20 +1,23 @@
-"""Drop-in modules. fastlayers.Conv2d *is* a torch.nn.Conv2d (same constructor, parameters,
-initialisation, state_dict and repr); only its forward differs: each pass picks its algorithm
-through the tuner, PyTorch's own path always among the candidates."""
+"""Drop-in modules. fastlayers.Conv2d *is* a torch.nn.Conv2d and fastlayers.Conv1d a
+torch.nn.Conv1d (same constructor, parameters, initialisation, state_dict and repr); only their
+forward differs: each pass picks its algorithm through the tuner, PyTorch's own path always among
+the candidates. A Conv1d runs as a 2-D convolution of height 1."""
 from __future__ import annotations
 
+import threading
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import algorithms
 from . import tuner as _tuner
 from ._common import conv_tf32_allowed
 from .algorithms import NATIVE, Choice
 
-__all__ = ["Conv2d", "convert"]
+__all__ = ["Conv1d", "Conv2d", "convert"]
 
 _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
@@ -23,7 +26,7 @@ _CPU_DTYPES = (torch.float32, torch.float64)
 class _Plan(NamedTuple):
     """A module's three choices for one input signature, with their op calls bound once."""
     choices: Tuple[Choice, Choice, Choice]  # forward, input_grad, weight_grad
-    native: bool     # all three PyTorch's own: nn.Conv2d's autograd runs the backward
+    native: bool     # all three PyTorch's own: nn.Conv*d's autograd runs the backward
     forward: Callable[..., torch.Tensor]   # fn(x, w, b, gy)
     grads: Callable[..., tuple]            # fn(x, w, gy, need_x, need_w) -> (gx, gw)
 
@@ -31,17 +34,35 @@ class _Plan(NamedTuple):
 _ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None)
 
 
-def _bind(choices: Tuple[Choice, Choice, Choice], padding: Tuple[int, int], tf32: bool) -> _Plan:
-    """The plan of `choices`; all native runs F.conv2d inline and binds nothing."""
+def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
+          height_one: bool) -> _Plan:
+    """The plan of `labels`; all native runs the layer's own convolution inline and binds
+    nothing. With `height_one` the calls take and give 1-D tensors ([N, C, L] run as
+    [N, C, 1, L])."""
+    choices = tuple(algorithms.parse(v) for v in labels)
     if choices == _ALL_NATIVE.choices:
         return _ALL_NATIVE
     fwd, igrad, wgrad = choices
-    return _Plan(choices, False,
-                 algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=True),
-                 algorithms.conv2d_grads(igrad, wgrad, padding, tf32))
+    forward = algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=True)
+    grads = algorithms.conv2d_grads(igrad, wgrad, padding, tf32)
+    if height_one:
+        forward, grads = _height_one(forward, grads)
+    return _Plan(choices, False, forward, grads)
 
 
-class _Conv2dFunction(torch.autograd.Function):
+def _height_one(forward, grads):
+    """`forward` and `grads` of a 2-D convolution on 1-D operands: x [N, C, L], w [K, C, k] and
+    gy [N, K, L'] go in as height-1 views, the results come back in the operands' shapes."""
+    def forward_1d(x, w, b, gy):
+        return forward(x.unsqueeze(2), w.unsqueeze(2), b, None).squeeze(2)
+
+    def grads_1d(x, w, gy, need_x, need_w):
+        gx, gw = grads(x.unsqueeze(2), w.unsqueeze(2), gy.unsqueeze(2), need_x, need_w)
+        return (None if gx is None else gx.squeeze(2), None if gw is None else gw.squeeze(2))
+    return forward_1d, grads_1d
+
+
+class _ConvFunction(torch.autograd.Function):
     """One convolution whose three passes may each use a different algorithm (a _Plan)."""
 
     # forward(ctx, ...) rather than a separate setup_context: apply() then skips binding the
@@ -57,29 +78,94 @@ class _Conv2dFunction(torch.autograd.Function):
     def backward(ctx, gy):
         x, w = ctx.saved_tensors
         gx, gw = ctx.plan.grads(x, w, gy, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        gb = gy.sum((0, 2, 3)) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        gb = None
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = gy.sum((0, 2, 3) if gy.dim() == 4 else (0, 2))
         return gx, gw, gb, None
 
 
-class Conv2d(nn.Conv2d):
-    """torch.nn.Conv2d, tuned per shape and per pass.
+def _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms):
+    """tuner.ConvProblem.from_tensors from the tensors' constants (x [S, C, H, W], w [K, C, kh,
+    kw]): under torch.compile there are only fake tensors."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        cap = "%d.%d" % torch.cuda.get_device_capability(device)
+    else:
+        name, cap = device.type, "-"
+    S, C, H, W = x_shape
+    K, _, kh, kw = w_shape
+    return _tuner.ConvProblem(S=S, C=C, K=K, H=H, W=W, kh=kh, kw=kw, ph=padding[0],
+                              pw=padding[1], dtype=str(dtype).replace("torch.", ""),
+                              device_type=device.type, device_name=name, capability=cap,
+                              layout=layout, tf32=tf32, deterministic=deterministic,
+                              transforms=transforms)
 
-    Supported by fastlayers' algorithms: stride 1, dilation 1, groups 1, any padding and padding
-    mode, fp32/fp64/fp16/bf16 on CUDA and fp32/fp64 on CPU. Everything else runs nn.Conv2d's own
-    path and is listed by ``fastlayers.tuner.report()`` with the reason.
 
-    ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins algorithm labels
-    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW'; see
-    ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
-    """
+# _choose and _bound run as Python when a graph is traced; their results enter it as constants.
+# So the tuner measures inputs of its own, never fake tensors, and plans (the registry's choices and
+# op calls) are made outside the trace: dynamo can neither return functions as constants nor replay
+# a Choice made while tracing. The traced code reads a plan back as an attribute of _Plans, which
+# dynamo reads when asked (a dict it reads once per trace, before the next layer's entries).
+@torch.compiler.assume_constant_result
+def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms,
+            need_backward, forced) -> Tuple[str, str, str]:
+    """Each pass's label: the pinned one (`forced`, recorded for report()), else the tuner's
+    (PyTorch's path for the gradients when none is needed)."""
+    p = _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms)
+    out = []
+    for i, pass_ in enumerate(_tuner.PASSES):
+        if forced is not None and forced[i] is not None:
+            _tuner.record_forced(p, pass_, forced[i])
+            out.append(forced[i])
+        elif pass_ != "forward" and not need_backward:
+            out.append(NATIVE.label)
+        else:
+            out.append(_tuner.choose_conv2d(p, pass_, device))
+    return tuple(out)
+
+
+class _Plans:
+    """Every plan _bound has made, one class attribute each."""
+
+
+_plan_names: Dict[tuple, str] = {}  # _bound's arguments -> the plan's attribute on _Plans
+_plan_lock = threading.Lock()
+
+
+@torch.compiler.assume_constant_result
+def _bound(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
+           height_one: bool) -> str:
+    """The name on _Plans of _bind's plan for these arguments, made now if new."""
+    key = (labels, padding, tf32, height_one)
+    with _plan_lock:
+        name = _plan_names.get(key)
+        if name is None:
+            name = "plan%d" % len(_plan_names)
+            setattr(_Plans, name, _bind(*key))
+            _plan_names[key] = name
+    return name
+
+
+class _TunedConv:
+    """What fastlayers.Conv1d and Conv2d share: the forward, the plans and the pinned labels.
+    A subclass (with nn.Conv1d or nn.Conv2d after this class) sets the class attributes below."""
+
+    _fl_kind: str = ""                 # "conv1d", "conv2d": the layer's name in report()
+    _fl_dims: int = 0                  # its spatial dimensions
+    _fl_unit: Tuple[int, ...] = ()     # stride and dilation 1 in every dimension
 
     # The pinned label per pass (None: the tuner's), or None when nothing is pinned. Labels rather
     # than Choices: they are part of every call's plan key, and strings hash without Python code.
     _fl_forced: Optional[Tuple[Optional[str], ...]] = None
     _fl_plans: Optional[Dict] = None  # this module's plans per input signature
 
+    @staticmethod
+    def _fl_native(x, w, b, padding):
+        """The layer's own stride-1 convolution; `padding` is the 2-D (ph, pw)."""
+        raise NotImplementedError
+
     def force_algorithms(self, forward: Optional[str] = None, input_grad: Optional[str] = None,
-                         weight_grad: Optional[str] = None) -> "Conv2d":
+                         weight_grad: Optional[str] = None):
         """Pins labels per pass (None: that pass stays with the tuner); ValueError naming a label
         no algorithm family knows. Returns the module."""
         forced = tuple(None if v is None else algorithms.parse(v).label
@@ -88,9 +174,9 @@ class Conv2d(nn.Conv2d):
         return self
 
     def _unsupported(self, x: torch.Tensor) -> Optional[str]:
-        if self.stride != (1, 1):
+        if self.stride != self._fl_unit:
             return "stride %s (FFT convolution needs stride 1)" % (tuple(self.stride),)
-        if self.dilation != (1, 1):
+        if self.dilation != self._fl_unit:
             return "dilation %s" % (tuple(self.dilation),)
         if self.groups != 1:
             return "groups=%d" % self.groups
@@ -102,19 +188,18 @@ class Conv2d(nn.Conv2d):
         return None
 
     def _padding_pair(self, x: torch.Tensor):
-        """(input, (ph, pw)) with the padding mode and asymmetric 'same' applied explicitly."""
+        """(input, (ph, pw)) with the padding mode and asymmetric 'same' applied explicitly; (ph,
+        pw) is the 2-D problem's padding (a Conv1d's is (0, p))."""
+        rp = self._reversed_padding_repeated_twice  # (left, right[, top, bottom])
         if self.padding_mode != "zeros":
-            return F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode), (0, 0)
-        if isinstance(self.padding, str):
-            rp = self._reversed_padding_repeated_twice  # (left, right, top, bottom)
-            if rp[0] == rp[1] and rp[2] == rp[3]:
-                return x, (rp[2], rp[0])
+            return F.pad(x, rp, mode=self.padding_mode), (0, 0)
+        if isinstance(self.padding, str) and rp[0::2] != rp[1::2]:
             return F.pad(x, rp), (0, 0)
-        return x, (int(self.padding[0]), int(self.padding[1]))
+        return x, ((0, rp[0]) if self._fl_dims == 1 else (rp[2], rp[0]))
 
     def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
-        """This input signature's plan, made once per module: each pass's pinned label, else the
-        tuner's (PyTorch's path for the gradients when none is needed), with the calls bound."""
+        """This input signature's plan: _choose's labels, bound by _bound. Kept per module
+        eagerly; under torch.compile each traced graph holds its own."""
         forced = self._fl_forced
         plans = self._fl_plans
         if plans is None:
@@ -127,38 +212,31 @@ class Conv2d(nn.Conv2d):
         got = plans.get(key)
         if got is not None:
             return got
-        compiling = torch.compiler.is_compiling()
-        if compiling and forced is None:
-            # No measuring while tracing: what this module chose eagerly, else PyTorch's path.
-            return _ALL_NATIVE
-        p = None if compiling else _tuner.ConvProblem.from_tensors(x, w, padding, tf32)
-        out = []
-        for i, pass_ in enumerate(_tuner.PASSES):
-            if forced is not None and forced[i] is not None:
-                choice = algorithms.parse(forced[i])
-                if p is not None:
-                    _tuner.record_forced(p, pass_, choice.label)
-            elif compiling or (pass_ != "forward" and not need_backward):
-                choice = NATIVE
-            else:
-                choice = algorithms.parse(_tuner.choose_conv2d(p, pass_, x.device))
-            out.append(choice)
-        plan = _bind(tuple(out), padding, tf32)
-        if not compiling:
+        x4, w4 = (x.unsqueeze(2), w.unsqueeze(2)) if self._fl_dims == 1 else (x, w)
+        layout = ("channels_last" if not x4.is_contiguous()
+                  and x4.is_contiguous(memory_format=torch.channels_last) else "contiguous")
+        # guard_scalar: the tuner decides per shape, so a dynamic size is specialised here.
+        labels = _choose(tuple(guard_scalar(n) for n in x4.shape),
+                         tuple(guard_scalar(n) for n in w4.shape), padding, x.dtype, x.device,
+                         layout, tf32, torch.are_deterministic_algorithms_enabled(),
+                         _tuner.transforms_allowed(), need_backward, forced)
+        plan = getattr(_Plans, _bound(labels, padding, tf32, self._fl_dims == 1))
+        if not torch.compiler.is_compiling():
             plans[key] = plan
         return plan
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dim() not in (3, 4) or input.dtype != self.weight.dtype:
-            return super().forward(input)  # nn.Conv2d's own error
+        w, b = self.weight, self.bias
+        if (input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2) or \
+                input.dtype != w.dtype:
+            return super().forward(input)  # nn.Conv*d's own error
         reason = self._unsupported(input)
         if reason is not None:
             if not torch.compiler.is_compiling():
-                _tuner.note_fallback("conv2d(%s)" % self.extra_repr(), reason)
+                _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), reason)
             return super().forward(input)
-        unbatched = input.dim() == 3
+        unbatched = input.dim() == self._fl_dims + 1
         x = input.unsqueeze(0) if unbatched else input
-        w, b = self.weight, self.bias
         dev = x.device.type
         if torch.is_autocast_enabled(dev):
             dt = torch.get_autocast_dtype(dev)
@@ -167,29 +245,71 @@ class Conv2d(nn.Conv2d):
             if dev == "cpu" and dt not in _CPU_DTYPES:
                 return super().forward(input)
         x, padding = self._padding_pair(x)
+        # A kernel larger than the padded input (for a Conv1d, [-2] compares the channels).
         if x.shape[-2] < w.shape[-2] or x.shape[-1] < w.shape[-1]:
-            return super().forward(input)  # nn.Conv2d raises its own error
+            return super().forward(input)  # nn.Conv*d raises its own error
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
         plan = self._plan(x, w, padding, tf32, need_backward)
         # Under autocast the operands already have the autocast dtype, so its casts are no-ops.
         if plan.native:
-            y = F.conv2d(x, w, b, 1, padding)
+            y = self._fl_native(x, w, b, padding)
         elif not need_backward:
             y = plan.forward(x, w, b, None)
         else:
-            y = _Conv2dFunction.apply(x, w, b, plan)
+            y = _ConvFunction.apply(x, w, b, plan)
         return y.squeeze(0) if unbatched else y
 
 
+class Conv2d(_TunedConv, nn.Conv2d):
+    """torch.nn.Conv2d, tuned per shape and per pass.
+
+    Supported by fastlayers' algorithms: stride 1, dilation 1, groups 1, any padding and padding
+    mode, fp32/fp64/fp16/bf16 on CUDA and fp32/fp64 on CPU. Everything else runs nn.Conv2d's own
+    path and is listed by ``fastlayers.tuner.report()`` with the reason.
+
+    ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins algorithm labels
+    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW'; see
+    ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
+    """
+    _fl_kind = "conv2d"
+    _fl_dims = 2
+    _fl_unit = (1, 1)
+
+    @staticmethod
+    def _fl_native(x, w, b, padding):
+        return F.conv2d(x, w, b, 1, padding)
+
+
+class Conv1d(_TunedConv, nn.Conv1d):
+    """torch.nn.Conv1d, tuned per shape and per pass as fastlayers.Conv2d is (the same support,
+    fallbacks and ``force_algorithms``).
+
+    It runs as a 2-D convolution of height 1: input [N, C, L] as [N, C, 1, L], weight [K, C, k]
+    as [K, C, 1, k], padding (0, p); labels and tuner keys are that problem's ('fft:1x64').
+    """
+    _fl_kind = "conv1d"
+    _fl_dims = 1
+    _fl_unit = (1,)
+
+    @staticmethod
+    def _fl_native(x, w, b, padding):
+        return F.conv1d(x, w, b, 1, padding[1])
+
+
+_FASTLAYERS_CLASS = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d}
+
+
 def convert(module: nn.Module) -> nn.Module:
-    """Turn every torch.nn.Conv2d in `module` (itself included) into a fastlayers.Conv2d, in place.
+    """Turn every torch.nn.Conv1d and torch.nn.Conv2d in `module` (itself included) into a
+    fastlayers.Conv1d or Conv2d, in place (exact types: subclasses are left alone).
 
     Parameters, buffers, hooks, device and dtype stay as they are (the objects are the same), so an
     optimizer built before the conversion keeps working. Returns `module`.
     """
     for m in module.modules():
-        if type(m) is nn.Conv2d:
-            m.__class__ = Conv2d
+        cls = _FASTLAYERS_CLASS.get(type(m))
+        if cls is not None:
+            m.__class__ = cls
     return module
