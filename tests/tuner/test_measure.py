@@ -102,8 +102,11 @@ def test_a_cheaper_call_wins(timed, no_fft, device):
     assert tuner.choose_conv2d(p, "forward") == "timed:memo"
     row = row_of(p)
     assert row["times_ms"]["timed:memo"] < 0.95 * row["times_ms"]["native"]
-    # a cheap call gets more calls per round than PyTorch's convolution
-    assert row["runs"]["timed:memo"] > row["runs"]["native"] > 1
+    # a cheap call gets at least as many calls per round as PyTorch's convolution (more where
+    # the convolution takes longer than a round's share: on CPU; on a GPU both can reach the cap)
+    assert row["runs"]["timed:memo"] >= row["runs"]["native"] > 1
+    if device == "cpu":
+        assert row["runs"]["timed:memo"] > row["runs"]["native"]
 
 
 def test_every_candidate_is_timed_once_without_budget(timed, no_fft, device):
