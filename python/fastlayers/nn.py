@@ -4,6 +4,7 @@ forward differs: each pass picks its algorithm through the tuner, PyTorch's own 
 the candidates. A Conv1d runs as a 2-D convolution of height 1."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
@@ -62,6 +63,15 @@ def _height_one(forward, grads):
     return forward_1d, grads_1d
 
 
+# The module's own autograd (_ConvFunction) differentiates its op calls, so they go straight to
+# the device kernels: below the Autograd key, the ops' registered autograd (Python) is not entered.
+# Under torch.compile the ops are traced as they are.
+def _below_autograd():
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return torch._C._AutoDispatchBelowAutograd()
+
+
 class _ConvFunction(torch.autograd.Function):
     """One convolution whose three passes may each use a different algorithm (a _Plan)."""
 
@@ -72,12 +82,18 @@ class _ConvFunction(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.plan = plan
         ctx.has_bias = b is not None
-        return plan.forward(x, w, b, None)
+        with _below_autograd():
+            return plan.forward(x, w, b, None)
 
     @staticmethod
     def backward(ctx, gy):
         x, w = ctx.saved_tensors
-        gx, gw = ctx.plan.grads(x, w, gy, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        if torch.is_grad_enabled():  # create_graph: the ops' own autograd records them
+            gx, gw = ctx.plan.grads(x, w, gy, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        else:
+            with _below_autograd():
+                gx, gw = ctx.plan.grads(x, w, gy, ctx.needs_input_grad[0],
+                                        ctx.needs_input_grad[1])
         gb = None
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum((0, 2, 3) if gy.dim() == 4 else (0, 2))
@@ -256,7 +272,8 @@ class _TunedConv:
         if plan.native:
             y = self._fl_native(x, w, b, padding)
         elif not need_backward:
-            y = plan.forward(x, w, b, None)
+            with _below_autograd():
+                y = plan.forward(x, w, b, None)
         else:
             y = _ConvFunction.apply(x, w, b, plan)
         return y.squeeze(0) if unbatched else y
