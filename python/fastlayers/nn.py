@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -131,6 +132,7 @@ def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministi
     out = []
     for i, pass_ in enumerate(_tuner.PASSES):
         if forced is not None and forced[i] is not None:
+            algorithms.check_fits(forced[i], p, pass_)  # ValueError: the label cannot serve it
             _tuner.record_forced(p, pass_, forced[i])
             out.append(forced[i])
         elif pass_ != "forward" and not need_backward:
@@ -174,6 +176,12 @@ class _TunedConv:
     # than Choices: they are part of every call's plan key, and strings hash without Python code.
     _fl_forced: Optional[Tuple[Optional[str], ...]] = None
     _fl_plans: Optional[Dict] = None  # this module's plans per input signature
+    _fl_warned = False  # pinned labels on a layer that cannot use them: said once
+
+    # This layer's own switch for transform-based algorithms (FFT): False keeps it on direct ones
+    # whatever the global switch (fastlayers.tuner.set_transforms) says, True allows them; None
+    # follows the global switch. See docs/tuner.md, "Non-finite and wide-range inputs".
+    transforms: Optional[bool] = None
 
     @staticmethod
     def _fl_native(x, w, b, padding):
@@ -187,15 +195,34 @@ class _TunedConv:
         forced = tuple(None if v is None else algorithms.parse(v).label
                        for v in (forward, input_grad, weight_grad))
         self._fl_forced = None if forced == (None, None, None) else forced
+        self._fl_warned = False
+        if self._fl_forced is not None:
+            why = self._unsupported_layer()
+            if why is not None:
+                self._warn_forced(why)
         return self
 
-    def _unsupported(self, x: torch.Tensor) -> Optional[str]:
+    def _warn_forced(self, why: str) -> None:
+        if not self._fl_warned:
+            self._fl_warned = True
+            warnings.warn("fastlayers.%s(%s): the pinned algorithms %s are not used: %s; the layer "
+                          "runs PyTorch's path" % (type(self).__name__, self.extra_repr(),
+                                                   self._fl_forced, why), stacklevel=3)
+
+    def _unsupported_layer(self) -> Optional[str]:
+        """Why the layer's own settings rule out fastlayers' algorithms, or None."""
         if self.stride != self._fl_unit:
             return "stride %s (FFT convolution needs stride 1)" % (tuple(self.stride),)
         if self.dilation != self._fl_unit:
             return "dilation %s" % (tuple(self.dilation),)
         if self.groups != 1:
             return "groups=%d" % self.groups
+        return None
+
+    def _unsupported(self, x: torch.Tensor) -> Optional[str]:
+        why = self._unsupported_layer()
+        if why is not None:
+            return why
         dev = x.device.type
         if dev != "cuda" and dev != "cpu":
             return "device %s" % dev
@@ -222,8 +249,9 @@ class _TunedConv:
             plans = {}
             if not torch.compiler.is_compiling():
                 self._fl_plans = plans
+        transforms = _tuner.transforms_allowed() if self.transforms is None else bool(self.transforms)
         key = (tuple(x.shape), x.dtype, x.device, padding, tf32, need_backward,
-               torch.are_deterministic_algorithms_enabled(),
+               torch.are_deterministic_algorithms_enabled(), transforms,
                forced, _tuner.generation())
         got = plans.get(key)
         if got is not None:
@@ -235,7 +263,7 @@ class _TunedConv:
         labels = _choose(tuple(guard_scalar(n) for n in x4.shape),
                          tuple(guard_scalar(n) for n in w4.shape), padding, x.dtype, x.device,
                          layout, tf32, torch.are_deterministic_algorithms_enabled(),
-                         _tuner.transforms_allowed(), need_backward, forced)
+                         transforms, need_backward, forced)
         plan = getattr(_Plans, _bound(labels, padding, tf32, self._fl_dims == 1))
         if not torch.compiler.is_compiling():
             plans[key] = plan
@@ -250,6 +278,8 @@ class _TunedConv:
         if reason is not None:
             if not torch.compiler.is_compiling():
                 _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), reason)
+                if self._fl_forced is not None:
+                    self._warn_forced(reason)
             return super().forward(input)
         unbatched = input.dim() == self._fl_dims + 1
         x = input.unsqueeze(0) if unbatched else input
