@@ -5,8 +5,9 @@ from . import _C  # noqa: F401  (registers torch.ops.fastlayers.*)
 from ._version import __version__
 from . import algorithms, fbfft, ops, tuner
 from .nn import Conv1d, Conv2d, convert
+from .tuning import tune
 
-__all__ = ["Conv1d", "Conv2d", "convert", "algorithms", "fbfft", "ops", "tuner", "with_cuda",
-           "__version__"]
+__all__ = ["Conv1d", "Conv2d", "convert", "tune", "algorithms", "fbfft", "ops", "tuner",
+           "with_cuda", "__version__"]
 
 with_cuda = bool(getattr(_C, "with_cuda", False))

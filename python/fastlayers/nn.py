@@ -19,7 +19,7 @@ from . import tuner as _tuner
 from ._common import conv_tf32_allowed
 from .algorithms import NATIVE, Choice
 
-__all__ = ["Conv1d", "Conv2d", "convert"]
+__all__ = ["Conv1d", "Conv2d", "convert", "tuned_layers"]
 
 _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
@@ -360,3 +360,8 @@ def convert(module: nn.Module) -> nn.Module:
         if cls is not None:
             m.__class__ = cls
     return module
+
+
+def tuned_layers(module: nn.Module):
+    """The fastlayers layers in `module` (itself included), in module order."""
+    return [m for m in module.modules() if isinstance(m, _TunedConv)]

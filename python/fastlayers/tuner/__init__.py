@@ -14,7 +14,8 @@ Environment:
                               decisions, otherwise the heuristic), ``off`` (heuristic only)
   FASTLAYERS_CACHE_DIR        folder of the decision file (default: $XDG_CACHE_HOME/fastlayers,
                               else ~/.cache/fastlayers)
-  FASTLAYERS_TUNER_BUDGET     seconds of measuring per pass and shape (default 2)
+  FASTLAYERS_TUNER_BUDGET     seconds of repeated rounds per pass and shape after every
+                              candidate's first figure (default 2)
   FASTLAYERS_WORKSPACE_LIMIT  bytes a candidate's workspace may take (suffixes K, M, G allowed;
                               default: the smaller of 1 GiB and a quarter of free device memory)
   FASTLAYERS_TUNE_CPU         1 to measure on CPU tensors too (default: CPU uses the heuristic)
@@ -26,7 +27,7 @@ Environment:
 """
 from .cache import FORMAT, cache_file
 from .conv2d import PASSES, ConvProblem, candidates_conv2d, choose_conv2d
-from .decide import Decision
+from .decide import Decision, observing
 from .measure import ERROR_FLOOR, WIN_MARGIN, error_floor
 from .records import clear, decisions, note_fallback, record_forced, report
 from .state import (MODES, _state, generation, get_mode, mode, set_budget, set_mode,
@@ -37,6 +38,6 @@ __all__ = [
     "ConvProblem", "Decision", "PASSES", "FORMAT", "MODES", "ERROR_FLOOR", "WIN_MARGIN",
     "choose_conv2d", "candidates_conv2d", "report", "decisions", "set_mode", "get_mode", "mode",
     "clear", "cache_file", "set_workspace_limit", "workspace_limit", "set_budget", "generation",
-    "note_fallback", "record_forced", "error_floor", "set_transforms", "transforms",
+    "note_fallback", "record_forced", "error_floor", "observing", "set_transforms", "transforms",
     "transforms_allowed",
 ]

@@ -89,12 +89,29 @@ def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure
     the CPU)."""
     key = problem.key(pass_)
     d = _state.memory.get(key)
-    if d is not None:
-        return d.choice
+    if d is None:
+        d = _decide(key, problem, pass_, device, measure, fixed)
+    for watch in _state.observers:
+        watch(problem, pass_, d)
+    return d.choice
+
+
+@contextlib.contextmanager
+def observing(callback: Callable[[object, str, Decision], None]):
+    """Within the block, callback(problem, pass_, decision) after every choice (a memory hit too):
+    fastlayers.tune's progress bar."""
+    _state.observers.append(callback)
+    try:
+        yield
+    finally:
+        _state.observers.remove(callback)
+
+
+def _decide(key, problem, pass_, device, measure, fixed) -> Decision:
     with _state.lock:
         d = _state.memory.get(key)
         if d is not None:
-            return d.choice
+            return d
         d = fixed
         rejected = ""
         if d is None and _state.mode != "off":
@@ -118,4 +135,4 @@ def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure
                 d = Decision(choice="native", source="heuristic",
                              reason="%s; %s" % (rejected, why) if rejected else why)
         _state.memory[key] = d
-        return d.choice
+        return d

@@ -49,6 +49,7 @@ class _State:
         self.memory: Dict[str, object] = {}  # key -> Decision
         self.file_entries: Optional[Dict[str, dict]] = None  # loaded lazily
         self.fallbacks: Dict[str, str] = {}
+        self.observers: list = []  # decide.observing's callbacks
         self.rejected: Set[Tuple[str, str]] = set()  # (key, label) of file entries warned about
         self.generation = 0
 

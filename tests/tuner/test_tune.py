@@ -1,0 +1,55 @@
+"""fastlayers.tune(model, *inputs): every layer of a model tuned ahead, from one forward and
+backward, with a progress bar; the model left as it was."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import fastlayers
+from fastlayers import tuner
+
+
+def model(device):
+    return nn.Sequential(nn.Conv2d(3, 8, 5, padding=2), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),  # the same shape again
+                         nn.Conv2d(8, 8, 3, stride=2), nn.Flatten(), nn.LazyLinear(3)).to(device)
+
+
+def test_tune_decides_every_layer_and_leaves_the_model_as_it_was(device, monkeypatch, capsys):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0)
+    tuner.set_mode("cache")  # tune() measures whatever the mode, and puts it back
+    m = fastlayers.convert(model(device))
+    x = torch.randn(2, 3, 16, 16, device=device)
+    m(x)  # LazyLinear's shape; under mode 'cache' nothing is measured
+    tuner.clear()
+    bn = m[1]
+    stats = (bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone())
+    report = fastlayers.tune(m, x)
+    assert tuner.get_mode() == "cache"
+    assert all(p.grad is None for p in m.parameters())
+    for a, b in zip(stats, (bn.running_mean, bn.running_var, bn.num_batches_tracked)):
+        assert torch.equal(a, b)
+    entries = json.loads(tuner.cache_file().read_text())["entries"]
+    # two distinct stride-1 shapes (the repeated one shares its decisions), every pass each
+    assert len(entries) == 6 and all(e["times_ms"] for e in entries.values())
+    assert "stride" in report  # the stride-2 layer falls back, with the reason
+    err = capsys.readouterr().err
+    assert "fastlayers.tune" in err and "12/12" in err  # 4 layers x 3 passes
+
+    # a later process (here: a cleared memory) finds every decision in the file
+    tuner.clear()
+    monkeypatch.setattr("fastlayers.tuner.conv2d.measure",
+                        lambda *a: pytest.fail("measured again after tune()"))
+    m(x).sum().backward()
+    assert {r["source"] for r in tuner.decisions() if r["source"] != "unsupported"} == {"file"}
+
+
+def test_tune_without_gradients_decides_the_forward():
+    tuner.set_budget(0)
+    tuner._state.tune_cpu = True
+    m = fastlayers.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))).requires_grad_(False)
+    fastlayers.tune(m, torch.randn(1, 3, 8, 8), progress=False)
+    assert {r["key"].split("|")[0] for r in tuner.decisions()} == {"conv2d.forward"}
