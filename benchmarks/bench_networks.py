@@ -8,9 +8,10 @@ Per network and precision mode (fp32: TF32 off; tf32: PyTorch's convolution defa
 autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's method says:
   first step  wall time of the first training step of each model on a fresh tuner cache (the
               converted model tunes its layers there; the plain one pays cuDNN's benchmark)
-  check       one step's logits and first-layer weight gradient of both models against a float64
-              copy of the plain model, on the same inputs and dropout masks: the converted model
-              gets a ratio only within max(2 x the plain model's error, floor)
+  check       one forward + backward's logits and first-layer weight gradient of both models (eval
+              mode: no dropout, batch-norm running statistics) against a float64 copy of the plain
+              model: the converted model gets a ratio only within max(2 x the plain model's
+              error, floor)
   steps       forward, loss, backward and an SGD step, STEPS steps back to back (wall clock to the
               last one's completion, host and device together); plain and converted interleaved
               round by round, the ratio the median of per-round ratios; beside it, the same for
@@ -60,14 +61,19 @@ def first_conv(model):
     return next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
 
 
-def outputs(model, x, target, mode, seed=0):
-    """Logits and the first convolution's weight gradient of one forward + backward (no step)."""
+def outputs(model, x, target, mode):
+    """Logits and the first convolution's weight gradient of one forward + backward (no step), in
+    eval mode: dropout masks drawn for float32 and float64 tensors differ, and a check against
+    another model's would compare different functions."""
     model.zero_grad(set_to_none=True)
-    torch.manual_seed(seed)  # the same dropout masks for every model
-    with torch.autocast("cuda", torch.bfloat16, enabled=mode == "bf16"):
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits, target)
-    loss.backward()
+    model.eval()
+    try:
+        with torch.autocast("cuda", torch.bfloat16, enabled=mode == "bf16"):
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits, target)
+        loss.backward()
+    finally:
+        model.train()
     out = (logits.detach().double(), first_conv(model).weight.grad.detach().double())
     model.zero_grad(set_to_none=True)
     return out
