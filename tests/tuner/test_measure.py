@@ -137,10 +137,17 @@ def test_the_baseline_failing_leaves_native_with_the_reason(monkeypatch, device)
     monkeypatch.setattr(tuner._state, "tune_cpu", True)
     p = problem(device)
 
-    def fail(*args):
-        raise RuntimeError("no convolution today")
-    monkeypatch.setattr(algorithms.native.FAMILY, "conv2d_call",
-                        lambda choice, pass_, padding, tf32: fail)
+    native_call = algorithms.native.FAMILY.conv2d_call
+
+    def failing_call(choice, pass_, padding, tf32):
+        call = native_call(choice, pass_, padding, tf32)
+
+        def fail(x, w, b, gy):  # the float64 reference works, the candidate itself does not
+            if x.dtype != torch.float64:
+                raise RuntimeError("no convolution today")
+            return call(x, w, b, gy)
+        return fail
+    monkeypatch.setattr(algorithms.native.FAMILY, "conv2d_call", failing_call)
     algorithms.registry._forget()
     try:
         assert tuner.choose_conv2d(p, "forward") == "native"
@@ -149,6 +156,7 @@ def test_the_baseline_failing_leaves_native_with_the_reason(monkeypatch, device)
         algorithms.registry._forget()
     row = row_of(p)
     assert row["source"] == "heuristic" and "no convolution today" in row["reason"]
+    assert len(tuner.candidates_conv2d(p, "forward")) > 1  # FFT candidates were there to try
 
 
 def test_a_large_kernel_measures_fft_in_every_pass(monkeypatch, device):

@@ -124,17 +124,16 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             fn(*args)  # warm-up at the problem's size (plans, allocator)
             samples[label] = [run(fn, args)]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
-            skipped[label] = "failed: %s" % str(e).splitlines()[0][:120]
+            why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+            if label == baseline:  # nothing to compare against, nor a tolerance
+                raise RuntimeError("the baseline %s could not be measured: %s" % (label, why)) from e
+            skipped[label] = "failed: %s" % why
             continue
         errors[label] = err
         runs[label] = 1
         fns[label] = fn
-    if baseline not in samples:  # PyTorch's own path failed: nothing to compare against
-        raise RuntimeError("the baseline %s could not be measured: %s"
-                           % (baseline, skipped.get(baseline, "")))
-
     first_best = min(s[0] for s in samples.values())
     race = [lab for lab in samples if samples[lab][0] <= DROP_FACTOR * first_best]
     if baseline not in race:
