@@ -250,7 +250,8 @@ class _TunedConv:
             if not torch.compiler.is_compiling():
                 self._fl_plans = plans
         transforms = _tuner.transforms_allowed() if self.transforms is None else bool(self.transforms)
-        key = (tuple(x.shape), x.dtype, x.device, padding, tf32, need_backward,
+        # is_contiguous(): channels_last and contiguous inputs are different problems to the tuner
+        key = (tuple(x.shape), x.dtype, x.device, x.is_contiguous(), padding, tf32, need_backward,
                torch.are_deterministic_algorithms_enabled(), transforms,
                forced, _tuner.generation())
         got = plans.get(key)

@@ -77,3 +77,16 @@ def test_the_layer_switch_overrides_the_global_one(device, monkeypatch):
     assert len(allowed) == 3  # the three passes (the weight needs its gradient)
     assert all(len(r["times_ms"]) > 1 for r in allowed)  # FFT candidates were measured
     assert any("transforms=0" in k for k in rows)
+
+
+def test_a_channels_last_input_is_planned_apart(device, monkeypatch):
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0)
+    m = fastlayers.Conv2d(3, 4, 3, padding=1, device=device)
+    x = torch.randn(2, 3, 9, 11, device=device)
+    m(x)
+    y = m(x.contiguous(memory_format=torch.channels_last))
+    layouts = {r["key"].split("|")[3] for r in tuner.decisions()}
+    assert layouts == {"contiguous", "channels_last"}
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y, F.conv2d(x, m.weight, m.bias, 1, 1))
