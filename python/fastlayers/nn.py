@@ -142,6 +142,15 @@ def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministi
     return tuple(out)
 
 
+@torch.compiler.assume_constant_result
+def _note_fallback_traced(kind, in_channels, out_channels, kernel_size, stride, dilation, groups,
+                          reason) -> bool:
+    """tuner.note_fallback when a graph is traced (a side effect the graph does not replay)."""
+    _tuner.note_fallback("%s(%d, %d, kernel_size=%s, stride=%s, dilation=%s, groups=%d)" % (
+        kind, in_channels, out_channels, kernel_size, stride, dilation, groups), reason)
+    return True
+
+
 class _Plans:
     """Every plan _bound has made, one class attribute each."""
 
@@ -277,7 +286,11 @@ class _TunedConv:
             return super().forward(input)  # nn.Conv*d's own error
         reason = self._unsupported(input)
         if reason is not None:
-            if not torch.compiler.is_compiling():
+            if torch.compiler.is_compiling():  # (extra_repr does not trace)
+                _note_fallback_traced(self._fl_kind, self.in_channels, self.out_channels,
+                                      tuple(self.kernel_size), tuple(self.stride),
+                                      tuple(self.dilation), self.groups, reason)
+            else:
                 _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), reason)
                 if self._fl_forced is not None:
                     self._warn_forced(reason)

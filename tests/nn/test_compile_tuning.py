@@ -126,3 +126,18 @@ def test_tuner_off_under_compile_uses_native(model, device, monkeypatch):
     assert len(tuner.decisions()) == 6
     for e, g in zip(forward_backward(ref, x, gy), got):
         assert rel_err(g, e) <= 1e-10
+
+
+def test_a_layer_first_seen_under_compile_that_falls_back_is_reported():
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = fastlayers.convert(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=2),
+                                                   torch.nn.ReLU(),
+                                                   torch.nn.Conv2d(4, 4, 3, groups=2)))
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 3, 12, 12)
+    torch.testing.assert_close(compiled(x), model(x))
+    rows = [r for r in fastlayers.tuner.decisions() if r["source"] == "unsupported"]
+    traced = [r for r in rows if "dilation=" in r["key"]]  # the traced record names every field
+    assert {r["reason"].split(" ")[0] for r in traced} == {"stride", "groups=2"}
+    assert not torch._dynamo.utils.counters["graph_break"]
