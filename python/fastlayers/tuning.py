@@ -50,11 +50,12 @@ def tune(model: nn.Module, *example_inputs, progress: bool = True, **example_kwa
     """Tunes every fastlayers layer of `model` for the shapes, dtypes and devices of the example
     inputs: one forward and, where parameters or inputs need gradients, one backward, in the
     tuner's 'tune' mode whatever its current mode; every decision is written to the cache file
-    (a later run of the same shapes reads it). A progress bar (tqdm) counts layers x passes.
+    (a later run of the same shapes reads it). A progress bar (tqdm) counts the passes decided
+    out of layers x 3.
 
     The model is left as it was: parameters' .grad untouched (gradients are computed, not
     accumulated), buffers such as batch-norm statistics restored. Autocast, if wanted, is the
-    caller's context. Returns ``tuner.report()``.
+    caller's context. Returns ``tuner.report()`` as it stood after tuning.
     """
     from .nn import tuned_layers
     layers = tuned_layers(model)
@@ -79,10 +80,12 @@ def tune(model: nn.Module, *example_inputs, progress: bool = True, **example_kwa
             if wrt and outs:
                 loss = sum(t.float().sum() for t in outs)
                 torch.autograd.grad(loss, wrt, allow_unused=True)
+        text = tuner.report()  # before the mode goes back: a switch of mode forgets decisions
     finally:
         if tuner.get_mode() != old_mode:
             tuner.set_mode(old_mode)
         if bar is not None:
-            bar.update(max(0, bar.total - bar.n))  # layers that fall back, or run without backward
+            # the passes decided: layers that fall back, or run without backward, have none
+            bar.total = bar.n
             bar.close()
-    return tuner.report()
+    return text

@@ -113,12 +113,11 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
         fn = call(choice)
         try:
             out = fn(*check_args)
-            err = rel_err(out, ref)
+            err = errors[label] = rel_err(out, ref)
             del out
             if label == baseline:
                 tol = max(2 * err, floor)
             elif not err <= tol:
-                errors[label] = err
                 skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
                 continue
             fn(*args)  # warm-up at the problem's size (plans, allocator)
@@ -131,7 +130,6 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                 raise RuntimeError("the baseline %s could not be measured: %s" % (label, why)) from e
             skipped[label] = "failed: %s" % why
             continue
-        errors[label] = err
         runs[label] = 1
         fns[label] = fn
     first_best = min(s[0] for s in samples.values())
