@@ -12,6 +12,13 @@ from fastlayers import tuner
 from conv_samples import RecordOps
 
 
+@pytest.fixture
+def measuring(monkeypatch):
+    """The tuner measures CPU tensors too, each candidate once (no budget for rounds)."""
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0)
+
+
 def test_a_pinned_label_too_small_for_the_shape_is_refused_naming_it(device):
     m = fastlayers.Conv2d(3, 4, 3, padding=1, device=device).force_algorithms(forward="fft:4x4")
     with pytest.raises(ValueError, match=r"'fft:4x4'.*forward"):
@@ -44,9 +51,7 @@ def test_pinned_labels_on_an_input_fastlayers_does_not_serve_warn_once():
         m(x)
 
 
-def test_the_layer_switch_keeps_it_off_transforms(device, monkeypatch):
-    monkeypatch.setattr(tuner._state, "tune_cpu", True)
-    tuner.set_budget(0)
+def test_the_layer_switch_keeps_it_off_transforms(device, measuring):
     off = fastlayers.Conv2d(3, 4, 5, padding=2, device=device)
     off.transforms = False
     x = torch.randn(2, 3, 20, 20, device=device, requires_grad=True)
@@ -62,9 +67,7 @@ def test_the_layer_switch_keeps_it_off_transforms(device, monkeypatch):
         off(x)
 
 
-def test_the_layer_switch_overrides_the_global_one(device, monkeypatch):
-    monkeypatch.setattr(tuner._state, "tune_cpu", True)
-    tuner.set_budget(0)
+def test_the_layer_switch_overrides_the_global_one(device, measuring):
     on = fastlayers.Conv2d(3, 4, 5, padding=2, device=device)
     on.transforms = True
     x = torch.randn(2, 3, 20, 20, device=device)
@@ -79,9 +82,7 @@ def test_the_layer_switch_overrides_the_global_one(device, monkeypatch):
     assert any("transforms=0" in k for k in rows)
 
 
-def test_a_channels_last_input_is_planned_apart(device, monkeypatch):
-    monkeypatch.setattr(tuner._state, "tune_cpu", True)
-    tuner.set_budget(0)
+def test_a_channels_last_input_is_planned_apart(device, measuring):
     m = fastlayers.Conv2d(3, 4, 3, padding=1, device=device)
     x = torch.randn(2, 3, 9, 11, device=device)
     m(x)
