@@ -7,6 +7,7 @@
 
 #include "../cuda/fbfft/limits.h"
 #include "fft_conv/module_api.h"
+#include "winograd/module_api.h"
 #include "testing.h"
 
 #ifdef FASTLAYERS_WITH_CUDA
@@ -29,6 +30,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("kw"), py::arg("ph"), py::arg("pw"), py::arg("nh"), py::arg("nw"),
         py::arg("real_bytes"), py::arg("backend") = "cufft", py::arg("th") = 0,
         py::arg("tw") = 0);
+  m.def("winograd_conv2d_workspace_bytes", &fastlayers::winograd_host::python_workspace_bytes,
+        py::arg("pass_"), py::arg("S"), py::arg("C"), py::arg("K"), py::arg("H"), py::arg("W"),
+        py::arg("ph"), py::arg("pw"), py::arg("tile"), py::arg("store_bytes"),
+        py::arg("acc_bytes"));
 #ifdef FASTLAYERS_WITH_CUDA
   m.attr("with_cuda") = true;
   m.def("cufft_plan_cache_size", &fastlayers::cufft_plans::cache_size);

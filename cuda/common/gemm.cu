@@ -89,13 +89,25 @@ void pinned(cublasHandle_t blas, cudaStream_t stream, Call&& call) {
 void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
                      const Dims& d, const void* A, int64_t stride_a, const void* B,
                      int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
+  strided_batched(blas, stream, type, type, tf32, d, A, stride_a, B, stride_b, C, stride_c, batch,
+                  scale);
+}
+
+void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, Type c_type, bool tf32,
+                     const Dims& d, const void* A, int64_t stride_a, const void* B,
+                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
+  const bool half_into_float =
+      (type == Type::F16 || type == Type::BF16) && c_type == Type::F32;
+  if (c_type != type && !half_into_float)
+    throw std::runtime_error("fastlayers: GEMM result type must be the operands' or F32 from "
+                             "F16/BF16 operands");
   const IntDims i = int_dims(d, batch);
-  const cudaDataType dt = data_type(type);
+  const cudaDataType dt = data_type(type), ct_c = data_type(c_type);
   const cublasComputeType_t ct = compute_type(type, tf32);
   const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
   pinned(blas, stream, [&] {
     return cublasGemmStridedBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda,
-                                      stride_a, B, dt, i.ldb, stride_b, &beta, C, dt, i.ldc,
+                                      stride_a, B, dt, i.ldb, stride_b, &beta, C, ct_c, i.ldc,
                                       stride_c, i.batch, ct, CUBLAS_GEMM_DEFAULT);
   });
 }

@@ -40,6 +40,13 @@ void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool t
                      int64_t stride_b, void* C, int64_t stride_c, int64_t batch,
                      Scale scale = {});
 
+// The same with C of another type than A and B: F16 or BF16 operands into an F32 result (float32
+// accumulation, stored unrounded); `c_type` == `type` is the call above.
+void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, Type c_type, bool tf32,
+                     const Dims& d, const void* A, int64_t stride_a, const void* B,
+                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch,
+                     Scale scale = {});
+
 // A_i = A[i], B_i = B[i], C_i = C[i]: arrays of `batch` pointers in device memory.
 void pointer_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
                      const Dims& d, const void* const* A, const void* const* B, void* const* C,

@@ -1,0 +1,75 @@
+// Host side of Winograd convolution: argument checks and the three ops of each device. The
+// geometry and tiling (shared with the CUDA kernels): cuda/winograd/layout.h.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "../../cuda/winograd/layout.h"
+
+namespace fastlayers {
+namespace winograd_host {
+
+using winograd::Shape;
+
+// The ops' bound on one chunk's workspace (transformed operands and products); larger batches
+// run in chunks of samples.
+constexpr int64_t kChunkBytes = int64_t{512} << 20;
+
+// Checks the arguments of one pass and derives its shape. `a`, `b` are the pass's two tensor
+// arguments in schema order: (input, weight), (grad_output, weight), (grad_output, input).
+Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
+            const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile);
+
+// The result's shape: [S, K, oh, ow], [S, C, H, W] or [K, C, 3, 3].
+std::vector<int64_t> output_shape(Pass pass, const Shape& s);
+
+// The device kernel of one checked pass: contiguous operands of one dtype, nonempty S, C, K.
+using Kernel = at::Tensor (*)(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
+                              const std::optional<at::Tensor>& bias, bool tf32);
+
+at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
+                   const std::optional<at::Tensor>& bias, bool tf32);
+at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
+                    const std::optional<at::Tensor>& bias, bool tf32);
+
+// A pass with an empty batch or channel count: zeros (and the bias, forward).
+at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
+                        const std::optional<at::Tensor>& bias);
+
+// Checks the arguments, then runs the pass with the device's kernel.
+template <Kernel Run>
+struct DeviceOps {
+  static at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
+                        const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+                        int64_t tile, bool tf32) {
+    const Shape s = check(pass, a, b, bias, padding, tile);
+    if (s.S == 0 || s.C == 0 || s.K == 0) return empty_result(pass, s, a, bias);
+    return Run(pass, s, a, b, bias, tf32);
+  }
+  static at::Tensor forward(const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
+                            int64_t tile, bool tf32) {
+    return run(Pass::Forward, input, weight, bias, padding, tile, tf32);
+  }
+  static at::Tensor input_grad(const at::Tensor& grad_output, const at::Tensor& weight,
+                               at::IntArrayRef padding, int64_t tile, bool tf32) {
+    return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, tile, tf32);
+  }
+  static at::Tensor weight_grad(const at::Tensor& grad_output, const at::Tensor& input,
+                                at::IntArrayRef padding, int64_t tile, bool tf32) {
+    return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, tile, tf32);
+  }
+  static void register_ops(torch::Library& m) {
+    m.impl("winograd_conv2d", &forward);
+    m.impl("winograd_conv2d_input_grad", &input_grad);
+    m.impl("winograd_conv2d_weight_grad", &weight_grad);
+  }
+};
+
+}  // namespace winograd_host
+}  // namespace fastlayers

@@ -1,0 +1,158 @@
+// Host side of Winograd convolution shared by both devices: argument checks, shapes, the Python
+// module's workspace query, and autocast registration.
+#include "winograd.h"
+
+#include "../common/autocast.h"
+#include "module_api.h"
+
+namespace fastlayers {
+namespace winograd_host {
+namespace {
+
+const char* op_name(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "winograd_conv2d";
+    case Pass::InputGrad: return "winograd_conv2d_input_grad";
+    case Pass::WeightGrad: return "winograd_conv2d_weight_grad";
+  }
+  return "winograd_conv2d";
+}
+
+// Sides and planes beyond int32 are refused before any arithmetic on them (as the FFT ops do).
+constexpr int64_t kMaxPlane = 2147483647;
+
+void check_tensor(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 4, op, ": `", name, "` must be 4-D, got ", t.dim(), "-D tensor of shape ",
+              t.sizes());
+  const auto dt = t.scalar_type();
+  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
+              ": `", name, "` has dtype ", dt, "; supported: float32, float64, float16, bfloat16");
+  TORCH_CHECK(t.size(2) <= kMaxPlane && t.size(3) <= kMaxPlane &&
+                  t.size(2) * t.size(3) <= kMaxPlane,
+              op, ": `", name, "` has spatial size (", t.size(2), ", ", t.size(3),
+              "); the ops take at most ", kMaxPlane, " elements per plane");
+}
+
+}  // namespace
+
+Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
+            const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile) {
+  const char* op = op_name(pass);
+  const char* an = pass == Pass::Forward ? "input" : "grad_output";
+  const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
+  check_tensor(op, an, a);
+  check_tensor(op, bn, b);
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": `", an, "` (", a.scalar_type(), ") and `",
+              bn, "` (", b.scalar_type(), ") must have the same dtype");
+  TORCH_CHECK(a.device() == b.device(), op, ": `", an, "` is on ", a.device(), " but `", bn,
+              "` is on ", b.device());
+  TORCH_CHECK(padding.size() == 2, op, ": `padding` must have 2 values (ph, pw), got ", padding);
+  TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": `padding` must be >= 0, got ", padding);
+  TORCH_CHECK(padding[0] <= kMaxPlane && padding[1] <= kMaxPlane, op, ": `padding` ", padding,
+              " is too large: the ops take at most ", kMaxPlane, " elements per side");
+  TORCH_CHECK(winograd::tile_ok(pass, tile), op, ": `tile` must be ",
+              pass == Pass::WeightGrad ? "2 or 4 (grad_output tiles of F(3x3, tile x tile))"
+                                       : "2, 4 or 6 (output tiles of F(tile x tile, 3x3))",
+              ", got ", tile);
+  constexpr int64_t k = winograd::kKernel;
+  Shape s{};
+  s.ph = padding[0];
+  s.pw = padding[1];
+  s.tile = tile;
+  switch (pass) {
+    case Pass::Forward:
+      s.S = a.size(0); s.C = a.size(1); s.H = a.size(2); s.W = a.size(3); s.K = b.size(0);
+      TORCH_CHECK(b.size(2) == k && b.size(3) == k, op, ": `weight` must be 3x3, got ",
+                  b.size(2), "x", b.size(3), " (Winograd convolution here takes 3x3 filters)");
+      TORCH_CHECK(b.size(1) == s.C, op, ": `weight` has ", b.size(1),
+                  " input channels but `input` has ", s.C, " (groups are not supported)");
+      break;
+    case Pass::InputGrad:
+      s.S = a.size(0); s.K = a.size(1); s.C = b.size(1);
+      TORCH_CHECK(b.size(2) == k && b.size(3) == k, op, ": `weight` must be 3x3, got ",
+                  b.size(2), "x", b.size(3), " (Winograd convolution here takes 3x3 filters)");
+      TORCH_CHECK(b.size(0) == s.K, op, ": `weight` has ", b.size(0),
+                  " output channels but `grad_output` has ", s.K);
+      s.H = a.size(2) + k - 1 - 2 * s.ph;
+      s.W = a.size(3) + k - 1 - 2 * s.pw;
+      TORCH_CHECK(s.H >= 1 && s.W >= 1, op, ": `grad_output` of spatial size (", a.size(2), ", ",
+                  a.size(3), ") with a 3x3 kernel and `padding` ", padding,
+                  " implies an input of size (", s.H, ", ", s.W, "), which is empty");
+      break;
+    case Pass::WeightGrad:
+      s.S = a.size(0); s.K = a.size(1);
+      TORCH_CHECK(b.size(0) == s.S, op, ": `input` has batch ", b.size(0),
+                  " but `grad_output` has ", s.S);
+      s.C = b.size(1); s.H = b.size(2); s.W = b.size(3);
+      TORCH_CHECK(s.oh() == a.size(2) && s.ow() == a.size(3), op, ": `grad_output` has spatial size (",
+                  a.size(2), ", ", a.size(3), ") but a 3x3 kernel over `input` (", s.H, ", ", s.W,
+                  ") with `padding` ", padding, " gives (", s.oh(), ", ", s.ow(),
+                  ") (Winograd convolution here takes 3x3 filters)");
+      break;
+  }
+  TORCH_CHECK(s.H >= 1 && s.W >= 1, op, ": input spatial size must be >= 1, got (", s.H, ", ", s.W,
+              ")");
+  TORCH_CHECK(s.oh() >= 1 && s.ow() >= 1, op, ": the 3x3 kernel is larger than the padded input (",
+              s.H + 2 * s.ph, ", ", s.W + 2 * s.pw, ")");
+  TORCH_CHECK(s.H + 2 * s.ph <= kMaxPlane && s.W + 2 * s.pw <= kMaxPlane, op,
+              ": the padded input (", s.H + 2 * s.ph, ", ", s.W + 2 * s.pw,
+              ") is too large: the ops take at most ", kMaxPlane, " elements per side");
+  if (bias.has_value()) {
+    const at::Tensor& t = *bias;
+    TORCH_CHECK(pass == Pass::Forward, op, ": takes no bias");
+    TORCH_CHECK(t.dim() == 1 && t.size(0) == s.K, op, ": `bias` must have shape [", s.K, "], got ",
+                t.sizes());
+    TORCH_CHECK(t.scalar_type() == a.scalar_type(), op, ": `bias` has dtype ", t.scalar_type(),
+                " but `input` has ", a.scalar_type());
+    TORCH_CHECK(t.device() == a.device(), op, ": `bias` is on ", t.device(), " but `input` is on ",
+                a.device());
+  }
+  return s;
+}
+
+std::vector<int64_t> output_shape(Pass pass, const Shape& s) {
+  switch (pass) {
+    case Pass::Forward: return {s.S, s.K, s.oh(), s.ow()};
+    case Pass::InputGrad: return {s.S, s.C, s.H, s.W};
+    case Pass::WeightGrad: return {s.K, s.C, winograd::kKernel, winograd::kKernel};
+  }
+  return {};
+}
+
+at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
+                        const std::optional<at::Tensor>& bias) {
+  auto out = at::zeros(output_shape(pass, s), a.options());
+  if (pass == Pass::Forward && bias.has_value() && out.numel() > 0)
+    out.add_(bias->view({1, -1, 1, 1}));
+  return out;
+}
+
+size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,
+                              int64_t ph, int64_t pw, int64_t tile, int store_bytes,
+                              int acc_bytes) {
+  TORCH_CHECK(pass >= 0 && pass <= 2, "winograd_conv2d_workspace_bytes: `pass_` must be 0, 1 or 2");
+  const Pass p = static_cast<Pass>(pass);
+  TORCH_CHECK(winograd::tile_ok(p, tile), "winograd_conv2d_workspace_bytes: bad `tile` ", tile);
+  const Shape s{S, C, K, H, W, ph, pw, tile};
+  const int64_t chunk = winograd::chunk_samples(p, s, store_bytes, acc_bytes, kChunkBytes);
+  return winograd::buffers(p, s, chunk, store_bytes, acc_bytes).total;
+}
+
+}  // namespace winograd_host
+}  // namespace fastlayers
+
+// Autocast: the three passes run in the autocast dtype, as nn.Conv2d does.
+namespace {
+
+template <c10::DeviceType D>
+void register_autocast_passes(torch::Library& m) {
+  fastlayers::register_autocast<D>(
+      m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad"});
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
+  register_autocast_passes<c10::DeviceType::CUDA>(m);
+}
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) { register_autocast_passes<c10::DeviceType::CPU>(m); }

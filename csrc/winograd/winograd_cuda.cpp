@@ -1,0 +1,46 @@
+// CUDA host glue: tensors -> raw pointers, current stream, PyTorch's cuBLAS handle, a workspace
+// from the caching allocator.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../../cuda/winograd/winograd.h"
+#include "../common/cuda_types.h"
+#include "winograd.h"
+
+namespace fastlayers {
+namespace winograd_host {
+
+at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
+                    const std::optional<at::Tensor>& bias_in, bool tf32) {
+  c10::cuda::CUDAGuard guard(a_in.device());
+  const auto a = a_in.contiguous();
+  const auto b = b_in.contiguous();
+  at::Tensor bias;
+  if (bias_in.has_value()) bias = bias_in->contiguous();
+  auto out = at::empty(output_shape(pass, s), a.options());
+  const int store = static_cast<int>(a.element_size());
+  const int acc = a.scalar_type() == at::kDouble ? 8 : 4;
+  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, kChunkBytes);
+  const size_t ws_bytes = winograd::buffers(pass, s, chunk, store, acc).total;
+  auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "winograd_cuda", [&] {
+    using T = typename DeviceType<scalar_t>::type;
+    winograd::run<T>(pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+                     reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
+                     bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
+                                    : nullptr,
+                     reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()),
+                     ws.mutable_data_ptr(), ws_bytes, chunk, stream, blas, tf32);
+  });
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) { DeviceOps<&run_cuda>::register_ops(m); }
+
+}  // namespace winograd_host
+}  // namespace fastlayers

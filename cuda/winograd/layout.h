@@ -1,0 +1,136 @@
+// Geometry and workspace of a Winograd convolution pass: plain arithmetic, no CUDA, so the host
+// side of either build can size a pass and the CPU kernels tile exactly as the CUDA ones.
+//
+// Every pass is a sum over tiles of one 2-D Winograd algorithm F(m x m, r x r), alpha = m + r - 1:
+//   Forward     F(tile, 3): input tiles alpha x alpha at stride m (B^T), filters (G), y tiles m x m
+//               (A^T) over the output; M[xi] [K, P] = U[xi] [K, C] V[xi] [C, P].
+//   InputGrad   F(tile, 3) on grad_output with the filters turned 180 degrees and K, C swapped,
+//               padding 2 - p (negative: the windows start inside grad_output); tiles of grad_input.
+//               M[xi] [C, P] = U[xi]^T [C, K] V[xi] [K, P].
+//   WeightGrad  F(3, tile): grad_output tiles tile x tile at stride `tile` are the filters (G),
+//               input tiles alpha x alpha at the same stride the data (B^T); the 3 x 3 result is
+//               summed over every tile of every sample: M[xi] [C, K] = X[xi] [C, P] Gy[xi]^T [P, K].
+// xi runs over the alpha^2 points of the transformed tile, P over (sample, tile row, tile column).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "../common/conv_pass.h"
+
+namespace fastlayers {
+namespace winograd {
+
+// The kernel side the ops take (3 x 3 filters), and the tiles each pass offers.
+constexpr int64_t kKernel = 3;
+// Forward and input gradient: output tiles m of F(m, 3).
+constexpr bool forward_tile_ok(int64_t m) { return m == 2 || m == 4 || m == 6; }
+// Weight gradient: grad_output tiles r of F(3, r).
+constexpr bool weight_tile_ok(int64_t r) { return r == 2 || r == 4; }
+inline bool tile_ok(Pass pass, int64_t tile) {
+  return pass == Pass::WeightGrad ? weight_tile_ok(tile) : forward_tile_ok(tile);
+}
+
+struct Shape {
+  int64_t S, C, K;  // batch, input channels, output channels
+  int64_t H, W;     // input image
+  int64_t ph, pw;   // zero padding
+  int64_t tile;     // m of F(m, 3) (Forward, InputGrad); r of F(3, r) (WeightGrad)
+  int64_t oh() const { return H + 2 * ph - kKernel + 1; }
+  int64_t ow() const { return W + 2 * pw - kKernel + 1; }
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How one pass tiles its problem.
+struct Tiling {
+  int64_t m, r, alpha;  // F(m x m, r x r)
+  int64_t step;         // tile stride on the operands and the result
+  int64_t th, tw;       // tiles per sample
+  // The data operand (B^T): [S, data_ch, data_h, data_w]; tile (ty, tx) reads the alpha x alpha
+  // window at (ty * step - oy, tx * step - ox), zeros outside.
+  int64_t data_ch, data_h, data_w, oy, ox;
+  // The result rows and columns the tiles cover: [.., res_h, res_w], m x m per tile (Forward,
+  // InputGrad); WeightGrad: 3 x 3.
+  int64_t res_ch, res_h, res_w;
+  int64_t tiles() const { return th * tw; }
+};
+
+inline Tiling tiling(Pass pass, const Shape& s) {
+  Tiling t{};
+  switch (pass) {
+    case Pass::Forward:
+      t.m = s.tile; t.r = kKernel; t.step = t.m;
+      t.th = ceil_div(s.oh(), t.m); t.tw = ceil_div(s.ow(), t.m);
+      t.data_ch = s.C; t.data_h = s.H; t.data_w = s.W; t.oy = s.ph; t.ox = s.pw;
+      t.res_ch = s.K; t.res_h = s.oh(); t.res_w = s.ow();
+      break;
+    case Pass::InputGrad:
+      t.m = s.tile; t.r = kKernel; t.step = t.m;
+      t.th = ceil_div(s.H, t.m); t.tw = ceil_div(s.W, t.m);
+      t.data_ch = s.K; t.data_h = s.oh(); t.data_w = s.ow();
+      t.oy = kKernel - 1 - s.ph; t.ox = kKernel - 1 - s.pw;
+      t.res_ch = s.C; t.res_h = s.H; t.res_w = s.W;
+      break;
+    case Pass::WeightGrad:
+      t.m = kKernel; t.r = s.tile; t.step = t.r;
+      t.th = ceil_div(s.oh(), t.r); t.tw = ceil_div(s.ow(), t.r);
+      t.data_ch = s.C; t.data_h = s.H; t.data_w = s.W; t.oy = s.ph; t.ox = s.pw;
+      t.res_ch = s.C; t.res_h = kKernel; t.res_w = kKernel;
+      break;
+  }
+  t.alpha = t.m + t.r - 1;
+  return t;
+}
+
+// Workspace of one chunk of `samples` samples, in bytes, for transformed operands stored in
+// `store_bytes` per value and products accumulated in `acc_bytes`:
+//   Forward, InputGrad: U [a2, K, C], V [a2, data_ch, P], M [a2, res_ch, P] (accumulation type).
+//   WeightGrad:         Gy [a2, K, P], X [a2, C, P], M [a2, C, K] (accumulation type, summed over
+//                       the chunks).
+// Each buffer starts on a 256-byte boundary.
+struct Buffers {
+  size_t u, v, m, total;  // offsets of U (Gy), V (X), M; total bytes
+};
+
+inline size_t align256(size_t n) { return (n + 255) & ~size_t{255}; }
+
+inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_bytes,
+                       int acc_bytes) {
+  const Tiling t = tiling(pass, s);
+  const size_t a2 = static_cast<size_t>(t.alpha * t.alpha);
+  const size_t P = static_cast<size_t>(samples * t.tiles());
+  size_t u, v, m;
+  if (pass == Pass::WeightGrad) {
+    u = a2 * s.K * P * store_bytes;
+    v = a2 * s.C * P * store_bytes;
+    m = a2 * s.C * s.K * acc_bytes;
+  } else {
+    u = a2 * s.K * s.C * store_bytes;
+    v = a2 * t.data_ch * P * store_bytes;
+    m = a2 * t.res_ch * P * acc_bytes;
+  }
+  Buffers b{};
+  b.u = 0;
+  b.v = align256(u);
+  b.m = b.v + align256(v);
+  b.total = b.m + align256(m);
+  return b;
+}
+
+// Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.
+inline int64_t chunk_samples(Pass pass, const Shape& s, int store_bytes, int acc_bytes,
+                             int64_t bound) {
+  if (s.S <= 1) return std::max<int64_t>(s.S, 1);
+  if (buffers(pass, s, s.S, store_bytes, acc_bytes).total <= static_cast<size_t>(bound))
+    return s.S;
+  const size_t one = buffers(pass, s, 1, store_bytes, acc_bytes).total;
+  const size_t fixed = buffers(pass, s, 0, store_bytes, acc_bytes).total;
+  if (one >= static_cast<size_t>(bound)) return 1;
+  const size_t per = std::max<size_t>(one - fixed, 1);
+  return std::max<int64_t>(1, std::min<int64_t>(s.S, (bound - fixed) / per));
+}
+
+}  // namespace winograd
+}  // namespace fastlayers

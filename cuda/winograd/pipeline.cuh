@@ -1,0 +1,143 @@
+// The non-fused Winograd pipeline of each pass (winograd.h): transforms, alpha^2 batched GEMMs,
+// inverse transform, over chunks of samples. Instantiated per storage type in winograd_*.cu.
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "../common/check.h"
+#include "../common/gemm.h"
+#include "transforms.cuh"
+#include "winograd.h"
+
+namespace fastlayers {
+namespace winograd {
+
+template <typename T> struct GemmTypes;
+template <> struct GemmTypes<float> {
+  static constexpr gemm::Type store = gemm::Type::F32, acc = gemm::Type::F32;
+};
+template <> struct GemmTypes<double> {
+  static constexpr gemm::Type store = gemm::Type::F64, acc = gemm::Type::F64;
+};
+template <> struct GemmTypes<__half> {
+  static constexpr gemm::Type store = gemm::Type::F16, acc = gemm::Type::F32;
+};
+template <> struct GemmTypes<__nv_bfloat16> {
+  static constexpr gemm::Type store = gemm::Type::BF16, acc = gemm::Type::F32;
+};
+
+constexpr int kThreads = 256;
+
+// Blocks for `n` threads' worth of work (grid-stride loops cover the rest).
+inline unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads,
+                                                                      int64_t{1} << 20)));
+}
+
+// One pass with F(Mat::kM, Mat::kR).
+template <typename T, typename Mat>
+void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
+                 char* ws, const Buffers& buf, int64_t chunk, cudaStream_t stream,
+                 cublasHandle_t blas, bool tf32) {
+  using F = compute_t<T>;
+  using G = GemmTypes<T>;
+  const Tiling t = tiling(pass, s);
+  const int64_t a2 = t.alpha * t.alpha;
+  T* U = reinterpret_cast<T*>(ws + buf.u);
+  T* V = reinterpret_cast<T*>(ws + buf.v);
+  F* M = reinterpret_cast<F*>(ws + buf.m);
+
+  if (pass != Pass::WeightGrad) {
+    filter_transform<T, Mat><<<blocks_for(s.K * s.C), kThreads, 0, stream>>>(
+        b, U, s.K, s.C, pass == Pass::InputGrad);
+    FL_LAUNCH_CHECK();
+  }
+  for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
+    const int64_t n = std::min(chunk, s.S - s0);
+    const int64_t P = n * t.tiles();
+    // The data operand: x (Forward, WeightGrad) or grad_y (InputGrad).
+    const T* data = pass == Pass::WeightGrad ? b : a;
+    const TileSource src{n, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
+    const T* data_chunk = data + s0 * t.data_ch * t.data_h * t.data_w;
+    tile_transform<T, UseBT<Mat>><<<blocks_for(t.data_ch * P), kThreads, 0, stream>>>(
+        data_chunk, V, src);
+    FL_LAUNCH_CHECK();
+    switch (pass) {
+      case Pass::Forward: {  // M [K, P] = U [K, C] V [C, P]
+        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.K, s.C, P, s.C, P};
+        gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, V, s.C * P, U, s.K * s.C,
+                              M, s.K * P, a2);
+        break;
+      }
+      case Pass::InputGrad: {  // M [C, P] = U^T [C, K] V [K, P]
+        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_T, P, s.C, s.K, P, s.C, P};
+        gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, V, s.K * P, U, s.K * s.C,
+                              M, s.C * P, a2);
+        break;
+      }
+      case Pass::WeightGrad: {  // M [C, K] += X [C, P] Gy^T [P, K]
+        // grad_y tiles r x r at stride r (no offset: grad_y is the result's own grid), with G.
+        const TileSource gsrc{n, s.K, s.oh(), s.ow(), t.th, t.tw, t.step, 0, 0};
+        tile_transform<T, UseG<Mat>><<<blocks_for(s.K * P), kThreads, 0, stream>>>(
+            a + s0 * s.K * s.oh() * s.ow(), U, gsrc);
+        FL_LAUNCH_CHECK();
+        const gemm::Dims d{CUBLAS_OP_T, CUBLAS_OP_N, s.K, s.C, P, P, P, s.K};
+        gemm::Scale scale;
+        scale.beta = s0 > 0 ? 1.0 : 0.0;
+        gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, U, s.K * P, V, s.C * P, M,
+                              s.C * s.K, a2, scale);
+        break;
+      }
+    }
+    if (pass != Pass::WeightGrad) {
+      const TileTarget dst{n, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
+      T* out_chunk = out + s0 * t.res_ch * t.res_h * t.res_w;
+      output_transform<T, Mat><<<blocks_for(t.res_ch * P), kThreads, 0, stream>>>(
+          M, pass == Pass::Forward ? bias : nullptr, out_chunk, dst);
+      FL_LAUNCH_CHECK();
+    }
+  }
+  if (pass == Pass::WeightGrad) {
+    // M [C, K] as C "channels" of K one-tile "samples": grad_w [K, C, 3, 3].
+    const TileTarget dst{s.K, s.C, kKernel, kKernel, 1, 1};
+    output_transform<T, Mat><<<blocks_for(s.C * s.K), kThreads, 0, stream>>>(M, nullptr, out,
+                                                                            dst);
+    FL_LAUNCH_CHECK();
+  }
+}
+
+template <typename T>
+void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
+         size_t workspace_size, int64_t chunk, cudaStream_t stream, cublasHandle_t blas,
+         bool tf32) {
+  if (!tile_ok(pass, s.tile))
+    throw std::invalid_argument("fastlayers: Winograd tile " + std::to_string(s.tile) +
+                                " is not supported for this pass");
+  if (chunk < 1 || chunk > s.S) throw std::invalid_argument("fastlayers: Winograd chunk out of range");
+  const Buffers buf = buffers(pass, s, chunk, sizeof(T), sizeof(compute_t<T>));
+  if (workspace_size < buf.total) throw std::invalid_argument("fastlayers: Winograd workspace too small");
+  char* ws = static_cast<char*>(workspace);
+  if (pass == Pass::WeightGrad) {
+    if (s.tile == 2)
+      run_variant<T, Matrices<3, 2>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+    else
+      run_variant<T, Matrices<3, 4>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+    return;
+  }
+  switch (s.tile) {
+    case 2:
+      run_variant<T, Matrices<2, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      break;
+    case 4:
+      run_variant<T, Matrices<4, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      break;
+    default:
+      run_variant<T, Matrices<6, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      break;
+  }
+}
+
+}  // namespace winograd
+}  // namespace fastlayers

@@ -1,0 +1,179 @@
+// The Winograd transform kernels: filters (G g G^T), tiles of an operand (T d T^T with T = B^T,
+// or G for grad_output tiles of the weight gradient) and the inverse (A^T M A) into the result.
+// One thread per (channel, tile) or (filter pair); every matrix entry is an immediate operand
+// (matrices.h), so a transform is a short sequence of FMAs on registers.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/storage.h"
+#include "matrices.h"
+
+namespace fastlayers {
+namespace winograd {
+
+// A transform matrix, rows x cols: B^T (alpha x alpha) or G (alpha x r) of Mat.
+template <typename Mat> struct UseBT {
+  static constexpr int kRows = Mat::kAlpha, kCols = Mat::kAlpha;
+  __host__ __device__ static constexpr double at(int i, int j) { return Mat::BT(i, j); }
+};
+template <typename Mat> struct UseG {
+  static constexpr int kRows = Mat::kAlpha, kCols = Mat::kR;
+  __host__ __device__ static constexpr double at(int i, int j) { return Mat::G(i, j); }
+};
+
+// out = Tm d Tm^T: d [N][N] -> out [R][R], Tm R x N (Tf: UseBT / UseG); zero entries skipped.
+template <typename Tf, typename F>
+__device__ __forceinline__ void two_sided(const F (&d)[Tf::kCols][Tf::kCols],
+                                          F (&out)[Tf::kRows][Tf::kRows]) {
+  constexpr int R = Tf::kRows, N = Tf::kCols;
+  F t[R][N];  // Tm d
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      F acc = 0;
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if (Tf::at(i, k) != 0.0) acc += static_cast<F>(Tf::at(i, k)) * d[k][j];
+      t[i][j] = acc;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      F acc = 0;
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if (Tf::at(j, k) != 0.0) acc += t[i][k] * static_cast<F>(Tf::at(j, k));
+      out[i][j] = acc;
+    }
+  }
+}
+
+// U [alpha^2, K, C] (storage T) = G w[k, c] G^T, w [K, C, 3, 3]; `rotate`: w turned 180 degrees
+// (the input gradient's filters). One thread per (k, c).
+template <typename T, typename Mat>
+__global__ void filter_transform(const T* __restrict__ w, T* __restrict__ U, int64_t K, int64_t C,
+                                 bool rotate) {
+  using F = compute_t<T>;
+  constexpr int A = Mat::kAlpha, R = Mat::kR;
+  const int64_t n = K * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const T* g = w + i * R * R;
+    F d[R][R];
+#pragma unroll
+    for (int u = 0; u < R; ++u)
+#pragma unroll
+      for (int v = 0; v < R; ++v)
+        d[u][v] = to_compute(rotate ? g[(R - 1 - u) * R + (R - 1 - v)] : g[u * R + v]);
+    F out[A][A];
+    two_sided<UseG<Mat>>(d, out);
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
+  }
+}
+
+// Where a tile reads its operand: [n, ch, ih, iw], tiles th x tw of `step`, the window of tile
+// (ty, tx) at (ty * step - oy, tx * step - ox), zeros outside.
+struct TileSource {
+  int64_t n, ch, ih, iw;
+  int64_t th, tw, step, oy, ox;
+};
+
+// V [rows^2, ch, P] (storage T) = Tm d Tm^T over each window d of src (P = n th tw, p =
+// (sample, ty, tx)). One thread per (channel, tile); consecutive threads take consecutive tiles.
+template <typename T, typename Tf>
+__global__ void tile_transform(const T* __restrict__ in, T* __restrict__ V, TileSource src) {
+  using F = compute_t<T>;
+  constexpr int R = Tf::kRows, N = Tf::kCols;
+  const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * P;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i / P, p = i - c * P;
+    const int64_t s = p / tiles, t = p - s * tiles;
+    const int64_t ty = t / src.tw, tx = t - ty * src.tw;
+    const int64_t y0 = ty * src.step - src.oy, x0 = tx * src.step - src.ox;
+    const T* plane = in + (s * src.ch + c) * src.ih * src.iw;
+    F d[N][N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      const int64_t y = y0 + u;
+      const bool row_in = y >= 0 && y < src.ih;
+#pragma unroll
+      for (int v = 0; v < N; ++v) {
+        const int64_t x = x0 + v;
+        d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : F(0);
+      }
+    }
+    F out[R][R];
+    two_sided<Tf>(d, out);
+#pragma unroll
+    for (int a = 0; a < R; ++a)
+#pragma unroll
+      for (int b = 0; b < R; ++b) V[(a * R + b) * total + i] = from_compute<T>(out[a][b]);
+  }
+}
+
+// Where the inverse transforms write: [n, ch, oh, ow], tiles th x tw of m x m.
+struct TileTarget {
+  int64_t n, ch, oh, ow;
+  int64_t th, tw;
+};
+
+// out tile = A^T M A (+ bias[channel]) for each (channel, tile) of M [alpha^2, ch, P]
+// (accumulation type), clipped to oh x ow and stored as T.
+template <typename T, typename Mat>
+__global__ void output_transform(const compute_t<T>* __restrict__ M, const T* __restrict__ bias,
+                                 T* __restrict__ out, TileTarget dst) {
+  using F = compute_t<T>;
+  constexpr int A = Mat::kAlpha, m = Mat::kM;
+  const int64_t tiles = dst.th * dst.tw, P = dst.n * tiles, total = dst.ch * P;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i / P, p = i - c * P;
+    const int64_t s = p / tiles, t = p - s * tiles;
+    const int64_t ty = t / dst.tw, tx = t - ty * dst.tw;
+    F v[A][A];
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int b = 0; b < A; ++b) v[a][b] = M[(a * A + b) * total + i];
+    F t1[m][A];  // A^T v
+#pragma unroll
+    for (int a = 0; a < m; ++a) {
+#pragma unroll
+      for (int b = 0; b < A; ++b) {
+        F acc = 0;
+#pragma unroll
+        for (int k = 0; k < A; ++k)
+          if (Mat::AT(a, k) != 0.0) acc += static_cast<F>(Mat::AT(a, k)) * v[k][b];
+        t1[a][b] = acc;
+      }
+    }
+    const F bv = bias != nullptr ? to_compute(bias[c]) : F(0);
+    T* plane = out + (s * dst.ch + c) * dst.oh * dst.ow;
+#pragma unroll
+    for (int a = 0; a < m; ++a) {
+      const int64_t y = ty * m + a;
+      if (y >= dst.oh) break;
+#pragma unroll
+      for (int b = 0; b < m; ++b) {
+        const int64_t x = tx * m + b;
+        if (x >= dst.ow) break;
+        F acc = bv;
+#pragma unroll
+        for (int k = 0; k < A; ++k)
+          if (Mat::AT(b, k) != 0.0) acc += t1[a][k] * static_cast<F>(Mat::AT(b, k));
+        plane[y * dst.ow + x] = from_compute<T>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace winograd
+}  // namespace fastlayers

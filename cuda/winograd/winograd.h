@@ -1,0 +1,40 @@
+// Winograd convolution, all three passes, framework-free: raw pointers, sizes, a stream, a cuBLAS
+// handle and a caller-provided workspace. 3 x 3 filters, stride 1, zero padding (ph, pw) >= 0.
+//
+// Shapes (all tensors contiguous, NCHW):
+//   x  [S, C, H, W]      input            w  [K, C, 3, 3]  weight     bias [K]
+//   y  [S, K, oh, ow]    output, oh = H + 2 ph - 2, ow = W + 2 pw - 2
+//
+// Pipeline of each pass (layout.h says which operand is which): the filter operand transformed
+// per (K, C) pair or per tile (G), the data operand per tile (B^T), both into [alpha^2, ch, ...]
+// in the storage type; alpha^2 GEMMs (cuBLAS, strided batched) into the accumulation type; the
+// inverse transform (A^T) of each tile into the result, clipped, with the bias.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "layout.h"
+
+namespace fastlayers {
+namespace winograd {
+
+// T: float, double, __half or __nv_bfloat16. The transformed operands are stored as T (half
+// types feed tensor-core GEMMs), the products and their inverse transforms are float (double for
+// double): buffers(pass, s, chunk, sizeof(T), sizeof(float or double)) bytes of workspace.
+//   Forward:     a = x, b = w, out = y [S, K, oh, ow], bias [K] or null.
+//   InputGrad:   a = grad_y, b = w, out = grad_x [S, C, H, W], bias null.
+//   WeightGrad:  a = grad_y, b = x, out = grad_w [K, C, 3, 3], bias null.
+// `chunk`: samples per round of transforms and GEMMs (1..S; chunk_samples in layout.h), so the
+// workspace stays bounded; weight gradients sum the chunks in the accumulation type.
+// tf32: allow TF32 tensor-op GEMMs (float only). s.tile must satisfy tile_ok (throws otherwise).
+template <typename T>
+void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
+         size_t workspace_size, int64_t chunk, cudaStream_t stream, cublasHandle_t blas,
+         bool tf32);
+
+}  // namespace winograd
+}  // namespace fastlayers

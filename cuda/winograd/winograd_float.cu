@@ -1,0 +1,13 @@
+// Winograd pipelines for float and double storage (pipeline.cuh).
+#include "pipeline.cuh"
+
+namespace fastlayers {
+namespace winograd {
+
+template void run<float>(Pass, const Shape&, const float*, const float*, const float*, float*,
+                         void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool);
+template void run<double>(Pass, const Shape&, const double*, const double*, const double*,
+                          double*, void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool);
+
+}  // namespace winograd
+}  // namespace fastlayers

@@ -1,0 +1,14 @@
+// Winograd pipelines for float16 and bfloat16 storage (pipeline.cuh).
+#include "pipeline.cuh"
+
+namespace fastlayers {
+namespace winograd {
+
+template void run<__half>(Pass, const Shape&, const __half*, const __half*, const __half*,
+                          __half*, void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool);
+template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
+                                 const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
+                                 void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool);
+
+}  // namespace winograd
+}  // namespace fastlayers

@@ -1,0 +1,156 @@
+"""Winograd convolution: typed wrappers of torch.ops.fastlayers.winograd_conv2d{,_input_grad,
+_weight_grad}, their fake kernels and autograd formulas (each pass's backward is made of the other
+passes).
+
+3x3 filters, stride 1. `tile` is the output tile m of F(m x m, 3x3) for the forward and input
+gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
+Every op is a pure function of its arguments: the tile and the TF32 switch are explicit.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ._common import IntPair, conv_tf32_allowed, pair
+
+__all__ = [
+    "winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
+    "FORWARD_TILES", "WEIGHT_GRAD_TILES",
+]
+
+# The tiles each pass takes (cuda/winograd/layout.h).
+FORWARD_TILES = (2, 4, 6)      # forward and input gradient: F(m x m, 3x3)
+WEIGHT_GRAD_TILES = (2, 4)     # weight gradient: F(3x3, r x r)
+KERNEL = 3
+
+
+def winograd_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
+                    padding: IntPair = 0, tile: int = 2, tf32: Optional[bool] = None) -> Tensor:
+    """Forward Winograd convolution (cross-correlation, stride 1) with F(tile x tile, 3x3):
+    [S,C,H,W] x [K,C,3,3] -> [S,K,H+2ph-2,W+2pw-2]. `tf32` None: PyTorch's switch for
+    convolution."""
+    tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.winograd_conv2d(input, weight, bias, pair(padding, "padding"),
+                                                int(tile), tf32)
+
+
+def winograd_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair = 0,
+                               tile: int = 2, tf32: Optional[bool] = None) -> Tensor:
+    """Gradient of winograd_conv2d with respect to its input, F(tile x tile, 3x3) on grad_output
+    with the filters turned 180 degrees: [S,K,oh,ow] x [K,C,3,3] -> [S,C,oh+2-2ph,ow+2-2pw]."""
+    tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.winograd_conv2d_input_grad(
+        grad_output, weight, pair(padding, "padding"), int(tile), tf32)
+
+
+def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair = 0,
+                                tile: int = 2, tf32: Optional[bool] = None) -> Tensor:
+    """Gradient of winograd_conv2d with respect to its weight, F(3x3, tile x tile) over
+    grad_output tiles summed over tiles and samples: [S,K,oh,ow] x [S,C,H,W] -> [K,C,3,3]."""
+    tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.winograd_conv2d_weight_grad(
+        grad_output, input, pair(padding, "padding"), int(tile), tf32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake kernels: shapes only (the ops' own checks run on real tensors).
+
+
+def _check(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
+    for t, name in ((a, a_name), (b, b_name)):
+        torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D")
+    torch._check(a.dtype == b.dtype, lambda: f"{op}: dtype mismatch")
+
+
+@torch.library.register_fake("fastlayers::winograd_conv2d")
+def _forward_fake(input, weight, bias, padding, tile=2, tf32=False):
+    _check("winograd_conv2d", input, "input", weight, "weight")
+    torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
+    ph, pw = padding
+    return input.new_empty((input.shape[0], weight.shape[0], input.shape[2] + 2 * ph - KERNEL + 1,
+                            input.shape[3] + 2 * pw - KERNEL + 1))
+
+
+@torch.library.register_fake("fastlayers::winograd_conv2d_input_grad")
+def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False):
+    _check("winograd_conv2d_input_grad", grad_output, "grad_output", weight, "weight")
+    ph, pw = padding
+    return grad_output.new_empty((grad_output.shape[0], weight.shape[1],
+                                  grad_output.shape[2] + KERNEL - 1 - 2 * ph,
+                                  grad_output.shape[3] + KERNEL - 1 - 2 * pw))
+
+
+@torch.library.register_fake("fastlayers::winograd_conv2d_weight_grad")
+def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
+    _check("winograd_conv2d_weight_grad", grad_output, "grad_output", input, "input")
+    return grad_output.new_empty((grad_output.shape[1], input.shape[1], KERNEL, KERNEL))
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd. The three passes are each other's adjoints, so every backward is made of the ops. A
+# forward-type pass (forward, input gradient) hands its tile on to the other forward-type pass;
+# weight gradients use WEIGHT_GRAD_TILES[0], and a weight gradient's backward the smallest forward
+# tile (its own tile names another algorithm's).
+
+
+def _setup_fwd(ctx, inputs, output):
+    input, weight, bias, padding, tile, tf32 = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.args = (padding, tile, tf32)
+    ctx.has_bias = bias is not None
+
+
+def _backward_fwd(ctx, grad):
+    input, weight = ctx.saved_tensors
+    padding, tile, tf32 = ctx.args
+    fl = torch.ops.fastlayers
+    gi = gw = gb = None
+    if ctx.needs_input_grad[0]:
+        gi = fl.winograd_conv2d_input_grad(grad, weight, padding, tile, tf32)
+    if ctx.needs_input_grad[1]:
+        gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        gb = grad.sum((0, 2, 3))
+    return gi, gw, gb, None, None, None
+
+
+def _setup_grad(ctx, inputs, output):
+    a, b, padding, tile, tf32 = inputs
+    ctx.save_for_backward(a, b)
+    ctx.args = (padding, tile, tf32)
+
+
+def _backward_input_grad(ctx, gg):
+    # gx = IG(gy, w):  <gg, IG(gy, w)> = <F(gg, w), gy>
+    grad_output, weight = ctx.saved_tensors
+    padding, tile, tf32 = ctx.args
+    fl = torch.ops.fastlayers
+    d_gy = d_w = None
+    if ctx.needs_input_grad[0]:
+        d_gy = fl.winograd_conv2d(gg, weight, None, padding, tile, tf32)
+    if ctx.needs_input_grad[1]:
+        d_w = fl.winograd_conv2d_weight_grad(grad_output, gg, padding, WEIGHT_GRAD_TILES[0], tf32)
+    return d_gy, d_w, None, None, None
+
+
+def _backward_weight_grad(ctx, gg):
+    # gw = WG(gy, x):  <gg, WG(gy, x)> = <F(x, gg), gy>
+    grad_output, input = ctx.saved_tensors
+    padding, tile, tf32 = ctx.args
+    fl = torch.ops.fastlayers
+    d_gy = d_x = None
+    if ctx.needs_input_grad[0]:
+        d_gy = fl.winograd_conv2d(input, gg, None, padding, FORWARD_TILES[0], tf32)
+    if ctx.needs_input_grad[1]:
+        d_x = fl.winograd_conv2d_input_grad(grad_output, gg, padding, FORWARD_TILES[0], tf32)
+    return d_gy, d_x, None, None, None
+
+
+torch.library.register_autograd("fastlayers::winograd_conv2d", _backward_fwd,
+                                setup_context=_setup_fwd)
+torch.library.register_autograd("fastlayers::winograd_conv2d_input_grad", _backward_input_grad,
+                                setup_context=_setup_grad)
+torch.library.register_autograd("fastlayers::winograd_conv2d_weight_grad", _backward_weight_grad,
+                                setup_context=_setup_grad)
