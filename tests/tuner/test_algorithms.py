@@ -85,7 +85,8 @@ def test_parsed_parameters():
                                  "fbfft:8x-8", "fft:16x16,foo", "fft", "native:1", "Native", "",
                                  "fft:16x16,tile=4x4,tile=2x2", "fft:16x16,tile=",
                                  "fft:16x16,tile=0x4", "fbfft:8", "fft:16x16,tiles=4x4",
-                                 "fft:8x8,tile=axb"])
+                                 "fft:8x8,tile=axb", "winograd:3", "winograd", "winograd:",
+                                 "winograd:2,fused", "winograd:8"])
 def test_bad_labels_name_themselves(bad):
     with pytest.raises(ValueError, match=re.escape(repr(bad))):
         algorithms.parse(bad)
@@ -100,6 +101,9 @@ def test_descriptions_and_determinism():
         "FFT, backend fbfft, basis 16x16, tiles 14x14"
     assert algorithms.describe(algorithms.parse("fft:12x14")) == \
         "FFT, backend cufft, basis 12x14, untiled"
+    assert algorithms.describe("winograd:4") == \
+        "Winograd, tile 4 (F(4x4,3x3); weight gradient F(3x3,4x4))"
+    assert algorithms.describe("winograd:6") == "Winograd, tile 6 (F(6x6,3x3))"
     assert all(algorithms.deterministic(c) for _, _, c in all_candidates())
 
 
@@ -314,6 +318,12 @@ FITS = [
     ("fbfft:256x16", "forward", {}, "fbfft takes power-of-two basis sides from 2 to 128"),
     ("fbfft:8x8,tile=6x6", "weight_grad", {}, None),
     ("fft:65536x65536", "forward", {}, "basis 65536x65536 exceeds the ops' 2147483647 elements"),
+    ("winograd:2", "forward", {}, None),
+    ("winograd:6", "input_grad", {}, None),
+    ("winograd:4", "weight_grad", {}, None),
+    ("winograd:6", "weight_grad", {}, "the weight_grad pass takes Winograd tiles 2/4, not 6"),
+    ("winograd:2", "forward", dict(kh=5, kw=5, ph=2, pw=2), "takes 3x3 filters, not 5x5"),
+    ("winograd:4", "input_grad", dict(kh=1, kw=3, ph=0, pw=1), "takes 3x3 filters, not 1x3"),
 ]
 
 
@@ -345,7 +355,7 @@ def test_fits_is_what_the_ops_accept(label, pass_, kwargs, why):
         expected = dict(zip(PASSES, torch_passes(x, w, None, gy, (p.ph, p.pw))))[pass_]
         assert rel_err(call(x, w, None, gy), expected) <= 1e-10
     else:
-        with pytest.raises(RuntimeError, match="`basis`|`tile`"):
+        with pytest.raises(RuntimeError, match="`basis`|`tile`|`weight` must be 3x3"):
             call(x, w, None, gy)
 
 
@@ -392,7 +402,7 @@ def test_a_family_without_a_rule_fits_its_candidates():
 
 def test_transform_based_families_leave_with_the_switch():
     kinds = {type(f).__name__: f.transform_based for f in algorithms.families()}
-    assert kinds == {"Native": False, "Fft": True}
+    assert kinds == {"Native": False, "Fft": True, "Winograd": True}
     family = Scaled(("scaled:1.0",))
     family.transform_based = True
     algorithms.register(family)

@@ -2,16 +2,16 @@
 function gives the op call for (choice, pass). The module, the tuner and the benchmarks all go
 through it.
 
-    c = parse("fbfft:16x16,tile=14x14")
+    c = parse("fbfft:16x16,tile=14x14")   # or "winograd:4", "native"
     # c.family == "fbfft", c.params == FftParams(backend="fbfft", basis=(16, 16), tile=(14, 14))
     y = conv2d_call(c, "forward", padding=(1, 1), tf32=False)(x, w, b, None)
     check_fits(c, problem, "forward")  # ValueError when c cannot serve that shape and pass
 
-A family (native.py, fft.py) answers everything about its labels: parsing, candidates, whether a
-choice fits a problem, calls, workspace, description, determinism and whether it is
-transform-based. Adding one is a new module here and one ``register`` call below.
+A family (native.py, fft.py, winograd.py) answers everything about its labels: parsing,
+candidates, whether a choice fits a problem, calls, workspace, description, determinism and
+whether it is transform-based. Adding one is a new module here and one ``register`` call below.
 """
-from . import fft, native
+from . import fft, native, winograd
 from .fft import FftParams
 from .native import NATIVE
 from .registry import (CONV2D_PASSES, Choice, Family, candidates, check_fits, conv2d_call,
@@ -26,3 +26,4 @@ __all__ = [
 
 register(native.FAMILY)  # first: the baseline leads every candidate list
 register(fft.FAMILY)
+register(winograd.FAMILY)

@@ -1,0 +1,103 @@
+"""Winograd convolution: ``winograd:T``, T the op's tile: F(T x T, 3x3) in the forward and input
+gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4). 3x3 filters at stride 1,
+any padding."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .. import _C
+from ..winograd import FORWARD_TILES, KERNEL, WEIGHT_GRAD_TILES
+from .registry import CONV2D_PASSES, Family
+
+
+class WinogradParams(NamedTuple):
+    tile: int
+
+
+def _tiles(pass_: str):
+    return WEIGHT_GRAD_TILES if pass_ == "weight_grad" else FORWARD_TILES
+
+
+class Winograd(Family):
+    names = ("winograd",)
+    kinds = ("conv2d",)
+    # Every output of a tile mixes the whole alpha x alpha input window (docs/tuner.md).
+    transform_based = True
+
+    def parse(self, name, params, label):
+        try:
+            tile = int(params)
+        except ValueError:
+            tile = 0
+        if tile not in FORWARD_TILES + WEIGHT_GRAD_TILES or params != str(tile):
+            raise ValueError(f"bad tile {params!r} in algorithm label {label!r} (winograd:T, T one "
+                             f"of {sorted(set(FORWARD_TILES + WEIGHT_GRAD_TILES))})")
+        return WinogradParams(tile)
+
+    def format(self, name, params):
+        return "winograd:%d" % params.tile
+
+    def make(self, tile: int):
+        return self.choice("winograd", WinogradParams(int(tile)))
+
+    def candidates(self, p, pass_):
+        if self._layer_fits(p) is not None:
+            return []
+        return [self.make(t) for t in _tiles(pass_)]
+
+    @staticmethod
+    def _layer_fits(p):
+        if (p.kh, p.kw) != (KERNEL, KERNEL):
+            return "Winograd convolution here takes 3x3 filters, not %dx%d" % (p.kh, p.kw)
+        if p.oh < 1 or p.ow < 1:
+            return "the 3x3 kernel is larger than the padded input"
+        return None
+
+    def fits(self, choice, p, pass_):
+        why = self._layer_fits(p)
+        if why is not None:
+            return why
+        tile = choice.params.tile
+        if tile not in _tiles(pass_):
+            return "the %s pass takes Winograd tiles %s, not %d" % (
+                pass_, "/".join(map(str, _tiles(pass_))), tile)
+        return None
+
+    def conv2d_call(self, choice, pass_, padding, tf32):
+        tile = choice.params.tile
+        fl = torch.ops.fastlayers
+        if pass_ == "forward":
+            op = fl.winograd_conv2d
+            return lambda x, w, b, gy: op(x, w, b, padding, tile, tf32)
+        if pass_ == "input_grad":
+            op = fl.winograd_conv2d_input_grad
+            return lambda x, w, b, gy: op(gy, w, padding, tile, tf32)
+        op = fl.winograd_conv2d_weight_grad
+        return lambda x, w, b, gy: op(gy, x, padding, tile, tf32)
+
+    def workspace_bytes(self, choice, p, pass_):
+        """The transformed operands and products of one chunk of samples (the ops bound a chunk;
+        chunk_samples in cuda/winograd/layout.h)."""
+        store = torch.tensor([], dtype=p.torch_dtype).element_size()
+        acc = 8 if p.dtype == "float64" else 4
+        return int(_C.winograd_conv2d_workspace_bytes(
+            CONV2D_PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.ph, p.pw, choice.params.tile,
+            store, acc))
+
+    def describe(self, choice):
+        t = choice.params.tile
+        what = []
+        if t in FORWARD_TILES:
+            what.append("F(%dx%d,3x3)" % (t, t))
+        if t in WEIGHT_GRAD_TILES:
+            what.append("weight gradient F(3x3,%dx%d)" % (t, t))
+        return "Winograd, tile %d (%s)" % (t, "; ".join(what))
+
+    def deterministic(self, choice):
+        # Transforms without atomics and cuBLAS GEMMs; weight gradients sum their chunks in order.
+        return True
+
+
+FAMILY = Winograd()
