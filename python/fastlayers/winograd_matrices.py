@@ -22,11 +22,11 @@ the C++ header the kernels include (cuda/winograd/matrices.h), and `--check` ver
 
 Points (POINTS): 0, 1, -1, then for alpha 6 the pair 2, -1/2 and for alpha 8 the pairs +-2 and
 +-1/2. Dyadic points keep every entry exact in binary floating point; among the sets of small
-rationals, {0, 1, -1, 2, -1/2} gave F(4, 3) the smallest float32 error (a search over sets of
-+-1, +-2, +-1/2, +-3/2, +-2/3, +-1/4, +-3: max error 5e-5 against 2e-4 for Lavin & Gray's
-{0, +-1, +-2}, 64 channels, data uniform in [-1, 1]), as Barabasz et al. ("Error Analysis and
-Improving the Accuracy of Winograd Convolution for Deep Neural Networks", 2018) found that
-reciprocal pairs beat larger integers. The tests prove every set exact in float64.
+rationals, {0, 1, -1, 2, -1/2} gave F(4, 3) the smallest float32 error (max error 1.0e-4 against
+2.5e-4 for Lavin & Gray's {0, +-1, +-2}: benchmarks/winograd_points.py, docs/winograd.md), as
+Barabasz et al. ("Error Analysis and Improving the Accuracy of Winograd Convolution for Deep
+Neural Networks", 2018) found that reciprocal pairs beat larger integers. The tests prove every
+set exact in float64.
 """
 from __future__ import annotations
 

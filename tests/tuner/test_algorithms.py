@@ -421,3 +421,17 @@ def test_candidates_of_a_huge_layer_come_quickly():
         1100753141760
     p = dataclasses.replace(problem(), H=10 ** 6, W=7, ph=0, pw=0)
     assert "fft:1000000x7" in tuner.candidates_conv2d(p, "forward")
+
+
+def test_winograd_is_offered_on_cuda_only_when_asked(monkeypatch):
+    # Until a GPU run validates the CUDA kernels (docs/winograd.md), the tuner offers them only
+    # with FASTLAYERS_WINOGRAD_CUDA=1; on CPU always; a pinned label fits either way.
+    cpu = problem(dtype=torch.float32)
+    cuda = dataclasses.replace(cpu, device_type="cuda")
+    monkeypatch.delenv("FASTLAYERS_WINOGRAD_CUDA", raising=False)
+    assert "winograd:2" in tuner.candidates_conv2d(cpu, "forward")
+    assert not any(c.startswith("winograd") for c in tuner.candidates_conv2d(cuda, "forward"))
+    assert algorithms.fits("winograd:2", cuda, "forward") is None
+    monkeypatch.setenv("FASTLAYERS_WINOGRAD_CUDA", "1")
+    assert [c for c in tuner.candidates_conv2d(cuda, "weight_grad") if c.startswith("winograd")] \
+        == ["winograd:2", "winograd:4"]
