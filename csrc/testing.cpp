@@ -13,6 +13,7 @@
 
 #include "fbfft/fbfft.h"
 #include "fft_conv/fft_conv.h"
+#include "winograd/winograd.h"
 
 namespace fastlayers {
 namespace testing {
@@ -135,11 +136,46 @@ void bind_fft_conv(py::module_& m) {
   m.attr("TILE_CHUNK_BYTES") = host::kTileChunkBytes;
 }
 
+void bind_winograd(py::module_& m) {
+  namespace host = fastlayers::winograd_host;
+  // One Winograd pass (0 forward, 1 input grad, 2 weight grad) as its op computes it, with the
+  // bound on one chunk's buffers explicit (0: the ops' bound, WINOGRAD_CHUNK_BYTES), so that tests
+  // reach several chunks (the weight gradient's sum over them) on small problems.
+  m.def(
+      "winograd_conv2d_pass",
+      [](int pass, const at::Tensor& a, const at::Tensor& b,
+         const std::optional<at::Tensor>& bias, const Ints& padding, int64_t tile, bool tf32,
+         int64_t chunk_bytes) {
+        check_mode("winograd_conv2d_pass", "pass_", pass);
+        TORCH_CHECK(chunk_bytes >= 0,
+                    "testing.winograd_conv2d_pass: `chunk_bytes` must be >= 0, got ", chunk_bytes);
+        return host::run_pass(static_cast<Pass>(pass), a, b, bias, padding, tile, tf32,
+                              chunk_bytes > 0 ? chunk_bytes : host::kChunkBytes);
+      },
+      py::arg("pass_"), py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("padding"),
+      py::arg("tile"), py::arg("tf32") = false, py::arg("chunk_bytes") = 0);
+  // Samples per chunk of a pass under `chunk_bytes` (0: the ops' bound), as the pass computes it.
+  m.def(
+      "winograd_chunk_samples",
+      [](int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W, int64_t ph, int64_t pw,
+         int64_t tile, int store_bytes, int acc_bytes, int64_t chunk_bytes) {
+        check_mode("winograd_chunk_samples", "pass_", pass);
+        const winograd::Shape s{S, C, K, H, W, ph, pw, tile};
+        return winograd::chunk_samples(static_cast<Pass>(pass), s, store_bytes, acc_bytes,
+                                       chunk_bytes > 0 ? chunk_bytes : host::kChunkBytes);
+      },
+      py::arg("pass_"), py::arg("S"), py::arg("C"), py::arg("K"), py::arg("H"), py::arg("W"),
+      py::arg("ph"), py::arg("pw"), py::arg("tile"), py::arg("store_bytes"), py::arg("acc_bytes"),
+      py::arg("chunk_bytes") = 0);
+  m.attr("WINOGRAD_CHUNK_BYTES") = host::kChunkBytes;
+}
+
 }  // namespace
 
 void bind(py::module_& m) {
   bind_fbfft(m);
   bind_fft_conv(m);
+  bind_winograd(m);
 }
 
 }  // namespace testing

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A tiny run of every fastlayers CUDA kernel: the three FFT-convolution passes and the fbfft
-transforms (fp32, small shapes), checked against PyTorch on the CPU. Meant to run under
+"""A tiny run of every fastlayers CUDA kernel: the three FFT-convolution passes, the fbfft
+transforms and the Winograd passes (fp32, Winograd fp16 too; small shapes), checked against
+PyTorch on the CPU. Meant to run under
 compute-sanitizer (scripts/gpu-check: memcheck, initcheck, racecheck): it touches cuDNN nowhere,
 so the sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS. The passes run through
 fastlayers._C.testing with the GEMMs' conjugate skip forced wherever the basis allows, and the
@@ -129,17 +130,53 @@ def fbfft_cases(dev):
     return worst
 
 
+def winograd_cases(dev):
+    """Every Winograd tile of every pass, fp32 and fp16 (the float-product GEMM), with padding 0..3
+    (3: the input gradient's windows start inside grad_y), one chunk and several (the weight
+    gradient's accumulation)."""
+    worst = 0.0
+    g = torch.Generator().manual_seed(2)
+    for S, C, K, H, W, pad in ((2, 3, 4, 9, 7, (1, 1)), (3, 5, 2, 6, 11, (0, 3)),
+                               (1, 2, 3, 2, 3, (2, 1))):
+        x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
+        w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
+        b = torch.randn(K, generator=g, dtype=torch.float64)
+        gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
+                         dtype=torch.float64)
+        ref = (F.conv2d(x, w, b, 1, pad),) + tuple(torch.ops.aten.convolution_backward(
+            gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1, [True, True, False])[:2])
+        # fp16: a loose bound (F(6x6,3x3) rounds its fp16 transforms coarsely); accuracy is
+        # tests/winograd's business, this run is for the sanitizers.
+        for dtype, bound in ((torch.float32, 1e-5), (torch.float16, 5e-2)):
+            xd, wd, bd, gyd = (t.to(dev, dtype) for t in (x, w, b, gy))
+            operands = ((xd, wd, bd), (gyd, wd, None), (gyd, xd, None))
+            for pass_ in range(3):
+                for tile in ((2, 4) if pass_ == 2 else (2, 4, 6)):
+                    for chunk_bytes in (0, 1):  # the ops' bound; one sample per chunk
+                        out = testing.winograd_conv2d_pass(pass_, *operands[pass_], list(pad),
+                                                           tile, False, chunk_bytes)
+                        r = ref[pass_]
+                        err = ((out.double().cpu() - r).norm() / r.norm()).item()
+                        worst = max(worst, err / bound * 1e-5)  # in units of the fp32 bound
+                        if err > bound:
+                            print("winograd pass %d tile %d %s: rel err %.2e > %.0e"
+                                  % (pass_, tile, dtype, err, bound), flush=True)
+        print("winograd S=%d C=%d K=%d %dx%d pad=%s: worst (scaled to fp32) so far %.2e"
+              % (S, C, K, H, W, pad, worst), flush=True)
+    return worst
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--only", choices=("conv", "fbfft"), default=None,
+    ap.add_argument("--only", choices=("conv", "fbfft", "winograd"), default=None,
                     help="run one family of kernels")
     args = ap.parse_args()
     dev = args.device
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     worst = 0.0
-    for S, C, K, H, W, kh, kw, pad, basis in (CASES if args.only != "fbfft" else ()):
+    for S, C, K, H, W, kh, kw, pad, basis in (CASES if args.only in (None, "conv") else ()):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
         w = torch.randn(K, C, kh, kw, generator=g, dtype=torch.float64)
@@ -166,8 +203,10 @@ def main():
             worst = max(worst, err)
             print("%-24s S=%d C=%d K=%d %dx%d k=%dx%d pad=%s basis=%s: rel err %.2e"
                   % (name, S, C, K, H, W, kh, kw, pad, tuple(basis), err), flush=True)
-    if args.only != "conv":
+    if args.only in (None, "fbfft"):
         worst = max(worst, fbfft_cases(dev))
+    if args.only in (None, "winograd"):
+        worst = max(worst, winograd_cases(dev))
     ok = worst < 1e-5
     print("kernels_smoke on %s: worst relative error %.2e -> %s" % (dev, worst, "OK" if ok else "FAIL"))
     return 0 if ok else 1

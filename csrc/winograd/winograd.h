@@ -28,14 +28,16 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
 // The result's shape: [S, K, oh, ow], [S, C, H, W] or [K, C, 3, 3].
 std::vector<int64_t> output_shape(Pass pass, const Shape& s);
 
-// The device kernel of one checked pass: contiguous operands of one dtype, nonempty S, C, K.
+// The device kernel of one checked pass (nonempty S, C, K), in chunks of samples whose buffers
+// stay under `chunk_bytes` (the ops: kChunkBytes; the test hooks set others).
 using Kernel = at::Tensor (*)(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
-                              const std::optional<at::Tensor>& bias, bool tf32);
+                              const std::optional<at::Tensor>& bias, bool tf32,
+                              int64_t chunk_bytes);
 
 at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, bool tf32);
+                   const std::optional<at::Tensor>& bias, bool tf32, int64_t chunk_bytes);
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, bool tf32);
+                    const std::optional<at::Tensor>& bias, bool tf32, int64_t chunk_bytes);
 
 // A pass with an empty batch or channel count: zeros (and the bias, forward).
 at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
@@ -46,10 +48,10 @@ template <Kernel Run>
 struct DeviceOps {
   static at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                        int64_t tile, bool tf32) {
+                        int64_t tile, bool tf32, int64_t chunk_bytes = kChunkBytes) {
     const Shape s = check(pass, a, b, bias, padding, tile);
     if (s.S == 0 || s.C == 0 || s.K == 0) return empty_result(pass, s, a, bias);
-    return Run(pass, s, a, b, bias, tf32);
+    return Run(pass, s, a, b, bias, tf32, chunk_bytes);
   }
   static at::Tensor forward(const at::Tensor& input, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
@@ -70,6 +72,12 @@ struct DeviceOps {
     m.impl("winograd_conv2d_weight_grad", &weight_grad);
   }
 };
+
+// One pass as its op computes it, on the tensors' device, with chunks under `chunk_bytes` (> 0):
+// the test hooks' entry.
+at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
+                    const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
+                    bool tf32, int64_t chunk_bytes);
 
 }  // namespace winograd_host
 }  // namespace fastlayers

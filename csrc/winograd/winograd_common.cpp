@@ -127,6 +127,21 @@ at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
   return out;
 }
 
+at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
+                    const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
+                    bool tf32, int64_t chunk_bytes) {
+  TORCH_CHECK(chunk_bytes > 0, op_name(pass), ": the chunk bound must be > 0");
+  if (a.is_cuda()) {
+#ifdef FASTLAYERS_WITH_CUDA
+    return DeviceOps<&run_cuda>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes);
+#else
+    TORCH_CHECK(false, op_name(pass), ": fastlayers was built without CUDA");
+#endif
+  }
+  TORCH_CHECK(a.is_cpu(), op_name(pass), ": runs on CPU and CUDA tensors, got ", a.device());
+  return DeviceOps<&run_cpu>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes);
+}
+
 size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,
                               int64_t ph, int64_t pw, int64_t tile, int store_bytes,
                               int acc_bytes) {

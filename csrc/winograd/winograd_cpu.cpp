@@ -76,7 +76,7 @@ at::Tensor output_transform(const at::Tensor& M, const at::Tensor& AT, int64_t n
 }  // namespace
 
 at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
-                   const std::optional<at::Tensor>& bias, bool /*tf32*/) {
+                   const std::optional<at::Tensor>& bias, bool /*tf32*/, int64_t chunk_bytes) {
   const auto ct = a_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const auto a = a_in.to(ct), b = b_in.to(ct);
   const Mats mt = mats(pass, s.tile, ct);
@@ -84,7 +84,7 @@ at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::
   const int64_t a2 = t.alpha * t.alpha;
   const int store = static_cast<int>(a_in.element_size());
   const int acc = ct == at::kDouble ? 8 : 4;
-  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, kChunkBytes);
+  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);
   at::Tensor out;
   if (pass == Pass::WeightGrad) {
     // M [a2, C, K] = sum over chunks of X [a2, C, P] Gy^T [a2, P, K]

@@ -13,7 +13,7 @@ namespace fastlayers {
 namespace winograd_host {
 
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
-                    const std::optional<at::Tensor>& bias_in, bool tf32) {
+                    const std::optional<at::Tensor>& bias_in, bool tf32, int64_t chunk_bytes) {
   c10::cuda::CUDAGuard guard(a_in.device());
   const auto a = a_in.contiguous();
   const auto b = b_in.contiguous();
@@ -22,7 +22,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   auto out = at::empty(output_shape(pass, s), a.options());
   const int store = static_cast<int>(a.element_size());
   const int acc = a.scalar_type() == at::kDouble ? 8 : 4;
-  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, kChunkBytes);
+  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);
   const size_t ws_bytes = winograd::buffers(pass, s, chunk, store, acc).total;
   auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();

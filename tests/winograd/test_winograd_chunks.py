@@ -1,0 +1,58 @@
+"""Batches in chunks of samples (the ops bound one chunk's buffers): every pass over several
+chunks, the weight gradient's sum over them included, against PyTorch in float64 and float32."""
+import pytest
+import torch
+
+from fastlayers import _C
+from conv_samples import assert_within_bound, torch_passes
+
+testing = _C.testing
+
+
+def chunk_bound(pass_, S, C, K, H, W, pad, tile, samples, store=8, acc=8):
+    """The smallest bound under which a chunk holds `samples` samples (checked)."""
+    lo, hi = 1, 1 << 30
+    while lo < hi:  # the chunk's sample count grows with the bound
+        mid = (lo + hi) // 2
+        if testing.winograd_chunk_samples(pass_, S, C, K, H, W, *pad, tile, store, acc, mid) \
+                >= samples:
+            hi = mid
+        else:
+            lo = mid + 1
+    assert testing.winograd_chunk_samples(pass_, S, C, K, H, W, *pad, tile, store, acc,
+                                          lo) == samples
+    return lo
+
+
+@pytest.mark.parametrize("pass_", [0, 1, 2])
+@pytest.mark.parametrize("tile", [2, 4])
+def test_several_chunks_match_pytorch(device, pass_, tile):
+    S, C, K, H, W, pad = 5, 3, 4, 9, 7, (1, 2)
+    g = torch.Generator().manual_seed(pass_ * 10 + tile)
+    x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
+    w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
+    b = torch.randn(K, generator=g, dtype=torch.float64)
+    gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
+                     dtype=torch.float64)
+    ref = torch_passes(x, w, b, gy, pad)[pass_]
+    for dtype in (torch.float64, torch.float32):
+        size = 8 if dtype == torch.float64 else 4
+        bound = chunk_bound(pass_, S, C, K, H, W, pad, tile, 2, size, size)  # chunks 2, 2, 1
+        xd, wd, bd, gyd = (t.to(device, dtype) for t in (x, w, b, gy))
+        a, bb, bias = [(xd, wd, bd), (gyd, wd, None), (gyd, xd, None)][pass_]
+        out = testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, bound)
+        whole = testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, 0)
+        if dtype == torch.float64:
+            assert (out.cpu() - ref).abs().max().item() <= 1e-10 * ref.abs().max().item()
+        else:
+            native = torch_passes(*(t.to(device, dtype) for t in (x, w, b, gy)), pad)[pass_]
+            assert_within_bound(out.cpu(), ref, native.cpu(), whole.cpu(), "float32",
+                                what="chunked pass %d tile %d" % (pass_, tile))
+
+
+def test_chunk_bound_is_checked():
+    x = torch.randn(2, 3, 5, 5)
+    w = torch.randn(4, 3, 3, 3)
+    with pytest.raises(RuntimeError, match="chunk_bytes"):
+        testing.winograd_conv2d_pass(0, x, w, None, [1, 1], 2, False, -1)
+    assert testing.WINOGRAD_CHUNK_BYTES == 512 << 20
