@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.experimental.symbolic_shapes import guard_scalar
 
-from . import algorithms
+from . import _C, algorithms
 from . import tuner as _tuner
 from ._common import conv_tf32_allowed
 from .algorithms import NATIVE, Choice
@@ -239,15 +239,25 @@ class _TunedConv:
             return "dtype %s on %s" % (x.dtype, dev)
         return None
 
-    def _padding_pair(self, x: torch.Tensor):
-        """(input, (ph, pw)) with the padding mode and asymmetric 'same' applied explicitly; (ph,
-        pw) is the 2-D problem's padding (a Conv1d's is (0, p))."""
+    def _pad_spec(self):
+        """(pad, (ph, pw)): F.pad's arguments (pad, mode) for the padding mode and asymmetric
+        'same', applied to the input first, or None; and the 2-D problem's zero padding (a
+        Conv1d's is (0, p))."""
         rp = self._reversed_padding_repeated_twice  # (left, right[, top, bottom])
         if self.padding_mode != "zeros":
-            return F.pad(x, rp, mode=self.padding_mode), (0, 0)
-        if isinstance(self.padding, str) and rp[0::2] != rp[1::2]:
-            return F.pad(x, rp), (0, 0)
-        return x, ((0, rp[0]) if self._fl_dims == 1 else (rp[2], rp[0]))
+            return (tuple(rp), self.padding_mode), (0, 0)
+        if isinstance(self.padding, str):  # 'same' or 'valid', as the constructor resolved it
+            if rp[0::2] != rp[1::2]:
+                return (tuple(rp), "constant"), (0, 0)
+            return None, ((0, rp[0]) if self._fl_dims == 1 else (rp[2], rp[0]))
+        # zeros: self.padding, which nn.Conv*d reads on every call (a later change counts)
+        p = self.padding
+        return None, ((0, p[0]) if self._fl_dims == 1 else (p[0], p[1]))
+
+    def _padding_pair(self, x: torch.Tensor):
+        """(input, (ph, pw)): `x` with _pad_spec's padding applied, and the zero padding left."""
+        pad, padding = self._pad_spec()
+        return (x if pad is None else F.pad(x, *pad)), padding
 
     def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
         """This input signature's plan: _choose's labels, bound by _bound. Kept per module
@@ -279,11 +289,54 @@ class _TunedConv:
             plans[key] = plan
         return plan
 
+    # The eager fast path: the last call's signature and what it decided (_Route). A call whose
+    # signature matches runs the route without deciding again; setting any attribute of the layer
+    # (padding, stride, transforms, force_algorithms, a new weight, train/eval) forgets it.
+    _fl_route: Optional[tuple] = None
+
+    def __setattr__(self, name, value):
+        if name != "_fl_route":
+            self.__dict__.pop("_fl_route", None)
+        super().__setattr__(name, value)
+
+    def __getstate__(self):
+        # Plans and the route hold bound op calls (closures, which do not pickle) and are
+        # rebuilt on the next call: torch.save(model) and copy.deepcopy leave them out.
+        state = dict(super().__getstate__())
+        state.pop("_fl_plans", None)
+        state.pop("_fl_route", None)
+        return state
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        w, b = self.weight, self.bias
+        # The parameters from their dict (Module.__getattr__ costs microseconds); a weight or bias
+        # held elsewhere (parametrizations, weight_norm) through the attribute.
+        params = self._parameters
+        w = params.get("weight")
+        if w is None:
+            w = self.weight
+        b = params["bias"] if "bias" in params else self.bias
+        if torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled():
+            return self._fl_run(self._fl_decide(input, w, b), input, w, b, autocast=True)
+        # Everything _fl_decide reads that a layer attribute does not hold: the input's shape,
+        # dtype, device and layout, the weight's shape and dtype, grad mode and which operands
+        # need gradients, deterministic mode, PyTorch's TF32 switch for convolution, the tuner's
+        # generation (mode switches, clear, set_transforms) and its transforms switch.
+        sig = (input.shape, input.dtype, input.device, input.is_contiguous(), w.shape, w.dtype,
+               torch.is_grad_enabled(), input.requires_grad, w.requires_grad,
+               b is not None and b.requires_grad, torch._C._get_deterministic_algorithms(),
+               _tf32_switch(), _tuner._state.generation, _tuner._state.transforms)
+        route = self._fl_route
+        if route is None or route[0] != sig:
+            route = (sig, self._fl_decide(input, w, b))
+            self.__dict__["_fl_route"] = route
+        return self._fl_run(route[1], input, w, b, autocast=False)
+
+    def _fl_decide(self, input: torch.Tensor, w, b) -> "_Route":
+        """What a call with this input does: PyTorch's own forward (a fallback, recorded for
+        report()), or a plan, with the padding and batch handling around it."""
         if (input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2) or \
                 input.dtype != w.dtype:
-            return super().forward(input)  # nn.Conv*d's own error
+            return _SUPER  # nn.Conv*d's own error
         reason = self._unsupported(input)
         if reason is not None:
             if torch.compiler.is_compiling():  # (extra_repr does not trace)
@@ -294,33 +347,66 @@ class _TunedConv:
                 _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), reason)
                 if self._fl_forced is not None:
                     self._warn_forced(reason)
-            return super().forward(input)
+            return _SUPER
         unbatched = input.dim() == self._fl_dims + 1
         x = input.unsqueeze(0) if unbatched else input
         dev = x.device.type
         if torch.is_autocast_enabled(dev):
             dt = torch.get_autocast_dtype(dev)
-            x, w = x.to(dt), w.to(dt)
-            b = b.to(dt) if b is not None else None
             if dev == "cpu" and dt not in _CPU_DTYPES:
-                return super().forward(input)
-        x, padding = self._padding_pair(x)
+                return _SUPER
+            x, w = x.to(dt), w.to(dt)
+        pad, padding = self._pad_spec()
+        xp = x if pad is None else F.pad(x, *pad)
         # A kernel larger than the padded input (for a Conv1d, [-2] compares the channels).
-        if x.shape[-2] < w.shape[-2] or x.shape[-1] < w.shape[-1]:
-            return super().forward(input)  # nn.Conv*d raises its own error
+        if xp.shape[-2] < w.shape[-2] or xp.shape[-1] < w.shape[-1]:
+            return _SUPER  # nn.Conv*d raises its own error
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
-        plan = self._plan(x, w, padding, tf32, need_backward)
-        # Under autocast the operands already have the autocast dtype, so its casts are no-ops.
+        plan = self._plan(xp, w, padding, tf32, need_backward)
+        return _Route(plan, pad, padding, unbatched, need_backward)
+
+    def _fl_run(self, route: "_Route", input: torch.Tensor, w, b, autocast: bool) -> torch.Tensor:
+        """Runs `route`; `autocast`: autocast may be on (False: known to be off)."""
+        if route is _SUPER:
+            return super().forward(input)
+        x = input.unsqueeze(0) if route.unbatched else input
+        if autocast and torch.is_autocast_enabled(x.device.type):
+            # Under autocast the operands take the autocast dtype (its casts in the ops are then
+            # no-ops); _fl_decide sent CPU autocast to a dtype the CPU does not serve to _SUPER.
+            dt = torch.get_autocast_dtype(x.device.type)
+            x, w = x.to(dt), w.to(dt)
+            b = b.to(dt) if b is not None else None
+        if route.pad is not None:
+            x = F.pad(x, *route.pad)
+        plan = route.plan
         if plan.native:
-            y = self._fl_native(x, w, b, padding)
-        elif not need_backward:
+            y = self._fl_native(x, w, b, route.padding)
+        elif not route.need_backward:
             with _below_autograd():
                 y = plan.forward(x, w, b, None)
         else:
             y = _ConvFunction.apply(x, w, b, plan)
-        return y.squeeze(0) if unbatched else y
+        return y.squeeze(0) if route.unbatched else y
+
+
+class _Route(NamedTuple):
+    """What a layer's call does for one input signature (_TunedConv._fl_decide)."""
+    plan: _Plan
+    pad: Optional[tuple]      # F.pad's (pad, mode) applied first (padding modes, asymmetric
+    #                           'same'), or None
+    padding: Tuple[int, int]  # the 2-D problem's zero padding (a Conv1d's is (0, p))
+    unbatched: bool
+    need_backward: bool
+
+
+_SUPER = _Route(_ALL_NATIVE, None, (0, 0), False, False)  # nn.Conv*d's own forward
+
+
+def _tf32_switch() -> bool:
+    """PyTorch's TF32 switch for convolution, read directly (the fast path's signature)."""
+    return _C.conv_tf32_allowed()
 
 
 class Conv2d(_TunedConv, nn.Conv2d):

@@ -1,0 +1,188 @@
+"""The module's eager fast path: a call whose signature matches the last one reuses what that
+call decided. Everything that changes the decision must be seen: layer attributes, grad mode,
+which operands need gradients, dtype, deterministic mode, the tuner's state. Each test changes
+one thing between two calls and checks the second call against nn.Conv2d and the ops it runs."""
+import copy
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import fastlayers
+from fastlayers import tuner
+from conv_samples import RecordOps
+
+
+def pair(device, **kwargs):
+    """An nn.Conv2d and a fastlayers.Conv2d with the same parameters (FFT forced everywhere)."""
+    torch.manual_seed(0)
+    ref = nn.Conv2d(3, 4, 3, **kwargs).to(device).double()
+    fast = fastlayers.convert(copy.deepcopy(ref))
+    return ref, fast
+
+
+def ops_of(fn):
+    with RecordOps() as rec:
+        out = fn()
+    return out, [name for name, _ in rec.calls]
+
+
+def assert_same(ref, fast, x):
+    torch.testing.assert_close(fast(x), ref(x), rtol=1e-10, atol=1e-10)
+
+
+def test_attribute_changes_after_a_call_take_effect(device):
+    ref, fast = pair(device, padding=1)
+    x = torch.randn(2, 3, 7, 7, device=device, dtype=torch.float64)
+    assert_same(ref, fast, x)
+    for m in (ref, fast):
+        m.padding = (2, 0)  # nn.Conv2d reads its padding on every call
+    assert_same(ref, fast, x)
+    for m in (ref, fast):
+        m.stride = (2, 2)  # now PyTorch's path, recorded as a fallback
+    assert_same(ref, fast, x)
+    assert any("stride" in d.get("reason", "") for d in tuner.decisions())
+    for m in (ref, fast):
+        m.stride = (1, 1)
+    fast.force_algorithms(forward="fft:16x16")
+    y, ops = ops_of(lambda: fast(x))
+    assert ops == ["fft_conv2d"]
+    torch.testing.assert_close(y, ref(x), rtol=1e-10, atol=1e-10)
+    fast.transforms = False  # a pinned transform-based label is refused, not run
+    with pytest.raises(ValueError, match="transform"):
+        fast(x)
+
+
+def test_new_weight_and_dtype_are_seen(device):
+    ref, fast = pair(device, padding=1)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    assert_same(ref, fast, x)
+    w = torch.randn_like(ref.weight)
+    for m in (ref, fast):
+        m.weight = nn.Parameter(w.clone())
+    assert_same(ref, fast, x)
+    for m in (ref, fast):
+        m.float()  # the same parameters, another dtype
+    with pytest.raises(RuntimeError):  # as nn.Conv2d: input and weight dtypes differ
+        ref(x)
+    with pytest.raises(RuntimeError):
+        fast(x)
+    y = fast(x.float())
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, ref(x.float()))
+
+
+def test_grad_mode_and_requires_grad_are_seen(device):
+    ref, fast = pair(device, padding=1)
+    fast.force_algorithms(forward="fft:8x8", input_grad="fft:8x8", weight_grad="fft:8x8")
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    xg = x.clone().requires_grad_()
+    with torch.no_grad():
+        y = fast(xg)  # the same input as below: only grad mode differs
+    assert y.grad_fn is None
+    y, ops = ops_of(lambda: fast(xg).sum().backward())
+    assert sorted(ops) == ["fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad"]
+    ref(xg.detach().requires_grad_()).sum().backward()
+    torch.testing.assert_close(fast.weight.grad, ref.weight.grad, rtol=1e-10, atol=1e-10)
+    fast.weight.requires_grad_(False)
+    fast.bias.requires_grad_(False)
+    _, ops = ops_of(lambda: fast(xg).sum().backward())
+    assert sorted(ops) == ["fft_conv2d", "fft_conv2d_input_grad"]
+
+
+def test_tuner_state_is_seen(device):
+    _, fast = pair(device, padding=1)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    fast(x)
+    tuner.clear()
+    tuner.set_transforms(False)
+    try:
+        fast.force_algorithms(forward="fft:8x8")
+        with pytest.raises(ValueError, match="transform"):
+            fast(x)
+    finally:
+        tuner.set_transforms(True)
+    _, ops = ops_of(lambda: fast(x))
+    assert ops == ["fft_conv2d"]
+    # a direct write to the switch (no generation bump) is seen too
+    tuner._state.transforms = False
+    try:
+        with pytest.raises(ValueError, match="transform"):
+            fast(x)
+    finally:
+        tuner._state.transforms = True
+
+
+def test_deterministic_mode_is_seen(device):
+    _, fast = pair(device, padding=1)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    fast(x)
+    old = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        fast(x)
+        assert any("det=1" in d["key"] for d in tuner.decisions())
+    finally:
+        torch.use_deterministic_algorithms(old)
+
+
+def test_a_used_module_pickles_and_runs_after_loading(device):
+    ref, fast = pair(device, padding=1)
+    fast.force_algorithms(forward="fft:8x8")
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    fast(x)
+    buf = io.BytesIO()
+    torch.save(fast, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert type(loaded) is fastlayers.Conv2d and loaded._fl_forced == fast._fl_forced
+    _, ops = ops_of(lambda: loaded(x))
+    assert ops == ["fft_conv2d"]
+    torch.testing.assert_close(loaded(x), ref(x), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(copy.deepcopy(fast)(x), ref(x), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("param", ["weight", "bias"])
+def test_a_parameter_needing_gradients_again_is_seen(device, param):
+    ref, fast = pair(device, padding=1)
+    fast.force_algorithms(forward="fft:8x8", input_grad="fft:8x8", weight_grad="fft:8x8")
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)  # no gradient
+    for m in (ref, fast):
+        m.weight.requires_grad_(False)
+        m.bias.requires_grad_(False)
+    assert fast(x).grad_fn is None
+    for m in (ref, fast):
+        getattr(m, param).requires_grad_(True)
+        m(x).square().sum().backward()
+    torch.testing.assert_close(getattr(fast, param).grad, getattr(ref, param).grad, rtol=1e-10,
+                               atol=1e-10)
+
+
+def test_layout_is_seen(device):
+    # channels_last is another problem for the tuner (its own key and decision)
+    ref, fast = pair(device, padding=1)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    fast(x)
+    xc = x.contiguous(memory_format=torch.channels_last)
+    y = fast(xc)
+    assert any("channels_last" in d["key"] for d in tuner.decisions())
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y, ref(xc), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_tf32_switch_is_seen():
+    ref, fast = pair("cuda", padding=1)
+    fast.float()
+    x = torch.randn(2, 3, 6, 6, device="cuda")
+    old = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        fast(x)
+        torch.backends.cudnn.allow_tf32 = True
+        fast(x)
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    keys = [d["key"] for d in tuner.decisions()]
+    assert any("tf32=0" in k for k in keys) and any("tf32=1" in k for k in keys)
