@@ -41,6 +41,36 @@ TORCH_LIBRARY(fastlayers, m) {
   m.def("winograd_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
         "int tile=2, bool tf32=False) -> Tensor");
 
+  // LSTM, one layer over a sequence, PyTorch's gates (i, f, g, o) and weights:
+  //   gates = x_t w_ih^T + b_ih + h_{t-1} w_hh^T + b_hh;  c_t = f c_{t-1} + i g;
+  //   h_t = o tanh(c_t), times w_hr^T when a projection is given.
+  // input [T, B, I] (batch_sizes None) or packed [N, I] with batch_sizes [T] (int64 on the CPU,
+  // non-increasing, summing to N, rows of a step sorted by length as PackedSequence keeps them:
+  // at step t rows 0..batch_sizes[t]-1 are active, the others keep their state).
+  // h0 [B, R], c0 [B, H], w_ih [4H, I], w_hh [4H, R], b_ih, b_hh [4H], w_hr [R, H]; R = H without
+  // a projection. `reverse`: each sequence from its last step to its first (the backward
+  // direction of a bidirectional layer). Cell state and accumulation in float32 (float64 for
+  // float64); `tf32` lets float32 GEMMs use TF32.
+  // -> output [T, B, R] (or [N, R]), h_n [B, R], c_n [B, H], and what lstm_backward reads:
+  //    reserve [N, 5H] (float32; float64 for float64: i, f, g, o, c_{t-1}) and
+  //    reserve_h [N, R (+ H with a projection)] (input dtype: h_{t-1}, and o tanh(c_t)).
+  m.def("lstm(Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, "
+        "Tensor? b_hh, Tensor? w_hr, Tensor? batch_sizes, bool reverse=False, bool tf32=False) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // The gradients of lstm from its outputs' (grad_h_n, grad_c_n: None for zero) and what it
+  // saved -> grad_input, grad_h0, grad_c0, grad_w_ih, grad_w_hh, grad_b (of b_ih and of b_hh
+  // alike), grad_w_hr ([0] without a projection); grad_input and the weight gradients are
+  // computed only where `need_input` / `need_weights` (else empty tensors).
+  m.def("lstm_backward(Tensor grad_output, Tensor? grad_h_n, Tensor? grad_c_n, Tensor input, "
+        "Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? w_hr, Tensor? batch_sizes, "
+        "Tensor reserve, Tensor reserve_h, bool reverse=False, bool tf32=False, "
+        "bool need_input=True, bool need_weights=True) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // One step of lstm for a loop of one's own: input [B, I], hx [B, R], cx [B, H] -> (h [B, R],
+  // c [B, H]); lstm with T = 1 (so its autograd).
+  m.def("lstm_cell(Tensor input, Tensor hx, Tensor cx, Tensor w_ih, Tensor w_hh, Tensor? b_ih, "
+        "Tensor? b_hh, Tensor? w_hr=None, bool tf32=False) -> (Tensor, Tensor)");
+
   // fbfft: small power-of-two real FFTs with implicit padding, windows, clipping and layouts
   // (semantics in csrc/fbfft/fbfft.h). Unnormalised forward; the inverse scales by 1/n when
   // `normalized`. CPU kernels (any float dtype) and CUDA kernels (float32 arithmetic).

@@ -7,6 +7,7 @@
 
 #include "../cuda/fbfft/limits.h"
 #include "fft_conv/module_api.h"
+#include "lstm/module_api.h"
 #include "winograd/module_api.h"
 #include "testing.h"
 
@@ -25,6 +26,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("FFT_CONV_MAX_PLANE") = fft_conv::kMaxPlane;
   m.attr("FFT_CONV_MAX_SPECTRUM") = fft_conv::kMaxSpectrum;
   m.def("conv_tf32_allowed", &fft_conv::conv_tf32_allowed);
+  m.def("rnn_tf32_allowed", &fastlayers::lstm_host::rnn_tf32_allowed);
   m.def("fft_conv2d_workspace_bytes", &fft_conv::python_workspace_bytes, py::arg("pass_"),
         py::arg("S"), py::arg("C"), py::arg("K"), py::arg("H"), py::arg("W"), py::arg("kh"),
         py::arg("kw"), py::arg("ph"), py::arg("pw"), py::arg("nh"), py::arg("nw"),

@@ -1,0 +1,117 @@
+"""The LSTM ops: typed wrappers of torch.ops.fastlayers.lstm, lstm_backward and lstm_cell, their
+fake kernels and lstm's autograd (its backward is the lstm_backward op).
+
+One layer, one direction per call; the module (fastlayers.LSTM) stacks layers and directions.
+Semantics and shapes: csrc/fastlayers.cpp and docs/ops.md.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["lstm", "lstm_cell", "rnn_tf32_allowed"]
+
+
+def rnn_tf32_allowed() -> bool:
+    """Whether PyTorch allows TF32 in cuDNN's RNNs (the switch nn.LSTM obeys; on by default).
+    Under torch.compile the value is read once, when the graph is traced."""
+    return _rnn_tf32_allowed()
+
+
+@torch.compiler.assume_constant_result
+def _rnn_tf32_allowed() -> bool:
+    from . import _C
+    return bool(_C.rnn_tf32_allowed())
+
+
+def lstm(input: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
+         b_ih: Optional[Tensor] = None, b_hh: Optional[Tensor] = None,
+         w_hr: Optional[Tensor] = None, batch_sizes: Optional[Tensor] = None,
+         reverse: bool = False, tf32: Optional[bool] = None
+         ) -> Tuple[Tensor, Tensor, Tensor]:
+    """One LSTM layer over a sequence: (output, h_n, c_n). `input` [T, B, I], or packed [N, I]
+    with `batch_sizes` [T] (PackedSequence's); `tf32` None: PyTorch's switch for cuDNN RNNs."""
+    tf32 = rnn_tf32_allowed() if tf32 is None else bool(tf32)
+    out, h_n, c_n, _, _ = torch.ops.fastlayers.lstm(input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr,
+                                                    batch_sizes, reverse, tf32)
+    return out, h_n, c_n
+
+
+def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,
+              b_ih: Optional[Tensor] = None, b_hh: Optional[Tensor] = None,
+              w_hr: Optional[Tensor] = None, tf32: Optional[bool] = None
+              ) -> Tuple[Tensor, Tensor]:
+    """One fused LSTM step: input [B, I], hx [B, R], cx [B, H] -> (h [B, R], c [B, H])."""
+    tf32 = rnn_tf32_allowed() if tf32 is None else bool(tf32)
+    return torch.ops.fastlayers.lstm_cell(input, hx, cx, w_ih, w_hh, b_ih, b_hh, w_hr, tf32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake kernels: shapes only (the ops' own checks run on real tensors). The packed row count is
+# the input's, so no data-dependent size arises.
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@torch.library.register_fake("fastlayers::lstm")
+def _lstm_fake(input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse=False,
+               tf32=False):
+    torch._check(w_ih.dim() == 2, lambda: "lstm: `w_ih` must be 2-D")
+    H = w_ih.shape[0] // 4
+    R = w_hr.shape[0] if w_hr is not None else H
+    packed = batch_sizes is not None
+    torch._check(input.dim() == (2 if packed else 3), lambda: "lstm: `input` has the wrong rank")
+    N = input.shape[0] if packed else input.shape[0] * input.shape[1]
+    out = input.new_empty((N, R) if packed else (input.shape[0], input.shape[1], R))
+    reserve = input.new_empty((N, 5 * H), dtype=_acc(input.dtype))
+    reserve_h = input.new_empty((N, R + (H if w_hr is not None else 0)))
+    return out, h0.new_empty(h0.shape), c0.new_empty(c0.shape), reserve, reserve_h
+
+
+@torch.library.register_fake("fastlayers::lstm_backward")
+def _lstm_backward_fake(grad_output, grad_h_n, grad_c_n, input, h0, c0, w_ih, w_hh, w_hr,
+                        batch_sizes, reserve, reserve_h, reverse=False, tf32=False,
+                        need_input=True, need_weights=True):
+    def like(t, need):
+        return t.new_empty(t.shape) if need else input.new_empty((0,))
+    return (like(input, need_input), h0.new_empty(h0.shape), c0.new_empty(c0.shape),
+            like(w_ih, need_weights), like(w_hh, need_weights),
+            input.new_empty((w_ih.shape[0],) if need_weights else (0,)),
+            like(w_hr, need_weights) if w_hr is not None else input.new_empty((0,)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd: lstm's backward is lstm_backward (not itself differentiable: no double backward, as
+# with nn.LSTM on cuDNN). The reserve outputs carry no gradient.
+
+
+def _setup_lstm(ctx, inputs, output):
+    input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse, tf32 = inputs
+    _, _, _, reserve, reserve_h = output
+    ctx.save_for_backward(input, h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve, reserve_h)
+    ctx.flags = (reverse, tf32, b_ih is not None, b_hh is not None)
+    ctx.mark_non_differentiable(reserve, reserve_h)
+
+
+def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h):
+    input, h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve, reserve_h = ctx.saved_tensors
+    reverse, tf32, has_b_ih, has_b_hh = ctx.flags
+    need = ctx.needs_input_grad
+    need_weights = any(need[3:8])
+    if g_out is None:
+        g_out = torch.zeros_like(input[..., :1]).expand(
+            *input.shape[:-1], w_hr.shape[0] if w_hr is not None else w_hh.shape[1])
+    gx, gh0, gc0, gw_ih, gw_hh, gb, gw_hr = torch.ops.fastlayers.lstm_backward(
+        g_out.contiguous(), g_h, g_c, input, h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve,
+        reserve_h, reverse, tf32, need[0], need_weights)
+    return (gx if need[0] else None, gh0 if need[1] else None, gc0 if need[2] else None,
+            gw_ih if need[3] else None, gw_hh if need[4] else None,
+            gb if has_b_ih and need[5] else None, gb if has_b_hh and need[6] else None,
+            gw_hr if w_hr is not None and need[7] else None, None, None, None)
+
+
+torch.library.register_autograd("fastlayers::lstm", _backward_lstm, setup_context=_setup_lstm)
