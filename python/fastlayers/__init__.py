@@ -1,13 +1,14 @@
-"""fastlayers: faster convolution layers for PyTorch, tuned per shape and per pass."""
+"""fastlayers: faster convolution and LSTM layers for PyTorch, tuned per shape and per pass."""
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C  # noqa: F401  (registers torch.ops.fastlayers.*)
 from ._version import __version__
 from . import algorithms, fbfft, lstm, ops, tuner, winograd
 from .nn import Conv1d, Conv2d, convert
+from .rnn import LSTM
 from .tuning import tune
 
-__all__ = ["Conv1d", "Conv2d", "convert", "tune", "algorithms", "fbfft", "lstm", "ops", "tuner", "winograd",
-           "with_cuda", "__version__"]
+__all__ = ["Conv1d", "Conv2d", "LSTM", "convert", "tune", "algorithms", "fbfft", "lstm", "ops",
+           "tuner", "winograd", "with_cuda", "__version__"]
 
 with_cuda = bool(getattr(_C, "with_cuda", False))

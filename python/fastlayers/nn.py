@@ -18,6 +18,7 @@ from . import _C, algorithms
 from . import tuner as _tuner
 from ._common import conv_tf32_allowed
 from .algorithms import NATIVE, Choice
+from .rnn import LSTM
 
 __all__ = ["Conv1d", "Conv2d", "convert", "tuned_layers"]
 
@@ -445,12 +446,12 @@ class Conv1d(_TunedConv, nn.Conv1d):
         return F.conv1d(x, w, b, 1, padding[1])
 
 
-_FASTLAYERS_CLASS = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d}
+_FASTLAYERS_CLASS = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.LSTM: LSTM}
 
 
 def convert(module: nn.Module) -> nn.Module:
-    """Turn every torch.nn.Conv1d and torch.nn.Conv2d in `module` (itself included) into a
-    fastlayers.Conv1d or Conv2d, in place (exact types: subclasses are left alone).
+    """Turn every torch.nn.Conv1d, torch.nn.Conv2d and torch.nn.LSTM in `module` (itself
+    included) into its fastlayers class, in place (exact types: subclasses are left alone).
 
     Parameters, buffers, hooks, device and dtype stay as they are (the objects are the same), so an
     optimizer built before the conversion keeps working. Returns `module`.

@@ -1,0 +1,135 @@
+"""fastlayers.LSTM: a drop-in torch.nn.LSTM (same constructor, parameters, initialisation,
+state_dict, inputs and outputs) whose layers run as fastlayers.lstm ops, one op call per layer
+and direction, the step loop in C++/CUDA.
+
+What runs is an algorithm choice per module: "fused" (the lstm ops) or "native" (nn.LSTM's own
+forward). The LSTM tuner is not built yet, so a module runs "native" unless
+``force_algorithm("fused")`` pins the ops (``fastlayers.tuner.report()`` lists the reason).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence
+
+from . import tuner as _tuner
+from .lstm import rnn_tf32_allowed
+
+__all__ = ["LSTM"]
+
+ALGORITHMS = ("native", "fused")
+_CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_CPU_DTYPES = (torch.float32, torch.float64)
+
+
+class LSTM(nn.LSTM):
+    """torch.nn.LSTM on fastlayers' lstm ops.
+
+    Every nn.LSTM configuration runs on them: layers, bidirectional, batch_first, dropout between
+    layers, proj_size, bias or not, unbatched input, PackedSequence (sorted or not; variable
+    lengths are handled inside the op), (h0, c0) given or not. Other devices and dtypes (CUDA:
+    fp32, fp64, fp16, bf16; CPU: fp32, fp64) run nn.LSTM's own forward. Gradients are not
+    differentiable again (no double backward), as with nn.LSTM on cuDNN.
+    """
+
+    _fl_forced: Optional[str] = None
+
+    def force_algorithm(self, algorithm: Optional[str]) -> "LSTM":
+        """Pins "fused" (fastlayers' ops) or "native" (nn.LSTM's forward); None: the default.
+        Returns the module."""
+        if algorithm is not None and algorithm not in ALGORITHMS:
+            raise ValueError(f"LSTM algorithm must be one of {ALGORITHMS} or None, got "
+                             f"{algorithm!r}")
+        self._fl_forced = algorithm
+        return self
+
+    def _fl_weights(self, layer: int, direction: int):
+        sfx = "_l%d%s" % (layer, "_reverse" if direction else "")
+        get = lambda name: getattr(self, name + sfx)  # noqa: E731
+        return (get("weight_ih"), get("weight_hh"),
+                get("bias_ih") if self.bias else None, get("bias_hh") if self.bias else None,
+                get("weight_hr") if self.proj_size > 0 else None)
+
+    def _fl_choice(self, data: torch.Tensor) -> str:
+        """"fused" or "native" for this input, with the reason recorded when native."""
+        dev = data.device.type
+        if data.dtype not in (_CUDA_DTYPES if dev == "cuda" else _CPU_DTYPES if dev == "cpu"
+                              else ()):
+            reason = "dtype %s on %s" % (data.dtype, dev)
+        elif dev == "cuda" and not _cuda_kernels():
+            reason = "fastlayers was built without the LSTM's CUDA kernels"
+        elif self._fl_forced is not None:
+            return self._fl_forced
+        else:
+            reason = "the LSTM's tuner is not built yet: force_algorithm('fused') runs the ops"
+        if not torch.compiler.is_compiling():
+            _tuner.note_fallback("lstm(%s)" % self.extra_repr(), reason)
+        return "native"
+
+    def forward(self, input, hx=None):
+        packed = isinstance(input, PackedSequence)
+        data = input.data if packed else input
+        if not isinstance(data, torch.Tensor) or self._fl_choice(data) == "native":
+            return super().forward(input, hx)
+        if packed:
+            data, batch_sizes, sorted_indices, unsorted_indices = input
+            batched = True
+            B = int(batch_sizes[0])
+        else:
+            if input.dim() not in (2, 3):
+                return super().forward(input, hx)  # nn.LSTM's own error
+            batch_sizes = sorted_indices = unsorted_indices = None
+            batched = input.dim() == 3
+            # nn.LSTM's view of the input (a batch of one when unbatched), then time-major
+            nn_input = input if batched else input.unsqueeze(0 if self.batch_first else 1)
+            data = nn_input.transpose(0, 1) if self.batch_first else nn_input
+            B = data.shape[1]
+        dirs = 2 if self.bidirectional else 1
+        R = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if hx is None:
+            zeros = lambda n: torch.zeros(self.num_layers * dirs, B, n, dtype=data.dtype,  # noqa
+                                          device=data.device)
+            hx = (zeros(R), zeros(self.hidden_size))
+        elif packed:
+            hx = self.permute_hidden(hx, sorted_indices)
+        else:
+            want = 3 if batched else 2
+            if hx[0].dim() != want or hx[1].dim() != want:
+                return super().forward(input, hx)  # nn.LSTM's own error
+            if not batched:
+                hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
+        if not packed:
+            self.check_forward_args(nn_input, hx, None)
+        h0, c0 = hx
+        tf32 = data.dtype == torch.float32 and data.is_cuda and rnn_tf32_allowed()
+        lstm = torch.ops.fastlayers.lstm
+        x = data if packed else data.contiguous()
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(dirs):
+                k = layer * dirs + d
+                y, h, c, _, _ = lstm(x, h0[k], c0[k], *self._fl_weights(layer, d), batch_sizes,
+                                     d == 1, tf32)
+                outs.append(y)
+                h_n.append(h)
+                c_n.append(c)
+            x = outs[0] if dirs == 1 else torch.cat(outs, -1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, True)
+        hidden = (torch.stack(h_n), torch.stack(c_n))
+        if packed:
+            return (PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices),
+                    self.permute_hidden(hidden, unsorted_indices))
+        if not batched:
+            return x.squeeze(1), (hidden[0].squeeze(1), hidden[1].squeeze(1))
+        return (x.transpose(0, 1) if self.batch_first else x), hidden
+
+
+def _cuda_kernels() -> bool:
+    """Whether this build has the LSTM's CUDA kernels."""
+    from . import _C
+    return bool(getattr(_C, "with_lstm_cuda", False))
