@@ -38,6 +38,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("acc_bytes"));
 #ifdef FASTLAYERS_WITH_CUDA
   m.attr("with_cuda") = true;
+  // The LSTM ops have CUDA kernels in this build (fastlayers.LSTM checks before using them).
+  m.attr("with_lstm_cuda") = true;
   m.def("cufft_plan_cache_size", &fastlayers::cufft_plans::cache_size);
   m.def("cufft_plan_cache_capacity", &fastlayers::cufft_plans::cache_capacity);
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);
@@ -45,6 +47,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cufft_version", &fastlayers::cufft_plans::library_version);
 #else
   m.attr("with_cuda") = false;
+  m.attr("with_lstm_cuda") = false;
 #endif
   auto testing = m.def_submodule("testing", "Test and benchmark hooks (not a stable API)");
   fastlayers::testing::bind(testing);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny run of every fastlayers CUDA kernel: the three FFT-convolution passes, the fbfft
-transforms and the Winograd passes (fp32, Winograd fp16 too; small shapes), checked against
-PyTorch on the CPU. Meant to run under
+transforms, the Winograd passes and the LSTM (fp32, Winograd and LSTM fp16 too; small shapes),
+checked against PyTorch on the CPU. Meant to run under
 compute-sanitizer (scripts/gpu-check: memcheck, initcheck, racecheck): it touches cuDNN nowhere,
 so the sanitizer sees only fastlayers' kernels, cuFFT and cuBLAS. The passes run through
 fastlayers._C.testing with the GEMMs' conjugate skip forced wherever the basis allows, and the
@@ -166,10 +166,58 @@ def winograd_cases(dev):
     return worst
 
 
+def lstm_cases(dev):
+    """The LSTM op forward and backward, padded and packed, both directions, with and without a
+    projection, fp32 and fp16, against the CPU op in float64 (itself checked against nn.LSTM by
+    tests/lstm)."""
+    worst = 0.0
+    g = torch.Generator().manual_seed(3)
+    fl = torch.ops.fastlayers
+    for T, B, I, H, R, lengths, reverse in ((4, 3, 5, 6, 0, None, False),
+                                            (5, 3, 4, 8, 3, (5, 3, 1), True),
+                                            (3, 2, 2, 4, 0, (3, 2), True),
+                                            (1, 1, 3, 5, 2, None, False)):
+        x = torch.randn(T, B, I, generator=g, dtype=torch.float64)
+        Rr = R or H
+        args = [torch.randn(B, Rr, generator=g, dtype=torch.float64),
+                torch.randn(B, H, generator=g, dtype=torch.float64),
+                torch.randn(4 * H, I, generator=g, dtype=torch.float64) * 0.5,
+                torch.randn(4 * H, Rr, generator=g, dtype=torch.float64) * 0.5,
+                torch.randn(4 * H, generator=g, dtype=torch.float64),
+                torch.randn(4 * H, generator=g, dtype=torch.float64),
+                torch.randn(R, H, generator=g, dtype=torch.float64) * 0.5 if R else None]
+        bs = None
+        if lengths is not None:
+            packed = torch.nn.utils.rnn.pack_padded_sequence(x, list(lengths))
+            x, bs = packed.data, packed.batch_sizes
+        ref = fl.lstm(x, *args, bs, reverse, False)
+        dy = torch.randn(ref[0].shape, generator=g, dtype=torch.float64)
+        dh = torch.randn(ref[1].shape, generator=g, dtype=torch.float64)
+        ref_g = fl.lstm_backward(dy, dh, None, x, args[0], args[1], args[2], args[3], args[6], bs,
+                                 ref[3], ref[4], reverse, False, True, True)
+        for dtype, bound in ((torch.float32, 1e-5), (torch.float16, 5e-2)):
+            cast = [a.to(dev, dtype) if a is not None else None for a in [x] + args]
+            out = fl.lstm(*cast, bs, reverse, False)
+            grads = fl.lstm_backward(dy.to(dev, dtype), dh.to(dev, dtype), None, cast[0], cast[1],
+                                     cast[2], cast[3], cast[4], cast[7], bs, out[3], out[4],
+                                     reverse, False, True, True)
+            for got, r in list(zip(out[:3], ref[:3])) + list(zip(grads, ref_g)):
+                if r.numel() == 0:
+                    continue
+                err = ((got.double().cpu() - r).norm() / r.norm()).item()
+                worst = max(worst, err / bound * 1e-5)
+                if err > bound:
+                    print("lstm T=%d B=%d H=%d R=%d %s: rel err %.2e > %.0e"
+                          % (T, B, H, R, dtype, err, bound), flush=True)
+        print("lstm T=%d B=%d I=%d H=%d R=%d lengths=%s reverse=%s: worst (scaled to fp32) so far "
+              "%.2e" % (T, B, I, H, R, lengths, reverse, worst), flush=True)
+    return worst
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--only", choices=("conv", "fbfft", "winograd"), default=None,
+    ap.add_argument("--only", choices=("conv", "fbfft", "winograd", "lstm"), default=None,
                     help="run one family of kernels")
     args = ap.parse_args()
     dev = args.device
@@ -207,6 +255,8 @@ def main():
         worst = max(worst, fbfft_cases(dev))
     if args.only in (None, "winograd"):
         worst = max(worst, winograd_cases(dev))
+    if args.only in (None, "lstm"):
+        worst = max(worst, lstm_cases(dev))
     ok = worst < 1e-5
     print("kernels_smoke on %s: worst relative error %.2e -> %s" % (dev, worst, "OK" if ok else "FAIL"))
     return 0 if ok else 1

@@ -1,0 +1,132 @@
+// CUDA host glue of the LSTM: tensors -> raw pointers, the current stream, PyTorch's cuBLAS
+// handle, a workspace from the caching allocator; the step geometry stays on the host.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../../cuda/lstm/lstm.h"
+#include "../common/cuda_types.h"
+#include "lstm.h"
+
+namespace fastlayers {
+namespace lstm_host {
+namespace {
+
+lstm::Steps steps_of(const Geometry& g, bool reverse) {
+  return {g.T, g.B, g.I, g.H, g.R, g.N, g.bs.data(), g.off.data(), g.proj, reverse};
+}
+
+Tensor contig(const Tensor& t) { return t.contiguous(); }
+std::optional<Tensor> contig(const OptTensor& t) {
+  return t.has_value() ? std::optional<Tensor>(t->contiguous()) : std::nullopt;
+}
+
+template <typename T, typename S>
+const T* cptr(const std::optional<Tensor>& t) {
+  return t.has_value() ? reinterpret_cast<const T*>(t->const_data_ptr<S>()) : nullptr;
+}
+template <typename T, typename S>
+const T* cptr(const Tensor& t) {
+  return reinterpret_cast<const T*>(t.const_data_ptr<S>());
+}
+template <typename T, typename S>
+T* mptr(Tensor& t) {
+  return reinterpret_cast<T*>(t.mutable_data_ptr<S>());
+}
+
+Tensor workspace(size_t bytes, const Tensor& like) {
+  return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+}
+
+Outputs forward(const Tensor& input_in, const Tensor& h0_in, const Tensor& c0_in,
+                const Tensor& w_ih_in, const Tensor& w_hh_in, const OptTensor& b_ih_in,
+                const OptTensor& b_hh_in, const OptTensor& w_hr_in,
+                const OptTensor& batch_sizes, bool reverse, bool tf32) {
+  const Geometry g = check("lstm", input_in, h0_in, c0_in, w_ih_in, w_hh_in, b_ih_in, b_hh_in,
+                           w_hr_in, batch_sizes);
+  c10::cuda::CUDAGuard guard(input_in.device());
+  const auto input = contig(input_in), h0 = contig(h0_in), c0 = contig(c0_in);
+  const auto w_ih = contig(w_ih_in), w_hh = contig(w_hh_in);
+  const auto b_ih = contig(b_ih_in), b_hh = contig(b_hh_in), w_hr = contig(w_hr_in);
+  const auto opts = input.options();
+  const auto acc_opts = opts.dtype(acc_type(input.scalar_type()));
+  auto out = at::empty(g.packed ? std::vector<int64_t>{g.N, g.R}
+                                : std::vector<int64_t>{g.T, g.B, g.R}, opts);
+  auto h_n = at::empty({g.B, g.R}, opts), c_n = at::empty({g.B, g.H}, opts);
+  auto reserve = at::empty({g.N, g.reserve_cols()}, acc_opts);
+  auto reserve_h = at::empty({g.N, g.reserve_h_cols()}, opts);
+  const lstm::Steps s = steps_of(g, reverse);
+  const int a_bytes = input.scalar_type() == at::kDouble ? 8 : 4;
+  const size_t ws_bytes = lstm::forward_workspace(s, static_cast<int>(input.element_size()),
+                                                  a_bytes);
+  auto ws = workspace(ws_bytes, input);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lstm_cuda", [&] {
+    using T = typename DeviceType<scalar_t>::type;
+    lstm::forward<T>(s, cptr<T, scalar_t>(input), cptr<T, scalar_t>(h0), cptr<T, scalar_t>(c0),
+                     cptr<T, scalar_t>(w_ih), cptr<T, scalar_t>(w_hh), cptr<T, scalar_t>(b_ih),
+                     cptr<T, scalar_t>(b_hh), cptr<T, scalar_t>(w_hr), mptr<T, scalar_t>(out),
+                     mptr<T, scalar_t>(h_n), mptr<T, scalar_t>(c_n), reserve.mutable_data_ptr(),
+                     mptr<T, scalar_t>(reserve_h), ws.mutable_data_ptr(), ws_bytes, stream, blas,
+                     tf32);
+  });
+  return {out, h_n, c_n, reserve, reserve_h};
+}
+
+Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
+               const OptTensor& grad_c_n_in, const Tensor& input_in, const Tensor& h0,
+               const Tensor& c0, const Tensor& w_ih_in, const Tensor& w_hh_in,
+               const OptTensor& w_hr_in, const OptTensor& batch_sizes, const Tensor& reserve_in,
+               const Tensor& reserve_h_in, bool reverse, bool tf32, bool need_input,
+               bool need_weights) {
+  const Geometry g = check("lstm_backward", input_in, h0, c0, w_ih_in, w_hh_in, std::nullopt,
+                           std::nullopt, w_hr_in, batch_sizes);
+  check_backward(g, input_in, grad_output_in, grad_h_n_in, grad_c_n_in, reserve_in,
+                 reserve_h_in);
+  c10::cuda::CUDAGuard guard(input_in.device());
+  const auto dy = contig(grad_output_in), input = contig(input_in), w_ih = contig(w_ih_in),
+             w_hh = contig(w_hh_in), reserve = contig(reserve_in),
+             reserve_h = contig(reserve_h_in);
+  const auto dh_n = contig(grad_h_n_in), dc_n = contig(grad_c_n_in), w_hr = contig(w_hr_in);
+  const auto opts = input.options();
+  auto none = at::empty({0}, opts);
+  auto dx = need_input ? at::empty_like(input) : none;
+  auto dh0 = at::empty({g.B, g.R}, opts), dc0 = at::empty({g.B, g.H}, opts);
+  auto dw_ih = need_weights ? at::empty({4 * g.H, g.I}, opts) : none;
+  auto dw_hh = need_weights ? at::empty({4 * g.H, g.R}, opts) : none;
+  auto db = need_weights ? at::empty({4 * g.H}, opts) : none;
+  auto dw_hr = need_weights && g.proj ? at::empty({g.R, g.H}, opts) : none;
+  const lstm::Steps s = steps_of(g, reverse);
+  const int a_bytes = input.scalar_type() == at::kDouble ? 8 : 4;
+  const size_t ws_bytes = lstm::backward_workspace(s, static_cast<int>(input.element_size()),
+                                                   a_bytes);
+  auto ws = workspace(ws_bytes, input);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lstm_backward_cuda", [&] {
+    using T = typename DeviceType<scalar_t>::type;
+    lstm::backward<T>(s, cptr<T, scalar_t>(dy), cptr<T, scalar_t>(dh_n), cptr<T, scalar_t>(dc_n),
+                      cptr<T, scalar_t>(input), cptr<T, scalar_t>(w_ih), cptr<T, scalar_t>(w_hh),
+                      cptr<T, scalar_t>(w_hr), reserve.const_data_ptr(),
+                      cptr<T, scalar_t>(reserve_h), need_input ? mptr<T, scalar_t>(dx) : nullptr,
+                      mptr<T, scalar_t>(dh0), mptr<T, scalar_t>(dc0), need_weights,
+                      need_weights ? mptr<T, scalar_t>(dw_ih) : nullptr,
+                      need_weights ? mptr<T, scalar_t>(dw_hh) : nullptr,
+                      need_weights ? mptr<T, scalar_t>(db) : nullptr,
+                      need_weights && g.proj ? mptr<T, scalar_t>(dw_hr) : nullptr,
+                      ws.mutable_data_ptr(), ws_bytes, stream, blas, tf32);
+  });
+  return {dx, dh0, dc0, dw_ih, dw_hh, db, dw_hr};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
+  m.impl("lstm", &forward);
+  m.impl("lstm_backward", &backward);
+}
+
+}  // namespace lstm_host
+}  // namespace fastlayers

@@ -1,0 +1,59 @@
+// The LSTM, one layer and one direction over a sequence, framework-free: raw pointers, the step
+// geometry on the host, a stream, a cuBLAS handle and a caller-provided workspace.
+//
+// The recipe of NVIDIA's "Optimizing Recurrent Neural Networks in cuDNN 5": the input GEMM of
+// every step in one call before the recurrence, one GEMM per step for all four gates, one fused
+// point-wise kernel per step (which also saves what the backward reads); backward: one fused
+// point-wise kernel and one GEMM per step, then the input gradient and each weight gradient as
+// one GEMM over every step.
+//
+// Layout (row-major, every tensor contiguous): rows of the input are [N, I] with step t's
+// bs[t] rows at off[t] (a padded [T, B, I] input is bs[t] = B, off[t] = t B); active rows of a
+// step are the first bs[t] of the state (non-increasing bs: PackedSequence's order).
+//   x [N, I]   h0 [B, R]   c0 [B, H]   w_ih [4H, I]   w_hh [4H, R]   b_ih, b_hh [4H] or null
+//   w_hr [R, H] or null (R = H without)   out [N, R]   h_n [B, R]   c_n [B, H]
+//   reserve [N, 5H] (accumulation type A: i, f, g, o, c_{t-1})
+//   reserve_h [N, R + (w_hr ? H : 0)] (T: h_{t-1}, o tanh(c_t))
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fastlayers {
+namespace lstm {
+
+struct Steps {
+  int64_t T, B, I, H, R, N;
+  const int64_t* bs;   // [T] on the host
+  const int64_t* off;  // [T] on the host
+  bool proj;
+  bool reverse;        // run time steps T-1 .. 0
+};
+
+// Workspace bytes of forward() and backward() for storage type size `t_bytes` and accumulation
+// type size `a_bytes`.
+size_t forward_workspace(const Steps& s, int t_bytes, int a_bytes);
+size_t backward_workspace(const Steps& s, int t_bytes, int a_bytes);
+
+// T: float, double, __half, __nv_bfloat16; A: float (double for double).
+template <typename T>
+void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih, const T* w_hh,
+             const T* b_ih, const T* b_hh, const T* w_hr, T* out, T* h_n, T* c_n, void* reserve,
+             T* reserve_h, void* workspace, size_t workspace_size, cudaStream_t stream,
+             cublasHandle_t blas, bool tf32);
+
+// dy [N, R]; dh_n [B, R], dc_n [B, H] or null (zero). Outputs: dx [N, I] (null: not computed),
+// dh0 [B, R], dc0 [B, H], and with `weights`: dw_ih [4H, I], dw_hh [4H, R], db [4H] (the
+// gradient of b_ih and of b_hh alike), dw_hr [R, H] (null without a projection).
+template <typename T>
+void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T* x,
+              const T* w_ih, const T* w_hh, const T* w_hr, const void* reserve,
+              const T* reserve_h, T* dx, T* dh0, T* dc0, bool weights, T* dw_ih, T* dw_hh, T* db,
+              T* dw_hr, void* workspace, size_t workspace_size, cudaStream_t stream,
+              cublasHandle_t blas, bool tf32);
+
+}  // namespace lstm
+}  // namespace fastlayers

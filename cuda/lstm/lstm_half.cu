@@ -1,0 +1,11 @@
+// The LSTM's drivers for float16 and bfloat16 storage (sequence.cuh).
+#include "sequence.cuh"
+
+namespace fastlayers {
+namespace lstm {
+
+FL_LSTM_INSTANTIATE(__half)
+FL_LSTM_INSTANTIATE(__nv_bfloat16)
+
+}  // namespace lstm
+}  // namespace fastlayers

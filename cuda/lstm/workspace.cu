@@ -1,0 +1,26 @@
+// Workspace sizes of the LSTM's drivers (sequence.cuh's carving, in the same order).
+#include "lstm.h"
+
+namespace fastlayers {
+namespace lstm {
+namespace {
+
+size_t piece(int64_t count, int bytes) {
+  return (static_cast<size_t>(count) * bytes + 255) & ~size_t{255};
+}
+
+}  // namespace
+
+size_t forward_workspace(const Steps& s, int t_bytes, int a_bytes) {
+  return piece(s.N * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.B * s.R, t_bytes) +
+         (s.proj ? piece(s.B * s.H, t_bytes) : 0);
+}
+
+size_t backward_workspace(const Steps& s, int t_bytes, int a_bytes) {
+  return piece(s.B * s.R, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.N * 4 * s.H, t_bytes) +
+         piece(s.N, t_bytes) +
+         (s.proj ? piece(s.N * s.R, t_bytes) + piece(s.B * s.H, a_bytes) : 0);
+}
+
+}  // namespace lstm
+}  // namespace fastlayers
