@@ -66,50 +66,59 @@ IntDims int_dims(const Dims& d, int64_t batch) {
           as_int(batch, "GEMM batch")};
 }
 
-// Runs `call` (returning a cublasStatus_t) with the handle pinned as gemm.h says.
-template <typename Call>
-void pinned(cublasHandle_t blas, cudaStream_t stream, Call&& call) {
-  cublasMath_t old_math;
-  cublasPointerMode_t old_ptr;
-  FL_CUBLAS_CHECK(cublasGetMathMode(blas, &old_math));
-  FL_CUBLAS_CHECK(cublasGetPointerMode(blas, &old_ptr));
-  cudaStream_t current = nullptr;
-  FL_CUBLAS_CHECK(cublasGetStream(blas, &current));
-  if (current != stream) FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
-  FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
-  FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-  const cublasStatus_t st = call();
-  cublasSetMathMode(blas, old_math);
-  cublasSetPointerMode(blas, old_ptr);
-  FL_CUBLAS_CHECK(st);
-}
-
-}  // namespace
-
-void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
-                     const Dims& d, const void* A, int64_t stride_a, const void* B,
-                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
-  strided_batched(blas, stream, type, type, tf32, d, A, stride_a, B, stride_b, C, stride_c, batch,
-                  scale);
-}
-
-void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, Type c_type, bool tf32,
-                     const Dims& d, const void* A, int64_t stride_a, const void* B,
-                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
+// The GEMM of strided_batched on a handle already pinned.
+cublasStatus_t strided_call(cublasHandle_t blas, Type type, Type c_type, bool tf32, const Dims& d,
+                            const void* A, int64_t stride_a, const void* B, int64_t stride_b,
+                            void* C, int64_t stride_c, int64_t batch, Scale scale) {
   const bool half_into_float =
       (type == Type::F16 || type == Type::BF16) && c_type == Type::F32;
   if (c_type != type && !half_into_float)
     throw std::runtime_error("fastlayers: GEMM result type must be the operands' or F32 from "
                              "F16/BF16 operands");
   const IntDims i = int_dims(d, batch);
-  const cudaDataType dt = data_type(type), ct_c = data_type(c_type);
-  const cublasComputeType_t ct = compute_type(type, tf32);
   const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
-  pinned(blas, stream, [&] {
-    return cublasGemmStridedBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda,
-                                      stride_a, B, dt, i.ldb, stride_b, &beta, C, ct_c, i.ldc,
-                                      stride_c, i.batch, ct, CUBLAS_GEMM_DEFAULT);
-  });
+  return cublasGemmStridedBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A,
+                                    data_type(type), i.lda, stride_a, B, data_type(type), i.ldb,
+                                    stride_b, &beta, C, data_type(c_type), i.ldc, stride_c,
+                                    i.batch, compute_type(type, tf32), CUBLAS_GEMM_DEFAULT);
+}
+
+}  // namespace
+
+Pinned::Pinned(cublasHandle_t blas, cudaStream_t stream) : blas_(blas) {
+  FL_CUBLAS_CHECK(cublasGetMathMode(blas, &old_math_));
+  FL_CUBLAS_CHECK(cublasGetPointerMode(blas, &old_ptr_));
+  cudaStream_t current = nullptr;
+  FL_CUBLAS_CHECK(cublasGetStream(blas, &current));
+  if (current != stream) FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  FL_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+  FL_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
+}
+
+Pinned::~Pinned() {
+  cublasSetMathMode(blas_, old_math_);
+  cublasSetPointerMode(blas_, old_ptr_);
+}
+
+void Pinned::strided_batched(Type type, Type c_type, bool tf32, const Dims& d, const void* A,
+                             int64_t stride_a, const void* B, int64_t stride_b, void* C,
+                             int64_t stride_c, int64_t batch, Scale scale) const {
+  FL_CUBLAS_CHECK(strided_call(blas_, type, c_type, tf32, d, A, stride_a, B, stride_b, C,
+                               stride_c, batch, scale));
+}
+
+void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
+                     const Dims& d, const void* A, int64_t stride_a, const void* B,
+                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
+  Pinned(blas, stream).strided_batched(type, type, tf32, d, A, stride_a, B, stride_b, C,
+                                       stride_c, batch, scale);
+}
+
+void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, Type c_type, bool tf32,
+                     const Dims& d, const void* A, int64_t stride_a, const void* B,
+                     int64_t stride_b, void* C, int64_t stride_c, int64_t batch, Scale scale) {
+  Pinned(blas, stream).strided_batched(type, c_type, tf32, d, A, stride_a, B, stride_b, C,
+                                       stride_c, batch, scale);
 }
 
 void pointer_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
@@ -119,10 +128,10 @@ void pointer_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool t
   const cudaDataType dt = data_type(type);
   const cublasComputeType_t ct = compute_type(type, tf32);
   const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
-  pinned(blas, stream, [&] {
-    return cublasGemmBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda, B, dt,
-                               i.ldb, &beta, C, dt, i.ldc, i.batch, ct, CUBLAS_GEMM_DEFAULT);
-  });
+  Pinned pin(blas, stream);
+  FL_CUBLAS_CHECK(cublasGemmBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda,
+                                      B, dt, i.ldb, &beta, C, dt, i.ldc, i.batch, ct,
+                                      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace gemm

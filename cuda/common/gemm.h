@@ -47,6 +47,26 @@ void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, Type c
                      int64_t stride_b, void* C, int64_t stride_c, int64_t batch,
                      Scale scale = {});
 
+// The handle pinned once for a run of GEMMs (an LSTM's step loop): the calls above pin and
+// restore the handle's modes around every GEMM, a few cuBLAS calls of host time each; these do it
+// once, in the constructor and the destructor.
+class Pinned {
+ public:
+  Pinned(cublasHandle_t blas, cudaStream_t stream);
+  ~Pinned();
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  // As the free function of the same name, on the pinned handle.
+  void strided_batched(Type type, Type c_type, bool tf32, const Dims& d, const void* A,
+                       int64_t stride_a, const void* B, int64_t stride_b, void* C,
+                       int64_t stride_c, int64_t batch, Scale scale = {}) const;
+
+ private:
+  cublasHandle_t blas_;
+  cublasMath_t old_math_;
+  cublasPointerMode_t old_ptr_;
+};
+
 // A_i = A[i], B_i = B[i], C_i = C[i]: arrays of `batch` pointers in device memory.
 void pointer_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
                      const Dims& d, const void* const* A, const void* const* B, void* const* C,

@@ -50,16 +50,16 @@ class Carve {
   size_t used_ = 0;
 };
 
-// C [m, n] (column-major, ld ldc) = op_a(A) op_b(B) (+ C with beta 1), one GEMM: operands of type
-// `ab`, result of type `c`.
-inline void gemm1(cublasHandle_t blas, cudaStream_t stream, gemm::Type ab, gemm::Type c, bool tf32,
+// C [m, n] (column-major, ld ldc) = op_a(A) op_b(B) (+ C with beta 1), one GEMM on the handle
+// pinned for the whole sequence: operands of type `ab`, result of type `c`.
+inline void gemm1(const gemm::Pinned& blas, gemm::Type ab, gemm::Type c, bool tf32,
                   cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
                   const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc,
                   double beta = 0) {
   gemm::Scale scale;
   scale.beta = beta;
-  gemm::strided_batched(blas, stream, ab, c, tf32, gemm::Dims{op_a, op_b, m, n, k, lda, ldb, ldc},
-                        A, 0, B, 0, C, 0, 1, scale);
+  blas.strided_batched(ab, c, tf32, gemm::Dims{op_a, op_b, m, n, k, lda, ldb, ldc}, A, 0, B, 0,
+                       C, 0, 1, scale);
 }
 
 template <typename From, typename To>
@@ -81,6 +81,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
     throw std::invalid_argument("fastlayers: LSTM forward workspace too small");
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
   Carve ws(workspace);
+  const gemm::Pinned pin(blas, stream);
   A* xp = ws.take<A>(s.N * 4 * H);
   A* c = ws.take<A>(s.B * H);
   T* h = ws.take<T>(s.B * R);
@@ -90,7 +91,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
   // The input GEMM of every step: xp [N, 4H] = x [N, I] w_ih^T.
   if (s.N > 0) {
     if (s.I > 0) {
-      gemm1(blas, stream, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih,
+      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih,
             s.I, x, s.I, xp, 4 * H);
     } else {
       FL_CUDA_CHECK(cudaMemsetAsync(xp, 0, sizeof(A) * s.N * 4 * H, stream));
@@ -105,7 +106,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
     A* pre = xp + o * 4 * H;
     // pre [n, 4H] += h [n, R] w_hh^T
     if (R > 0)
-      gemm1(blas, stream, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R,
+      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R,
             h, R, pre, 4 * H, 1.0);
     cell_forward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
         n, H, R, pre, b_ih, b_hh, c, h, out + o * R, htil, reserve + o * 5 * H,
@@ -113,7 +114,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
     FL_LAUNCH_CHECK();
     if (s.proj) {
       // h [n, R] = htil [n, H] w_hr^T, then the step's output rows
-      gemm1(blas, stream, G::store, G::store, tf32, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H,
+      gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H,
             htil, H, h, R);
       FL_CUDA_CHECK(cudaMemcpyAsync(out + o * R, h, sizeof(T) * n * R, cudaMemcpyDeviceToDevice,
                                     stream));
@@ -139,6 +140,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
     throw std::invalid_argument("fastlayers: LSTM backward workspace too small");
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
   Carve ws(workspace);
+  const gemm::Pinned pin(blas, stream);
   A* dh = ws.take<A>(s.B * R);
   A* dc = ws.take<A>(s.B * H);
   T* dgates = ws.take<T>(s.N * 4 * H);
@@ -156,7 +158,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
       add_rows<T><<<blocks_for(n * R), kThreads, 0, stream>>>(n * R, dy + o * R, dh,
                                                              dhn + o * R);
       FL_LAUNCH_CHECK();
-      gemm1(blas, stream, G::store, G::acc, tf32, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H,
+      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H,
             dhn + o * R, R, dhtil, H);
     }
     cell_backward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
@@ -164,7 +166,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
     FL_LAUNCH_CHECK();
     // dh [n, R] = dgates [n, 4H] w_hh
     if (R > 0)
-      gemm1(blas, stream, G::store, G::acc, tf32, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R,
+      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R,
             dgates + o * 4 * H, 4 * H, dh, R);
   }
   convert_n<A, T>(s.B * R, dh, dh0, stream);
@@ -172,7 +174,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
   const bool rows = s.N > 0;
   if (dx != nullptr && s.I > 0) {  // dx [N, I] = dgates [N, 4H] w_ih
     if (rows)
-      gemm1(blas, stream, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, s.I, s.N, 4 * H,
+      gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, s.I, s.N, 4 * H,
             w_ih, s.I, dgates, 4 * H, dx, s.I);
   }
   if (!weights) return;
@@ -185,17 +187,17 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
   }
   // dw_ih [4H, I] = dgates^T x;  dw_hh [4H, R] = dgates^T h_{t-1};  db [4H] = dgates^T 1
   if (s.I > 0)
-    gemm1(blas, stream, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, s.I, 4 * H, s.N, x,
+    gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, s.I, 4 * H, s.N, x,
           s.I, dgates, 4 * H, dw_ih, s.I);
   if (R > 0)
-    gemm1(blas, stream, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, R, 4 * H, s.N,
+    gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, R, 4 * H, s.N,
           reserve_h, rh_cols, dgates, 4 * H, dw_hh, R);
   fill_ones<T><<<blocks_for(s.N), kThreads, 0, stream>>>(s.N, ones);
   FL_LAUNCH_CHECK();
-  gemm1(blas, stream, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, 4 * H, 1, s.N, dgates,
+  gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, 4 * H, 1, s.N, dgates,
         4 * H, ones, s.N, db, 4 * H);
   if (s.proj)  // dw_hr [R, H] = dhn^T (o tanh(c))
-    gemm1(blas, stream, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, H, R, s.N,
+    gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, H, R, s.N,
           reserve_h + R, rh_cols, dhn, R, dw_hr, H);
 }
 
