@@ -1,10 +1,12 @@
 """fastlayers.LSTM: a drop-in torch.nn.LSTM (same constructor, parameters, initialisation,
-state_dict, inputs and outputs) whose layers run as fastlayers.lstm ops, one op call per layer
+state_dict, inputs and outputs; an nn.RNNBase, not an nn.LSTM instance, so that torch.compile
+traces it) whose layers run as fastlayers.lstm ops, one op call per layer
 and direction, the step loop in C++/CUDA.
 
-What runs is an algorithm choice per module: "fused" (the lstm ops) or "native" (nn.LSTM's own
-forward). The LSTM tuner is not built yet, so a module runs "native" unless
-``force_algorithm("fused")`` pins the ops (``fastlayers.tuner.report()`` lists the reason).
+What runs is an algorithm choice per input signature: "fused" (the lstm ops) or "native"
+(nn.LSTM's own forward), from the tuner (pass "training" when gradients are needed, else
+"forward"; measured on CUDA, or on CPU with FASTLAYERS_TUNE_CPU=1), unless ``force_algorithm``
+pins one. ``fastlayers.tuner.report()`` shows every decision with its reason.
 """
 from __future__ import annotations
 
@@ -25,8 +27,12 @@ _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
 
 
-class LSTM(nn.LSTM):
+class LSTM(nn.RNNBase):
     """torch.nn.LSTM on fastlayers' lstm ops.
+
+    It is an nn.RNNBase in LSTM mode, with nn.LSTM's own methods, but not an nn.LSTM instance:
+    torch.compile refuses to trace any nn.LSTM instance (subclasses included), and this module
+    is meant to compile with no graph break.
 
     Every nn.LSTM configuration runs on them: layers, bidirectional, batch_first, dropout between
     layers, proj_size, bias or not, unbatched input, PackedSequence (sorted or not; variable
@@ -36,6 +42,16 @@ class LSTM(nn.LSTM):
     """
 
     _fl_forced: Optional[str] = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__("LSTM", *args, **kwargs)
+
+    # nn.LSTM's own: the cell state's shape, the checks of (h0, c0), their permutation for
+    # unsorted PackedSequences, and its forward (the native path).
+    get_expected_cell_size = nn.LSTM.get_expected_cell_size
+    check_forward_args = nn.LSTM.check_forward_args
+    permute_hidden = nn.LSTM.permute_hidden
+    _native_forward = nn.LSTM.forward
 
     def force_algorithm(self, algorithm: Optional[str]) -> "LSTM":
         """Pins "fused" (fastlayers' ops) or "native" (nn.LSTM's forward); None: the default.
@@ -53,8 +69,10 @@ class LSTM(nn.LSTM):
                 get("bias_ih") if self.bias else None, get("bias_hh") if self.bias else None,
                 get("weight_hr") if self.proj_size > 0 else None)
 
-    def _fl_choice(self, data: torch.Tensor) -> str:
-        """"fused" or "native" for this input, with the reason recorded when native."""
+    def _fl_choice(self, data: torch.Tensor, T: int, B: int, packed: bool, training: bool) -> str:
+        """"fused" or "native" for this input: the pinned algorithm, else the tuner's (a pass
+        "training" when gradients are needed, else "forward"); a layer the ops cannot serve runs
+        native, recorded with the reason."""
         dev = data.device.type
         if data.dtype not in (_CUDA_DTYPES if dev == "cuda" else _CPU_DTYPES if dev == "cpu"
                               else ()):
@@ -64,7 +82,12 @@ class LSTM(nn.LSTM):
         elif self._fl_forced is not None:
             return self._fl_forced
         else:
-            reason = "the LSTM's tuner is not built yet: force_algorithm('fused') runs the ops"
+            tf32 = data.dtype == torch.float32 and dev == "cuda" and rnn_tf32_allowed()
+            config = (self.input_size, self.hidden_size, self.proj_size, self.num_layers,
+                      self.bidirectional, self.bias)
+            return _choose(config, int(T), int(B), data.dtype, data.device, packed, tf32,
+                           torch.are_deterministic_algorithms_enabled(),
+                           "training" if training else "forward")
         if not torch.compiler.is_compiling():
             _tuner.note_fallback("lstm(%s)" % self.extra_repr(), reason)
         return "native"
@@ -72,21 +95,24 @@ class LSTM(nn.LSTM):
     def forward(self, input, hx=None):
         packed = isinstance(input, PackedSequence)
         data = input.data if packed else input
-        if not isinstance(data, torch.Tensor) or self._fl_choice(data) == "native":
-            return super().forward(input, hx)
+        if not isinstance(data, torch.Tensor) or (not packed and input.dim() not in (2, 3)):
+            return self._native_forward(input, hx)  # nn.LSTM's own error
         if packed:
             data, batch_sizes, sorted_indices, unsorted_indices = input
             batched = True
-            B = int(batch_sizes[0])
+            T, B = len(batch_sizes), int(batch_sizes[0])
         else:
-            if input.dim() not in (2, 3):
-                return super().forward(input, hx)  # nn.LSTM's own error
             batch_sizes = sorted_indices = unsorted_indices = None
             batched = input.dim() == 3
             # nn.LSTM's view of the input (a batch of one when unbatched), then time-major
             nn_input = input if batched else input.unsqueeze(0 if self.batch_first else 1)
             data = nn_input.transpose(0, 1) if self.batch_first else nn_input
-            B = data.shape[1]
+            T, B = data.shape[0], data.shape[1]
+        training = torch.is_grad_enabled() and (
+            data.requires_grad or any(p.requires_grad for p in self.parameters()) or (
+                hx is not None and (hx[0].requires_grad or hx[1].requires_grad)))
+        if self._fl_choice(data, T, B, packed, training) == "native":
+            return self._native_forward(input, hx)
         dirs = 2 if self.bidirectional else 1
         R = self.proj_size if self.proj_size > 0 else self.hidden_size
         if hx is None:
@@ -98,7 +124,7 @@ class LSTM(nn.LSTM):
         else:
             want = 3 if batched else 2
             if hx[0].dim() != want or hx[1].dim() != want:
-                return super().forward(input, hx)  # nn.LSTM's own error
+                return self._native_forward(input, hx)  # nn.LSTM's own error
             if not batched:
                 hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
         if not packed:
@@ -127,6 +153,16 @@ class LSTM(nn.LSTM):
         if not batched:
             return x.squeeze(1), (hidden[0].squeeze(1), hidden[1].squeeze(1))
         return (x.transpose(0, 1) if self.batch_first else x), hidden
+
+
+# Runs as Python when a graph is traced; its result enters the graph as a constant.
+@torch.compiler.assume_constant_result
+def _choose(config, T, B, dtype, device, packed, tf32, deterministic, pass_) -> str:
+    """The tuner's label for an LSTM stack of `config` (input_size, hidden_size, proj_size,
+    num_layers, bidirectional, bias) on this input signature."""
+    from .tuner.lstm import LstmProblem, choose_lstm
+    p = LstmProblem.of(config, T, B, dtype, device, packed, tf32, deterministic)
+    return choose_lstm(p, pass_, device)
 
 
 def _cuda_kernels() -> bool:

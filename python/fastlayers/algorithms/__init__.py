@@ -7,23 +7,24 @@ through it.
     y = conv2d_call(c, "forward", padding=(1, 1), tf32=False)(x, w, b, None)
     check_fits(c, problem, "forward")  # ValueError when c cannot serve that shape and pass
 
-A family (native.py, fft.py, winograd.py) answers everything about its labels: parsing,
+A family (native.py, fft.py, winograd.py, lstm.py) answers everything about its labels: parsing,
 candidates, whether a choice fits a problem, calls, workspace, description, determinism and
 whether it is transform-based. Adding one is a new module here and one ``register`` call below.
 """
-from . import fft, native, winograd
+from . import fft, lstm, native, winograd
 from .fft import FftParams
 from .native import NATIVE
-from .registry import (CONV2D_PASSES, Choice, Family, candidates, check_fits, conv2d_call,
-                       conv2d_grads, describe, deterministic, families, fits, parse, register,
-                       unregister, workspace_bytes)
+from .registry import (CONV2D_PASSES, LSTM_PASSES, PASSES, Choice, Family, candidates,
+                       check_fits, conv2d_call, conv2d_grads, describe, deterministic, families,
+                       fits, parse, register, unregister, workspace_bytes)
 
 __all__ = [
-    "Choice", "Family", "FftParams", "NATIVE", "CONV2D_PASSES", "parse", "register",
-    "unregister", "families", "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads",
+    "Choice", "Family", "FftParams", "NATIVE", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse",
+    "register", "unregister", "families", "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads",
     "workspace_bytes", "describe", "deterministic",
 ]
 
 register(native.FAMILY)  # first: the baseline leads every candidate list
 register(fft.FAMILY)
 register(winograd.FAMILY)
+register(lstm.FAMILY)

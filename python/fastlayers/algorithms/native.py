@@ -1,5 +1,5 @@
-"""``native``: PyTorch's own convolution (cuDNN on CUDA), the baseline every other candidate must
-beat. Its label has no parameters."""
+"""``native``: PyTorch's own layer (cuDNN's convolution or RNN on CUDA), the baseline every other
+candidate must beat. Its label has no parameters."""
 from __future__ import annotations
 
 import torch
@@ -10,7 +10,7 @@ from .registry import Choice, Family
 
 class Native(Family):
     names = ("native",)
-    kinds = ("conv2d",)
+    kinds = ("conv2d", "lstm")
     keeps_input_layout = True
 
     def parse(self, name, params, label):

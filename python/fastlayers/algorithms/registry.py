@@ -18,13 +18,18 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 
 __all__ = [
-    "Choice", "Family", "CONV2D_PASSES", "parse", "register", "unregister", "families",
+    "Choice", "Family", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse", "register", "unregister", "families",
     "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "workspace_bytes",
     "describe", "deterministic",
 ]
 
 # The passes of a convolution, each its own op and its own choice.
 CONV2D_PASSES = ("forward", "input_grad", "weight_grad")
+# What one choice of an LSTM layer stack serves: its forward alone (no gradient needed), or its
+# forward and backward together (a backward reads what its own forward saved).
+LSTM_PASSES = ("forward", "training")
+# The passes of each layer kind.
+PASSES = {"conv2d": CONV2D_PASSES, "lstm": LSTM_PASSES}
 
 # fn(x, w, b, gy) -> Tensor: forward reads x, w, b; input_grad gy, w (x for its shape); weight_grad
 # gy, x (w for its shape).
@@ -210,8 +215,9 @@ def fits(choice: Union[Choice, str], problem, pass_: str) -> Optional[str]:
     (a basis too small for the shape, say). ValueError for a label no family knows or a bad
     pass."""
     choice = parse(choice)
-    if pass_ not in CONV2D_PASSES:
-        raise ValueError(f"pass must be one of {CONV2D_PASSES}, got {pass_!r}")
+    passes = PASSES.get(problem.kind, ())
+    if pass_ not in passes:
+        raise ValueError(f"pass must be one of {passes}, got {pass_!r}")
     family = _family(choice)
     if problem.kind not in family.kinds:
         return "%s does not serve %s layers" % (choice.family, problem.kind)

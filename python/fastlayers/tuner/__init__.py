@@ -6,8 +6,8 @@ choosing a cached decision costs a dictionary look-up.
 
 Parts: state.py (mode, budget, bounds), cache.py (the file), measure.py (accuracy guard, timers,
 budget loop), decide.py (memory, file, measuring or the heuristic), records.py (forced choices,
-fallbacks, decisions(), report()), and one module per layer kind (conv2d.py: its problem,
-inputs, reference and candidates).
+fallbacks, decisions(), report()), and one module per layer kind (conv2d.py, lstm.py: its
+problem, inputs, reference and candidates).
 
 Environment:
   FASTLAYERS_TUNER_MODE       ``tune`` (measure on first sight; default), ``cache`` (use cached
@@ -28,6 +28,7 @@ Environment:
 from .cache import FORMAT, cache_file
 from .conv2d import PASSES, ConvProblem, candidates_conv2d, choose_conv2d
 from .decide import Decision, observing
+from .lstm import LstmProblem, candidates_lstm, choose_lstm
 from .measure import ERROR_FLOOR, WIN_MARGIN, error_floor
 from .records import clear, decisions, note_fallback, record_forced, report
 from .state import (MODES, _state, generation, get_mode, mode, set_budget, set_mode,
@@ -35,7 +36,7 @@ from .state import (MODES, _state, generation, get_mode, mode, set_budget, set_m
                     workspace_limit)
 
 __all__ = [
-    "ConvProblem", "Decision", "PASSES", "FORMAT", "MODES", "ERROR_FLOOR", "WIN_MARGIN",
+    "ConvProblem", "LstmProblem", "candidates_lstm", "choose_lstm", "Decision", "PASSES", "FORMAT", "MODES", "ERROR_FLOOR", "WIN_MARGIN",
     "choose_conv2d", "candidates_conv2d", "report", "decisions", "set_mode", "get_mode", "mode",
     "clear", "cache_file", "set_workspace_limit", "workspace_limit", "set_budget", "generation",
     "note_fallback", "record_forced", "error_floor", "observing", "set_transforms", "transforms",

@@ -1,0 +1,157 @@
+"""The lstm layer kind: its problem (a whole nn.LSTM stack on one input signature), its candidates
+(``native``: nn.LSTM's own forward; ``fused``: fastlayers' ops), its measuring inputs and float64
+reference, and the choice per pass (``forward`` alone, or ``training``: forward and backward)."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import ClassVar, List, Optional
+
+import torch
+
+from .. import algorithms
+from ..algorithms import LSTM_PASSES as PASSES
+from ..algorithms import NATIVE
+from . import decide
+from .cache import versions
+from .measure import error_floor, measure_candidates
+
+
+@dataclass(frozen=True)
+class LstmProblem:
+    """Everything that changes the answer for an LSTM stack on one input signature."""
+    kind: ClassVar[str] = "lstm"
+
+    T: int            # steps (the longest sequence when packed)
+    B: int            # batch
+    I: int            # input features
+    H: int            # hidden size
+    R: int            # output features per direction (proj_size, else H)
+    layers: int
+    directions: int
+    bias: bool
+    packed: bool      # a PackedSequence (measured with every sequence T long)
+    dtype: str
+    device_type: str
+    device_name: str
+    capability: str
+    tf32: bool
+    deterministic: bool
+
+    @staticmethod
+    def of(config, T: int, B: int, dtype: torch.dtype, device: torch.device, packed: bool,
+           tf32: bool, deterministic: bool) -> "LstmProblem":
+        """The problem of an LSTM stack `config` = (input_size, hidden_size, proj_size,
+        num_layers, bidirectional, bias) on an input of T steps and batch B."""
+        if device.type == "cuda":
+            name = torch.cuda.get_device_name(device)
+            cap = "%d.%d" % torch.cuda.get_device_capability(device)
+        else:
+            name, cap = device.type, "-"
+        I, H, P, L, bidirectional, bias = config
+        return LstmProblem(T=int(T), B=int(B), I=I, H=H, R=P if P > 0 else H, layers=L,
+                           directions=2 if bidirectional else 1, bias=bool(bias),
+                           packed=bool(packed), dtype=str(dtype).replace("torch.", ""),
+                           device_type=device.type, device_name=name, capability=cap,
+                           tf32=bool(tf32), deterministic=bool(deterministic))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def key(self, pass_: str) -> str:
+        return ("lstm.%s|T=%d,B=%d,I=%d,H=%d,R=%d,L=%d,D=%d,bias=%d,packed=%d|%s|%s|sm%s|tf32=%d"
+                "|det=%d|%s" % (pass_, self.T, self.B, self.I, self.H, self.R, self.layers,
+                                self.directions, self.bias, self.packed, self.dtype,
+                                self.device_name, self.capability, self.tf32, self.deterministic,
+                                versions()))
+
+    def describe(self) -> str:
+        return "T=%d B=%d I=%d H=%d%s L=%d%s%s%s %s %s%s" % (
+            self.T, self.B, self.I, self.H, " R=%d" % self.R if self.R != self.H else "",
+            self.layers, " bidirectional" if self.directions == 2 else "",
+            "" if self.bias else " no bias", " packed" if self.packed else "", self.dtype,
+            self.device_type, " tf32" if self.tf32 and self.dtype == "float32" else "")
+
+
+def candidates_lstm(p: LstmProblem, pass_: str) -> List[str]:
+    return [c.label for c in algorithms.candidates(p, pass_)]
+
+
+# Samples of the batch the accuracy check runs on (as for convolutions).
+CHECK_SAMPLES = 2
+
+
+def _modules(p: LstmProblem, device: torch.device):
+    """An nn.LSTM of the problem's configuration (seeded weights) and its fastlayers copy."""
+    from ..rnn import LSTM
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    try:
+        ref = torch.nn.LSTM(p.I, p.H, p.layers, bias=p.bias, bidirectional=p.directions == 2,
+                            proj_size=p.R if p.R != p.H else 0)
+    finally:
+        torch.random.set_rng_state(gen_state)
+    ref = ref.to(device=device, dtype=p.torch_dtype)
+    fused = copy.deepcopy(ref)
+    fused.__class__ = LSTM
+    fused.force_algorithm("fused")
+    return ref, fused
+
+
+def _input(p: LstmProblem, x: torch.Tensor):
+    if p.packed:
+        return torch.nn.utils.rnn.pack_padded_sequence(x, [x.shape[0]] * x.shape[1])
+    return x
+
+
+def _step(module, p: LstmProblem, pass_: str):
+    """fn(x) -> one tensor: the outputs and final states (forward), and with the gradients of the
+    input and every parameter (training), as the module computes them."""
+    params = list(module.parameters())
+
+    def run(x):
+        y, (h, c) = module(_input(p, x))
+        y = y.data if p.packed else y
+        outs = [y.flatten(), h.flatten(), c.flatten()]
+        if pass_ == "training":
+            loss = y.float().square().sum() + h.float().sum() + c.float().sum()
+            outs += [g.flatten() for g in torch.autograd.grad(loss, [x] + params)]
+        return torch.cat([o.double() for o in outs])
+    return run
+
+
+def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision:
+    """native and fused, checked against nn.LSTM in float64 on a few samples and timed on the
+    problem's size (a training pass: forward and backward, as a step pays them)."""
+    ref, fused = _modules(p, device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(p.T, p.B, p.I, device=device, dtype=p.torch_dtype, generator=gen)
+    x.requires_grad_(pass_ == "training")
+    n = min(p.B, CHECK_SAMPLES)
+    xc = x.detach()[:, :n].clone().requires_grad_(pass_ == "training")
+    modules = {NATIVE.label: ref, "fused": fused}
+    old_tf32 = torch.backends.cudnn.allow_tf32
+    try:
+        with torch.autocast(device.type, enabled=False):
+            ref64 = copy.deepcopy(ref).double()
+            x64 = xc.detach().double().requires_grad_(pass_ == "training")
+            torch.backends.cudnn.allow_tf32 = False
+            ref_out = _step(ref64, p, pass_)(x64).detach()
+            torch.backends.cudnn.allow_tf32 = p.tf32
+            grad = torch.enable_grad() if pass_ == "training" else torch.no_grad()
+            with grad:
+                return measure_candidates(
+                    algorithms.candidates(p, pass_),
+                    call=lambda c: _step(modules[c.label], p, pass_),
+                    workspace=lambda c: 0, args=(x,), check_args=(xc,), ref=ref_out,
+                    device=device, floor=error_floor(p.torch_dtype, p.tf32))
+    finally:
+        torch.backends.cudnn.allow_tf32 = old_tf32
+
+
+def choose_lstm(p: LstmProblem, pass_: str, device: Optional[torch.device] = None) -> str:
+    """"native" or "fused" for `pass_` of `p`; a new problem is measured on `device`."""
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
+    return decide.choose(p, pass_, device, measure)
