@@ -157,17 +157,11 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
 }  // namespace fastlayers
 
 // Autocast: the three passes run in the autocast dtype, as nn.Conv2d does.
-namespace {
-
-template <c10::DeviceType D>
-void register_autocast_passes(torch::Library& m) {
-  fastlayers::register_autocast<D>(
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
+  fastlayers::register_autocast<c10::DeviceType::CUDA>(
       m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad"});
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
-  register_autocast_passes<c10::DeviceType::CUDA>(m);
+TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) {
+  fastlayers::register_autocast<c10::DeviceType::CPU>(
+      m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad"});
 }
-TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) { register_autocast_passes<c10::DeviceType::CPU>(m); }

@@ -7,32 +7,12 @@
 
 #include "../common/check.h"
 #include "../common/gemm.h"
+#include "../common/launch.cuh"
 #include "cell.cuh"
 #include "lstm.h"
 
 namespace fastlayers {
 namespace lstm {
-
-template <typename T> struct Types;
-template <> struct Types<float> {
-  static constexpr gemm::Type store = gemm::Type::F32, acc = gemm::Type::F32;
-};
-template <> struct Types<double> {
-  static constexpr gemm::Type store = gemm::Type::F64, acc = gemm::Type::F64;
-};
-template <> struct Types<__half> {
-  static constexpr gemm::Type store = gemm::Type::F16, acc = gemm::Type::F32;
-};
-template <> struct Types<__nv_bfloat16> {
-  static constexpr gemm::Type store = gemm::Type::BF16, acc = gemm::Type::F32;
-};
-
-constexpr int kThreads = 256;
-
-inline unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(
-      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20)));
-}
 
 // Carves a workspace into 256-byte aligned pieces.
 class Carve {
@@ -76,7 +56,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
                   T* c_n, void* reserve_v, T* reserve_h, void* workspace, size_t workspace_size,
                   cudaStream_t stream, cublasHandle_t blas, bool tf32) {
   using A = compute_t<T>;
-  using G = Types<T>;
+  using G = GemmTypes<T>;
   if (workspace_size < forward_workspace(s, sizeof(T), sizeof(A)))
     throw std::invalid_argument("fastlayers: LSTM forward workspace too small");
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
@@ -135,7 +115,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
                    T* db, T* dw_hr, void* workspace, size_t workspace_size, cudaStream_t stream,
                    cublasHandle_t blas, bool tf32) {
   using A = compute_t<T>;
-  using G = Types<T>;
+  using G = GemmTypes<T>;
   if (workspace_size < backward_workspace(s, sizeof(T), sizeof(A)))
     throw std::invalid_argument("fastlayers: LSTM backward workspace too small");
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);

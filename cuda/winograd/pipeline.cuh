@@ -8,33 +8,12 @@
 
 #include "../common/check.h"
 #include "../common/gemm.h"
+#include "../common/launch.cuh"
 #include "transforms.cuh"
 #include "winograd.h"
 
 namespace fastlayers {
 namespace winograd {
-
-template <typename T> struct GemmTypes;
-template <> struct GemmTypes<float> {
-  static constexpr gemm::Type store = gemm::Type::F32, acc = gemm::Type::F32;
-};
-template <> struct GemmTypes<double> {
-  static constexpr gemm::Type store = gemm::Type::F64, acc = gemm::Type::F64;
-};
-template <> struct GemmTypes<__half> {
-  static constexpr gemm::Type store = gemm::Type::F16, acc = gemm::Type::F32;
-};
-template <> struct GemmTypes<__nv_bfloat16> {
-  static constexpr gemm::Type store = gemm::Type::BF16, acc = gemm::Type::F32;
-};
-
-constexpr int kThreads = 256;
-
-// Blocks for `n` threads' worth of work (grid-stride loops cover the rest).
-inline unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads,
-                                                                      int64_t{1} << 20)));
-}
 
 // One pass with F(Mat::kM, Mat::kR).
 template <typename T, typename Mat>
