@@ -464,5 +464,6 @@ def convert(module: nn.Module) -> nn.Module:
 
 
 def tuned_layers(module: nn.Module):
-    """The fastlayers layers in `module` (itself included), in module order."""
-    return [m for m in module.modules() if isinstance(m, _TunedConv)]
+    """The fastlayers layers in `module` (itself included), in module order: convolutions and
+    LSTMs."""
+    return [m for m in module.modules() if isinstance(m, (_TunedConv, LSTM))]

@@ -50,16 +50,17 @@ def tune(model: nn.Module, *example_inputs, progress: bool = True, **example_kwa
     """Tunes every fastlayers layer of `model` for the shapes, dtypes and devices of the example
     inputs: one forward and, where parameters or inputs need gradients, one backward, in the
     tuner's 'tune' mode whatever its current mode; every decision is written to the cache file
-    (a later run of the same shapes reads it). A progress bar (tqdm) counts the passes decided
-    out of layers x 3.
+    (a later run of the same shapes reads it). A progress bar (tqdm) counts the passes decided:
+    three per convolution, one per LSTM (its forward, or forward and backward together).
 
     The model is left as it was: parameters' .grad untouched (gradients are computed, not
     accumulated), buffers such as batch-norm statistics restored. Autocast, if wanted, is the
     caller's context. Returns ``tuner.report()`` as it stood after tuning.
     """
     from .nn import tuned_layers
+    from .rnn import LSTM
     layers = tuned_layers(model)
-    bar = _bar(3 * len(layers), progress)
+    bar = _bar(sum(1 if isinstance(m, LSTM) else 3 for m in layers), progress)
 
     def seen(problem, pass_, decision):
         if bar is not None:

@@ -57,3 +57,27 @@ def test_tune_without_gradients_decides_the_forward():
     m = fastlayers.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))).requires_grad_(False)
     fastlayers.tune(m, torch.randn(1, 3, 8, 8), progress=False)
     assert {r["key"].split("|")[0] for r in tuner.decisions()} == {"conv2d.forward"}
+
+
+class Tagger(nn.Module):
+    """An embedding, an LSTM and a 1-D convolution: tune() counts the LSTM's one decision."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 6)
+        self.rnn = nn.LSTM(6, 8, batch_first=True)
+        self.conv = nn.Conv1d(8, 4, 3, padding=1)
+
+    def forward(self, tokens):
+        return self.conv(self.rnn(self.emb(tokens))[0].transpose(1, 2))
+
+
+def test_tune_decides_lstm_layers_too(capsys):
+    tuner.set_budget(0)
+    tuner._state.tune_cpu = True
+    m = fastlayers.convert(Tagger())
+    assert [type(layer).__name__ for layer in fastlayers.nn.tuned_layers(m)] == ["LSTM", "Conv1d"]
+    fastlayers.tune(m, torch.randint(0, 20, (2, 7)))
+    kinds = sorted(r["key"].split("|")[0] for r in tuner.decisions())
+    assert kinds == ["conv2d.forward", "conv2d.input_grad", "conv2d.weight_grad", "lstm.training"]
+    assert "4/4" in capsys.readouterr().err  # three conv passes and the LSTM's one
