@@ -435,3 +435,15 @@ def test_winograd_is_offered_on_cuda_only_when_asked(monkeypatch):
     monkeypatch.setenv("FASTLAYERS_WINOGRAD_CUDA", "1")
     assert [c for c in tuner.candidates_conv2d(cuda, "weight_grad") if c.startswith("winograd")] \
         == ["winograd:2", "winograd:4"]
+
+
+def test_winograd_float16_candidates_stop_at_alpha_6():
+    # F(6x6,3x3) stores 8x8 transformed tiles in float16, which overflow from inputs of ~400.
+    p16 = problem(dtype=torch.float16)
+    assert [c for c in tuner.candidates_conv2d(p16, "forward") if c.startswith("winograd")] == \
+        ["winograd:2", "winograd:4"]
+    assert [c for c in tuner.candidates_conv2d(p16, "weight_grad") if c.startswith("winograd")] \
+        == ["winograd:2", "winograd:4"]
+    assert algorithms.fits("winograd:6", p16, "forward") is None  # pinned by hand: run as asked
+    p32 = problem(dtype=torch.float32)
+    assert "winograd:6" in tuner.candidates_conv2d(p32, "forward")

@@ -17,6 +17,10 @@ class WinogradParams(NamedTuple):
     tile: int
 
 
+# The largest alpha offered for float16 (see Winograd.candidates).
+FP16_MAX_ALPHA = 6
+
+
 def _tiles(pass_: str):
     return WEIGHT_GRAD_TILES if pass_ == "weight_grad" else FORWARD_TILES
 
@@ -53,7 +57,14 @@ class Winograd(Family):
     def candidates(self, p, pass_):
         if self._layer_fits(p) is not None or (p.device_type == "cuda" and not _cuda_offered()):
             return []
-        return [self.make(t) for t in _tiles(pass_)]
+        tiles = _tiles(pass_)
+        if p.dtype == "float16":
+            # The transformed tiles are stored in float16: B^T d B grows a value by up to the
+            # square of B^T's largest row sum (4, 49, 225 for alpha 4, 6, 8), so F(6x6,3x3)
+            # overflows from inputs of about 290. The accuracy guard measures normal data and
+            # cannot see that; the candidates stop at alpha 6 (inputs up to about 1300).
+            tiles = tuple(t for t in tiles if t + KERNEL - 1 <= FP16_MAX_ALPHA)
+        return [self.make(t) for t in tiles]
 
     @staticmethod
     def _layer_fits(p):
