@@ -1,0 +1,115 @@
+"""Sample problems and the pure-torch Winograd reference of the Winograd op tests.
+
+The reference is independent of the extension: windows by unfold, the matrices from
+fastlayers.winograd_matrices (exact fractions, rounded to the compute dtype), one einsum per
+transform and for the per-point products, in the inputs' precision (half types computed in
+float32 and rounded once; `tf32` rounds the products' operands to TF32). It is PyTorch's
+computation of the same algorithm: the `same_algorithm` reference of the tolerance rule, as
+fft_reference is for the FFT ops."""
+import torch
+import torch.nn.functional as F
+
+from fastlayers import winograd_matrices
+from conv_samples import round_tf32
+
+# S, C, K, H, W, ph, pw: batch 1..8, channels 1..64, odd, even, rectangular and tiny images
+# (smaller than a tile), padding 0..4 (above 2 the input gradient's windows start inside
+# grad_output).
+SHAPES = [
+    (1, 1, 1, 3, 3, 0, 0),
+    (2, 3, 4, 8, 8, 1, 1),
+    (1, 2, 3, 1, 1, 1, 1),
+    (3, 5, 2, 2, 5, 1, 2),
+    (4, 6, 7, 9, 7, 0, 2),
+    (2, 16, 8, 11, 13, 2, 1),
+    (1, 4, 4, 6, 10, 3, 4),
+    (8, 3, 5, 7, 7, 1, 1),
+    (2, 64, 32, 12, 12, 1, 1),
+    (1, 32, 64, 14, 9, 2, 2),
+]
+SMALL_SHAPES = [(2, 2, 3, 5, 4, 1, 1), (1, 3, 2, 3, 6, 0, 2), (2, 1, 1, 4, 4, 3, 1)]
+FORWARD_TILES = (2, 4, 6)
+WEIGHT_GRAD_TILES = (2, 4)
+
+
+def tiles_of(pass_: int):
+    return WEIGHT_GRAD_TILES if pass_ == 2 else FORWARD_TILES
+
+
+def tensors(shape, dtype=torch.float32, device="cpu"):
+    """x, w, b, gy of a shape, drawn in float32 on the CPU (every device and dtype sees the same
+    values, rounded to the dtype)."""
+    S, C, K, H, W, ph, pw = shape
+    g = torch.Generator().manual_seed(hash(shape) % (2 ** 31))
+    t = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    return t(S, C, H, W), t(K, C, 3, 3), t(K), t(S, K, H + 2 * ph - 2, W + 2 * pw - 2)
+
+
+def _mats(m, r, dtype, device):
+    return [torch.tensor([[float(v) for v in row] for row in M], dtype=dtype, device=device)
+            for M in winograd_matrices.matrices(m, r)]
+
+
+def _windows(t, win, step, oy, ox, th, tw):
+    """t [n, c, h, w] -> [n, c, th, tw, win, win]: the window of tile (ty, tx) at
+    (ty step - oy, tx step - ox), zeros outside."""
+    hh, ww = (th - 1) * step + win, (tw - 1) * step + win
+    top, left = oy, ox
+    bottom, right = hh - t.shape[2] - oy, ww - t.shape[3] - ox
+    # F.pad with negative amounts crops: padding above 2 in the input gradient
+    p = F.pad(t, (left, right, top, bottom))
+    return p.unfold(2, win, step).unfold(3, win, step)
+
+
+def _round(t, tf32):
+    return round_tf32(t) if tf32 else t
+
+
+def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool = False):
+    """One pass of Winograd convolution in torch only: 0 forward (with b), 1 input gradient,
+    2 weight gradient; F(tile, 3) for 0 and 1, F(3, tile) for 2."""
+    dtype = x.dtype
+    ct = torch.float64 if dtype == torch.float64 else torch.float32
+    x, w, gy = x.to(ct), w.to(ct), gy.to(ct)
+    ph, pw = padding
+    H, W = x.shape[-2:]
+    oh, ow = gy.shape[-2:]
+    if pass_ == 2:
+        m, r = 3, tile
+    else:
+        m, r = tile, 3
+    AT, G, BT = _mats(m, r, ct, x.device)
+    alpha = m + r - 1
+    if pass_ == 0:
+        data, oy, ox, res_h, res_w = x, ph, pw, oh, ow
+        filt = w
+    elif pass_ == 1:
+        data, oy, ox, res_h, res_w = gy, 2 - ph, 2 - pw, H, W
+        filt = w.flip(2, 3).transpose(0, 1)  # [C, K, 3, 3]
+    if pass_ < 2:
+        th, tw = -(-res_h // m), -(-res_w // m)
+        d = _windows(data, alpha, m, oy, ox, th, tw)            # [S, ch, th, tw, a, a]
+        V = torch.einsum("ai,sctuij,bj->sctuab", BT, d, BT)
+        U = torch.einsum("ak,ockl,bl->ocab", G, filt, G)         # [out, in, a, a]
+        M = torch.einsum("ocab,sctuab->sotuab", _round(U, tf32), _round(V, tf32))
+        Y = torch.einsum("ia,sotuab,jb->sotiuj", AT, M, AT)     # [S, out, th, m, tw, m]
+        Y = Y.reshape(Y.shape[0], Y.shape[1], th * m, tw * m)[..., :res_h, :res_w]
+        if pass_ == 0 and b is not None:
+            Y = Y + b.to(ct)[:, None, None]
+        return Y.to(dtype)
+    th, tw = -(-oh // r), -(-ow // r)
+    d = _windows(x, alpha, r, ph, pw, th, tw)                    # [S, C, th, tw, a, a]
+    g = _windows(gy, r, r, 0, 0, th, tw)                         # [S, K, th, tw, r, r]
+    X = torch.einsum("ai,sctuij,bj->sctuab", BT, d, BT)
+    Gy = torch.einsum("ai,sotuij,bj->sotuab", G, g, G)
+    M = torch.einsum("sotuab,sctuab->ocab", _round(Gy, tf32), _round(X, tf32))
+    return torch.einsum("ia,ocab,jb->ocij", AT, M, AT).to(dtype)
+
+
+def winograd_passes(x, w, b, gy, padding, tiles, tf32=False):
+    """The three ops at tiles (forward, input grad, weight grad)."""
+    fl = torch.ops.fastlayers
+    pad = list(padding)
+    return (fl.winograd_conv2d(x, w, b, pad, tiles[0], tf32),
+            fl.winograd_conv2d_input_grad(gy, w, pad, tiles[1], tf32),
+            fl.winograd_conv2d_weight_grad(gy, x, pad, tiles[2], tf32))
