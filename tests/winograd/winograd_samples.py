@@ -2,10 +2,12 @@
 
 The reference is independent of the extension: windows by unfold, the matrices from
 fastlayers.winograd_matrices (exact fractions, rounded to the compute dtype), one einsum per
-transform and for the per-point products, in the inputs' precision (half types computed in
-float32 and rounded once; `tf32` rounds the products' operands to TF32). It is PyTorch's
-computation of the same algorithm: the `same_algorithm` reference of the tolerance rule, as
-fft_reference is for the FFT ops."""
+transform and for the per-point products, in the inputs' precision: transforms computed in
+float32 (float64 for float64) and, for half types, the transformed operands rounded to the input
+dtype before the products (the algorithm stores them so, to feed half-precision GEMMs), the
+products accumulated in float32 and the result rounded once; `tf32` rounds the products'
+operands to TF32. It is PyTorch's computation of the same algorithm: the `same_algorithm`
+reference of the tolerance rule, as fft_reference is for the FFT ops."""
 import torch
 import torch.nn.functional as F
 
@@ -61,8 +63,13 @@ def _windows(t, win, step, oy, ox, th, tw):
     return p.unfold(2, win, step).unfold(3, win, step)
 
 
-def _round(t, tf32):
-    return round_tf32(t) if tf32 else t
+def _round(t, tf32, dtype):
+    """A transformed operand as the products read it: TF32, or stored in a half dtype."""
+    if tf32:
+        return round_tf32(t)
+    if dtype in (torch.float16, torch.bfloat16):
+        return t.to(dtype).to(t.dtype)
+    return t
 
 
 def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool = False):
@@ -91,7 +98,7 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
         d = _windows(data, alpha, m, oy, ox, th, tw)            # [S, ch, th, tw, a, a]
         V = torch.einsum("ai,sctuij,bj->sctuab", BT, d, BT)
         U = torch.einsum("ak,ockl,bl->ocab", G, filt, G)         # [out, in, a, a]
-        M = torch.einsum("ocab,sctuab->sotuab", _round(U, tf32), _round(V, tf32))
+        M = torch.einsum("ocab,sctuab->sotuab", _round(U, tf32, dtype), _round(V, tf32, dtype))
         Y = torch.einsum("ia,sotuab,jb->sotiuj", AT, M, AT)     # [S, out, th, m, tw, m]
         Y = Y.reshape(Y.shape[0], Y.shape[1], th * m, tw * m)[..., :res_h, :res_w]
         if pass_ == 0 and b is not None:
@@ -102,7 +109,7 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
     g = _windows(gy, r, r, 0, 0, th, tw)                         # [S, K, th, tw, r, r]
     X = torch.einsum("ai,sctuij,bj->sctuab", BT, d, BT)
     Gy = torch.einsum("ai,sotuij,bj->sotuab", G, g, G)
-    M = torch.einsum("sotuab,sctuab->ocab", _round(Gy, tf32), _round(X, tf32))
+    M = torch.einsum("sotuab,sctuab->ocab", _round(Gy, tf32, dtype), _round(X, tf32, dtype))
     return torch.einsum("ia,ocab,jb->ocij", AT, M, AT).to(dtype)
 
 
