@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "../common/autocast.h"
+#include "../common/conv_checks.h"
 #include "module_api.h"
 
 namespace fastlayers {
@@ -22,20 +23,8 @@ const char* op_name(Pass pass) {
   return "fft_conv2d";
 }
 
-// Whether an h x w plane (h, w >= 0) stays within kMaxPlane elements; no overflow for any sides.
-bool plane_ok(int64_t h, int64_t w) {
-  return h <= kMaxPlane && w <= kMaxPlane && h * w <= kMaxPlane;
-}
-
-void check_tensor(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(t.dim() == 4, op, ": `", name, "` must be 4-D, got ", t.dim(), "-D tensor of shape ",
-              t.sizes());
-  const auto dt = t.scalar_type();
-  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
-              ": `", name, "` has dtype ", dt, "; supported: float32, float64, float16, bfloat16");
-  TORCH_CHECK(plane_ok(t.size(2), t.size(3)), op, ": `", name, "` has spatial size (", t.size(2),
-              ", ", t.size(3), "); the ops take at most ", kMaxPlane, " elements per plane");
-}
+static_assert(kMaxPlane == kConvMaxPlane, "one plane bound for every convolution op");
+bool plane_ok(int64_t h, int64_t w) { return conv_plane_ok(h, w); }
 
 // A pair argument (`padding`, `basis`) within [0, kMaxPlane] per side, so that sums of sizes
 // cannot overflow; negative values get their own messages below.
@@ -60,8 +49,8 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
-  check_tensor(op, an, a);
-  check_tensor(op, bn, b);
+  check_conv_operand(op, an, a);
+  check_conv_operand(op, bn, b);
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": `", an, "` (", a.scalar_type(), ") and `",
               bn, "` (", b.scalar_type(), ") must have the same dtype");
   TORCH_CHECK(a.device() == b.device(), op, ": `", an, "` is on ", a.device(), " but `", bn,
@@ -157,16 +146,7 @@ Geometry check(Pass pass, const at::Tensor& a, const at::Tensor& b,
                 ": `backend` \"fbfft\" computes in float32 on CUDA and does not take float64; "
                 "float64 runs with backend \"cufft\"");
   }
-  if (bias.has_value()) {
-    const at::Tensor& t = *bias;
-    TORCH_CHECK(pass == Pass::Forward, op, ": takes no bias");
-    TORCH_CHECK(t.dim() == 1 && t.size(0) == g.K, op, ": `bias` must have shape [", g.K, "], got ",
-                t.sizes());
-    TORCH_CHECK(t.scalar_type() == a.scalar_type(), op, ": `bias` has dtype ", t.scalar_type(),
-                " but `input` has ", a.scalar_type());
-    TORCH_CHECK(t.device() == a.device(), op, ": `bias` is on ", t.device(), " but `input` is on ",
-                a.device());
-  }
+  check_conv_bias(op, pass, bias, g.K, a);
   return g;
 }
 

@@ -3,6 +3,7 @@
 #include "winograd.h"
 
 #include "../common/autocast.h"
+#include "../common/conv_checks.h"
 #include "module_api.h"
 
 namespace fastlayers {
@@ -19,19 +20,7 @@ const char* op_name(Pass pass) {
 }
 
 // Sides and planes beyond int32 are refused before any arithmetic on them (as the FFT ops do).
-constexpr int64_t kMaxPlane = 2147483647;
-
-void check_tensor(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(t.dim() == 4, op, ": `", name, "` must be 4-D, got ", t.dim(), "-D tensor of shape ",
-              t.sizes());
-  const auto dt = t.scalar_type();
-  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16, op,
-              ": `", name, "` has dtype ", dt, "; supported: float32, float64, float16, bfloat16");
-  TORCH_CHECK(t.size(2) <= kMaxPlane && t.size(3) <= kMaxPlane &&
-                  t.size(2) * t.size(3) <= kMaxPlane,
-              op, ": `", name, "` has spatial size (", t.size(2), ", ", t.size(3),
-              "); the ops take at most ", kMaxPlane, " elements per plane");
-}
+constexpr int64_t kMaxPlane = kConvMaxPlane;
 
 }  // namespace
 
@@ -40,8 +29,8 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
-  check_tensor(op, an, a);
-  check_tensor(op, bn, b);
+  check_conv_operand(op, an, a);
+  check_conv_operand(op, bn, b);
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": `", an, "` (", a.scalar_type(), ") and `",
               bn, "` (", b.scalar_type(), ") must have the same dtype");
   TORCH_CHECK(a.device() == b.device(), op, ": `", an, "` is on ", a.device(), " but `", bn,
@@ -97,16 +86,7 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
   TORCH_CHECK(s.H + 2 * s.ph <= kMaxPlane && s.W + 2 * s.pw <= kMaxPlane, op,
               ": the padded input (", s.H + 2 * s.ph, ", ", s.W + 2 * s.pw,
               ") is too large: the ops take at most ", kMaxPlane, " elements per side");
-  if (bias.has_value()) {
-    const at::Tensor& t = *bias;
-    TORCH_CHECK(pass == Pass::Forward, op, ": takes no bias");
-    TORCH_CHECK(t.dim() == 1 && t.size(0) == s.K, op, ": `bias` must have shape [", s.K, "], got ",
-                t.sizes());
-    TORCH_CHECK(t.scalar_type() == a.scalar_type(), op, ": `bias` has dtype ", t.scalar_type(),
-                " but `input` has ", a.scalar_type());
-    TORCH_CHECK(t.device() == a.device(), op, ": `bias` is on ", t.device(), " but `input` is on ",
-                a.device());
-  }
+  check_conv_bias(op, pass, bias, s.K, a);
   return s;
 }
 
