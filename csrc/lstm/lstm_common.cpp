@@ -43,6 +43,8 @@ Geometry check(const char* op, const Tensor& input, const Tensor& h0, const Tens
   g.H = w_ih.size(0) / 4;
   g.I = w_ih.size(1);
   g.proj = w_hr.has_value();
+  TORCH_CHECK(!g.proj || w_hr->dim() == 2, op,
+              ": `w_hr` must be 2-D [proj_size, hidden_size], got shape ", w_hr->sizes());
   g.R = g.proj ? w_hr->size(0) : g.H;
   g.packed = batch_sizes.has_value();
   if (g.packed) {
@@ -86,8 +88,8 @@ Geometry check(const char* op, const Tensor& input, const Tensor& h0, const Tens
   if (b_ih.has_value()) check_operand(op, "b_ih", *b_ih, {4 * g.H}, input, "input");
   if (b_hh.has_value()) check_operand(op, "b_hh", *b_hh, {4 * g.H}, input, "input");
   if (g.proj) {
-    TORCH_CHECK(w_hr->dim() == 2 && g.R >= 1, op,
-                ": `w_hr` must be 2-D [proj_size, hidden_size], got shape ", w_hr->sizes());
+    TORCH_CHECK(g.R >= 1, op, ": `w_hr` must have at least one row, got shape ",
+                w_hr->sizes());
     check_operand(op, "w_hr", *w_hr, {g.R, g.H}, input, "input");
   }
   return g;

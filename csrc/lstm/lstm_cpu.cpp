@@ -134,8 +134,11 @@ Grads backward_cpu(const Geometry& g, const Tensor& grad_output, const OptTensor
     gb = dgates.sum(0).to(dt);
     gw_hr = g.proj ? at::matmul(dh_all.t(), acc(reserve_h.narrow(1, g.R, H))).to(dt)
                    : at::empty({0}, input.options());
-  } else {
-    gw_ih = gw_hh = gb = gw_hr = at::empty({0}, input.options());
+  } else {  // distinct tensors: the schema's outputs do not alias
+    gw_ih = at::empty({0}, input.options());
+    gw_hh = at::empty({0}, input.options());
+    gb = at::empty({0}, input.options());
+    gw_hr = at::empty({0}, input.options());
   }
   return {gx, dh.to(dt), dc.to(dt), gw_ih, gw_hh, gb, gw_hr};
 }

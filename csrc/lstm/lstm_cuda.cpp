@@ -91,13 +91,14 @@ Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
              reserve_h = contig(reserve_h_in);
   const auto dh_n = contig(grad_h_n_in), dc_n = contig(grad_c_n_in), w_hr = contig(w_hr_in);
   const auto opts = input.options();
-  auto none = at::empty({0}, opts);
-  auto dx = need_input ? at::empty_like(input) : none;
+  // absent results are distinct empty tensors: the schema's outputs do not alias
+  const auto none = [&] { return at::empty({0}, opts); };
+  auto dx = need_input ? at::empty_like(input) : none();
   auto dh0 = at::empty({g.B, g.R}, opts), dc0 = at::empty({g.B, g.H}, opts);
-  auto dw_ih = need_weights ? at::empty({4 * g.H, g.I}, opts) : none;
-  auto dw_hh = need_weights ? at::empty({4 * g.H, g.R}, opts) : none;
-  auto db = need_weights ? at::empty({4 * g.H}, opts) : none;
-  auto dw_hr = need_weights && g.proj ? at::empty({g.R, g.H}, opts) : none;
+  auto dw_ih = need_weights ? at::empty({4 * g.H, g.I}, opts) : none();
+  auto dw_hh = need_weights ? at::empty({4 * g.H, g.R}, opts) : none();
+  auto db = need_weights ? at::empty({4 * g.H}, opts) : none();
+  auto dw_hr = need_weights && g.proj ? at::empty({g.R, g.H}, opts) : none();
   const lstm::Steps s = steps_of(g, reverse);
   const int a_bytes = input.scalar_type() == at::kDouble ? 8 : 4;
   const size_t ws_bytes = lstm::backward_workspace(s, static_cast<int>(input.element_size()),

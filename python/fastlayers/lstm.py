@@ -114,4 +114,17 @@ def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h):
             gw_hr if w_hr is not None and need[7] else None, None, None, None)
 
 
+def _backward_lstm_backward(ctx, *grads):
+    raise RuntimeError("fastlayers.lstm: double backward is not supported (lstm_backward is not "
+                       "differentiable, as nn.LSTM on cuDNN)")
+
+
+def _setup_nothing(ctx, inputs, output):
+    pass
+
+
 torch.library.register_autograd("fastlayers::lstm", _backward_lstm, setup_context=_setup_lstm)
+# Without an autograd kernel of its own, lstm_backward would be differentiated through the ATen
+# ops it runs, which do not see how the reserve depends on the inputs: a wrong second derivative.
+torch.library.register_autograd("fastlayers::lstm_backward", _backward_lstm_backward,
+                                setup_context=_setup_nothing)

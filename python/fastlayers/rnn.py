@@ -111,7 +111,8 @@ class LSTM(nn.RNNBase):
         training = torch.is_grad_enabled() and (
             data.requires_grad or any(p.requires_grad for p in self.parameters()) or (
                 hx is not None and (hx[0].requires_grad or hx[1].requires_grad)))
-        if self._fl_choice(data, T, B, packed, training) == "native":
+        # no steps: nn.LSTM's own error
+        if T == 0 or self._fl_choice(data, T, B, packed, training) == "native":
             return self._native_forward(input, hx)
         dirs = 2 if self.bidirectional else 1
         R = self.proj_size if self.proj_size > 0 else self.hidden_size
@@ -120,6 +121,7 @@ class LSTM(nn.RNNBase):
                                           device=data.device)
             hx = (zeros(R), zeros(self.hidden_size))
         elif packed:
+            self.check_forward_args(data, hx, batch_sizes)
             hx = self.permute_hidden(hx, sorted_indices)
         else:
             want = 3 if batched else 2
