@@ -1,4 +1,5 @@
-"""Sample problems and the pure-torch Winograd reference of the Winograd op tests.
+"""Sample problems, the pure-torch Winograd reference and the per-pass helpers of the Winograd op
+tests (tests/winograd/test_*.py).
 
 The reference is independent of the extension: windows by unfold, the matrices from
 fastlayers.winograd_matrices (exact fractions, rounded to the compute dtype), one einsum per
@@ -7,44 +8,87 @@ float32 (float64 for float64) and, for half types, the transformed operands roun
 dtype before the products (the algorithm stores them so, to feed half-precision GEMMs), the
 products accumulated in float32 and the result rounded once; `tf32` rounds the products'
 operands to TF32. It is PyTorch's computation of the same algorithm: the `same_algorithm`
-reference of the tolerance rule, as fft_reference is for the FFT ops."""
+reference of the tolerance rule, as fft_reference is for the FFT ops. test_winograd_matrices.py
+proves it exact in float64 for every pass and tile, and that it calls no fastlayers op."""
 import torch
 import torch.nn.functional as F
 
 from fastlayers import winograd_matrices
-from conv_samples import round_tf32
+from conv_samples import round_tf32, torch_passes
+
+PASS_NAMES = ("forward", "input_grad", "weight_grad")
+FORWARD_TILES = (2, 4, 6)      # m of F(m x m, 3x3): forward and input gradient
+WEIGHT_GRAD_TILES = (2, 4)     # r of F(3x3, r x r): weight gradient
 
 # S, C, K, H, W, ph, pw: batch 1..8, channels 1..64, odd, even, rectangular and tiny images
-# (smaller than a tile), padding 0..4 (above 2 the input gradient's windows start inside
-# grad_output).
+# (smaller than a tile: 1x1, 1 x 9, 2x5, 3x3 without padding), padding 0..4 (above 2 the input
+# gradient's windows start inside grad_output).
 SHAPES = [
     (1, 1, 1, 3, 3, 0, 0),
     (2, 3, 4, 8, 8, 1, 1),
     (1, 2, 3, 1, 1, 1, 1),
+    (2, 3, 2, 1, 1, 4, 4),
+    (2, 2, 3, 1, 9, 1, 0),
     (3, 5, 2, 2, 5, 1, 2),
     (4, 6, 7, 9, 7, 0, 2),
     (2, 16, 8, 11, 13, 2, 1),
     (1, 4, 4, 6, 10, 3, 4),
     (8, 3, 5, 7, 7, 1, 1),
+    (3, 64, 1, 5, 6, 0, 1),
     (2, 64, 32, 12, 12, 1, 1),
     (1, 32, 64, 14, 9, 2, 2),
 ]
+# Small problems for gradcheck, gradgradcheck and opcheck (padding 3 > 2: input-gradient windows
+# start inside grad_output).
 SMALL_SHAPES = [(2, 2, 3, 5, 4, 1, 1), (1, 3, 2, 3, 6, 0, 2), (2, 1, 1, 4, 4, 3, 1)]
-FORWARD_TILES = (2, 4, 6)
-WEIGHT_GRAD_TILES = (2, 4)
+
+
+def shape_id(shape) -> str:
+    return "S%d-C%d-K%d-%dx%d-p%dx%d" % tuple(shape)
 
 
 def tiles_of(pass_: int):
     return WEIGHT_GRAD_TILES if pass_ == 2 else FORWARD_TILES
 
 
+# (pass, tile) of every op and tile the ops offer.
+PASS_TILES = [(p, t) for p in range(3) for t in tiles_of(p)]
+
+
+def pass_tile_id(spec) -> str:
+    return "%s-t%d" % (PASS_NAMES[spec[0]], spec[1])
+
+
 def tensors(shape, dtype=torch.float32, device="cpu"):
     """x, w, b, gy of a shape, drawn in float32 on the CPU (every device and dtype sees the same
     values, rounded to the dtype)."""
     S, C, K, H, W, ph, pw = shape
-    g = torch.Generator().manual_seed(hash(shape) % (2 ** 31))
+    g = torch.Generator().manual_seed(hash(tuple(shape)) % (2 ** 31))
     t = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     return t(S, C, H, W), t(K, C, 3, 3), t(K), t(S, K, H + 2 * ph - 2, W + 2 * pw - 2)
+
+
+def run_pass(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool = False):
+    """One op: 0 winograd_conv2d(x, w, b), 1 its input gradient of gy, 2 its weight gradient."""
+    fl, pad = torch.ops.fastlayers, list(padding)
+    if pass_ == 0:
+        return fl.winograd_conv2d(x, w, b, pad, tile, tf32)
+    if pass_ == 1:
+        return fl.winograd_conv2d_input_grad(gy, w, pad, tile, tf32)
+    return fl.winograd_conv2d_weight_grad(gy, x, pad, tile, tf32)
+
+
+def winograd_passes(x, w, b, gy, padding, tiles, tf32=False):
+    """The three ops at tiles (forward, input grad, weight grad)."""
+    return tuple(run_pass(p, x, w, b, gy, padding, tiles[p], tf32) for p in range(3))
+
+
+def float64_passes(x, w, b, gy, padding):
+    """PyTorch's three passes in float64 (the values every precision is measured against)."""
+    return torch_passes(*(t.double() for t in (x, w, b, gy)), padding)
+
+
+# --- the reference -------------------------------------------------------------------------------
 
 
 def _mats(m, r, dtype, device):
@@ -113,10 +157,19 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
     return torch.einsum("ia,ocab,jb->ocij", AT, M, AT).to(dtype)
 
 
-def winograd_passes(x, w, b, gy, padding, tiles, tf32=False):
-    """The three ops at tiles (forward, input grad, weight grad)."""
-    fl = torch.ops.fastlayers
-    pad = list(padding)
-    return (fl.winograd_conv2d(x, w, b, pad, tiles[0], tf32),
-            fl.winograd_conv2d_input_grad(gy, w, pad, tiles[1], tf32),
-            fl.winograd_conv2d_weight_grad(gy, x, pad, tiles[2], tf32))
+# --- recording the ops autograd runs -------------------------------------------------------------
+
+# The position of `tile` in each op's arguments.
+TILE_ARG = {"winograd_conv2d": 4, "winograd_conv2d_input_grad": 3,
+            "winograd_conv2d_weight_grad": 3}
+
+
+def recorded_tiles(calls):
+    """{op name: [tiles]} of the Winograd ops in conv_samples.RecordOps().calls (which leaves out
+    trailing default arguments: the default tile is 2)."""
+    out = {}
+    for name, args in calls:
+        if name in TILE_ARG:
+            i = TILE_ARG[name]
+            out.setdefault(name, []).append(args[i] if i < len(args) else 2)
+    return out

@@ -1,0 +1,94 @@
+"""The lstm op against nn.LSTM per device and precision: output, h_n, c_n and the gradients of
+the input, h0, c0 and every weight (lstm_samples.py: float64 to 1e-12, the other precisions
+within 2x nn.LSTM's own error against float64), and what the comparison rejects."""
+import pytest
+import torch
+
+from conv_samples import MUTATION, rel_err
+from lstm_samples import (CASES, NAMES, PRECISIONS, check_results, run_case,
+                          skip_unless_supported, weights)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_op_matches_nn_lstm(device, case, precision):
+    skip_unless_supported(device, precision)
+    ours, ref, native = run_case(case, precision, device)
+    check_results(case, ours, ref, native, precision)
+
+
+def test_the_cases_cover_the_matrix():
+    # padded and packed, each with both directions, with and without projection and biases;
+    # T = 1, B = 1; sorted lengths with equal ones and a length-1 sequence
+    assert {(c.lengths is None, c.reverse) for c in CASES} == {(a, b) for a in (True, False)
+                                                               for b in (True, False)}
+    assert {(c.lengths is None, c.P > 0) for c in CASES} == {(a, b) for a in (True, False)
+                                                             for b in (True, False)}
+    assert {(c.lengths is None, c.bias) for c in CASES} == {(a, b) for a in (True, False)
+                                                            for b in (True, False)}
+    assert any(c.T == 1 for c in CASES) and any(c.T > 1 and c.B == 1 for c in CASES)
+    packed = [c.lengths for c in CASES if c.lengths]
+    assert any(len(set(ls)) < len(ls) for ls in packed) and any(1 in ls for ls in packed)
+    assert all(list(ls) == sorted(ls, reverse=True) for ls in packed)
+    for c in CASES:  # output, h_n / grad h0, c_n / grad c0, grad input, the smallest weight
+        sizes = (c.N * c.R, c.B * c.R, c.B * c.H, c.N * c.I, min(c.I, c.R, c.H) * c.H)
+        assert min(sizes) >= 64, (str(c), sizes)
+
+
+# --- What the comparison rejects (float32 and float64 on the CPU) --------------------------------
+
+STRENGTH_CASES = [CASES[6], CASES[8]]  # packed: forward with biases; reverse, projection
+
+
+def _swap_i_f(m):
+    """The op's weights with the input and forget gates' rows swapped."""
+    def swap(t):
+        if t is None:
+            return None
+        H = t.shape[0] // 4
+        return torch.cat([t[H:2 * H], t[:H], t[2 * H:]])
+    w = weights(m, m.bidirectional)
+    return [swap(t) for t in w[:4]] + [w[4]]
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("case", STRENGTH_CASES, ids=str)
+def test_the_comparison_rejects_wrong_kernels(case, precision):
+    ours, ref, native = run_case(case, precision)
+    check_results(case, ours, ref, native, precision)  # the real results pass ...
+
+    def rejected(results, what):
+        with pytest.raises(AssertionError):
+            check_results(case, results, ref, native, precision)
+
+    # ... two gates swapped does not,
+    swapped, _, _ = run_case(case, precision, op_weights=_swap_i_f)
+    rejected(swapped, "gates i and f swapped")
+    # nor the same weights run in the other direction (`reverse` not honoured),
+    flipped, _, _ = run_case(case, precision, op_reverse=not case.reverse)
+    rejected(flipped, "the other direction")
+    # nor any one result scaled by (1 + MUTATION) (float32) or (1 + 1e-9) (float64),
+    eps = 1e-9 if precision == "float64" else MUTATION["float32"]
+    for i, name in enumerate(NAMES):
+        if ours[i] is None:
+            continue
+        scaled = list(ours)
+        scaled[i] = (ours[i].double() * (1 + eps)).to(ours[i].dtype)
+        rejected(scaled, name + " scaled")
+    # nor a bias gradient dropped (zero).
+    if case.bias:
+        for i in (NAMES.index("grad b_ih"), NAMES.index("grad b_hh")):
+            dropped = list(ours)
+            dropped[i] = torch.zeros_like(ours[i])
+            rejected(dropped, NAMES[i] + " dropped")
+
+
+def test_nn_lstms_own_float32_error_is_what_the_rule_scales():
+    # The bound is not vacuous: nn.LSTM's float32 error against float64 is a float32 rounding
+    # error (1e-8 .. 1e-5 relative), not 0 and not large.
+    case = CASES[0]
+    ours, ref, native = run_case(case, "float32")
+    check_results(case, ours, ref, native, "float32")
+    for i, name in enumerate(NAMES):
+        if ref[i] is not None:
+            assert 1e-9 < rel_err(native[i], ref[i]) < 1e-5, (name, rel_err(native[i], ref[i]))
