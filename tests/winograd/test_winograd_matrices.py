@@ -121,3 +121,23 @@ def test_reference_is_exact_in_float64(spec):
         assert_float64_matches(out, float64_passes(x, w, b, gy, shape[5:])[pass_],
                                "reference %s tile %d %s" % (PASS_NAMES[pass_], tile,
                                                             shape_id(shape)))
+
+
+@pytest.mark.parametrize("spec", PASS_TILES, ids=pass_tile_id)
+def test_reference_in_cuda_arithmetic_is_the_same_algorithm(spec):
+    """The reference's float32 transforms in the CUDA kernels' order (kernels='cuda', one FMA
+    at a time) compute the same pass: within float32 rounding of float64 PyTorch (a misplaced
+    index or term would be off by O(1)), and, for tiles above 2, not bit-equal to the
+    matrix-product order (so the order is really another one; F(2,3) and F(3,2) add and halve
+    exactly, the same in any order)."""
+    pass_, tile = spec
+    for shape in REFERENCE_SHAPES:
+        x, w, b, gy = tensors(shape, torch.float32)
+        ref = float64_passes(x, w, b, gy, shape[5:])[pass_]
+        cuda = winograd_reference(pass_, x, w, b, gy, shape[5:], tile, kernels="cuda")
+        cpu = winograd_reference(pass_, x, w, b, gy, shape[5:], tile, kernels="cpu")
+        what = "%s tile %d %s" % (PASS_NAMES[pass_], tile, shape_id(shape))
+        assert cuda.dtype == torch.float32 and cuda.shape == ref.shape, what
+        assert rel_err(cuda, ref) < 1e-4, (what, rel_err(cuda, ref))
+        if tile > 2 and shape == REFERENCE_SHAPES[0]:
+            assert not torch.equal(cuda, cpu), what

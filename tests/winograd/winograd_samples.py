@@ -2,11 +2,15 @@
 tests (tests/winograd/test_*.py).
 
 The reference is independent of the extension: windows by unfold, the matrices from
-fastlayers.winograd_matrices (exact fractions, rounded to the compute dtype), one einsum per
-transform and for the per-point products, in the inputs' precision: transforms computed in
-float32 (float64 for float64) and, for half types, the transformed operands rounded to the input
-dtype before the products (the algorithm stores them so, to feed half-precision GEMMs), the
-products accumulated in float32 and the result rounded once; `tf32` rounds the products'
+fastlayers.winograd_matrices (exact fractions, rounded to the compute dtype), the transforms in
+the arithmetic of the device's kernels (`kernels`: 'cpu', a matrix product per side as the ATen
+kernels; 'cuda', float32 FMAs in the CUDA kernels' order, zero entries skipped, the bias first in
+the inverse; float64 in plain float64): for half types a transformed value often lies exactly on a
+rounding midpoint and on a handful of outputs one such tie decides the error, so the order of the
+float32 operations must be the kernel's for the rule to compare like with like. The per-point
+products likewise (_products: FMAs in the reduction's order for 'cuda'); for half types the transformed operands rounded to the input dtype
+before the products (the algorithm stores them so, to feed half-precision GEMMs), the products
+accumulated in float32 and the result rounded once; `tf32` rounds the products'
 operands to TF32. It is PyTorch's computation of the same algorithm: the `same_algorithm`
 reference of the tolerance rule, as fft_reference is for the FFT ops. test_winograd_matrices.py
 proves it exact in float64 for every pass and tile, and that it calls no fastlayers op."""
@@ -91,11 +95,6 @@ def float64_passes(x, w, b, gy, padding):
 # --- the reference -------------------------------------------------------------------------------
 
 
-def _mats(m, r, dtype, device):
-    return [torch.tensor([[float(v) for v in row] for row in M], dtype=dtype, device=device)
-            for M in winograd_matrices.matrices(m, r)]
-
-
 def _windows(t, win, step, oy, ox, th, tw):
     """t [n, c, h, w] -> [n, c, th, tw, win, win]: the window of tile (ty, tx) at
     (ty step - oy, tx step - ox), zeros outside."""
@@ -107,6 +106,63 @@ def _windows(t, win, step, oy, ox, th, tw):
     return p.unfold(2, win, step).unfold(3, win, step)
 
 
+def _fma_stage(M, d, left: bool, acc0=None):
+    """One side of a two-sided transform over the last two dims of d, as the kernels compute it:
+    left: out[i][j] = sum_k M[i][k] d[k][j]; right: out[i][j] = sum_k d[i][k] M[j][k]; each sum
+    accumulated from acc0 (default 0) in k order, one float32 FMA per nonzero entry (a float64
+    product and sum rounded once to float32: exact but for ~2^-29 double-rounding cases)."""
+    rows, n = len(M), len(M[0])
+    cols = d.shape[-1] if left else rows
+    out = []
+    for i in range(rows):
+        row = []
+        for j in range(cols):
+            acc = torch.zeros_like(d[..., 0, 0]) if acc0 is None else acc0.clone()
+            for k in range(n):
+                c = M[i][k] if left else M[j][k]
+                if c == 0:
+                    continue
+                term = d[..., k, j] if left else d[..., i, k]
+                c32 = torch.tensor(float(c), dtype=torch.float32).item()
+                acc = (term.double() * c32 + acc.double()).float()
+            row.append(acc)
+        out.append(torch.stack(row, -1))
+    return torch.stack(out, -2)
+
+
+def _transform(M, d, kernels: str, acc0=None):
+    """M d M^T over the last two dims of d (M: rows of exact fractions): matrix products in float64
+    or for the CPU kernels, otherwise in the CUDA kernels' float32 arithmetic (_fma_stage); acc0
+    is added last by the former and starts the second stage's sums (the bias) in the latter."""
+    if d.dtype == torch.float64 or kernels == "cpu":
+        Mt = torch.tensor([[float(v) for v in row] for row in M], dtype=d.dtype, device=d.device)
+        out = Mt @ d @ Mt.T
+        return out if acc0 is None else out + acc0[..., None, None]
+    return _fma_stage(M, _fma_stage(M, d, True), False, acc0)
+
+
+def _products(a, b, weight_grad: bool, kernels: str):
+    """The per-point products: M [S, out, th, tw, a, a] = sum over in of a [out, in, a, a] times
+    b [S, in, th, tw, a, a] (forward, input gradient), or M [K, C, a, a] = sum over (S, th, tw)
+    of a [S, K, th, tw, a, a] times b [S, C, th, tw, a, a] (weight gradient). For 'cuda' in
+    float32 each sum runs as one FMA per term in the reduction's order, as cuBLAS's small GEMMs
+    do (a few outputs' errors hang on it); otherwise an einsum."""
+    if b.dtype == torch.float64 or kernels == "cpu":
+        eq = "sotuab,sctuab->ocab" if weight_grad else "ocab,sctuab->sotuab"
+        return torch.einsum(eq, a, b)
+    if weight_grad:
+        S, _, th, tw = a.shape[:4]
+        terms = [(a[s, :, t, u, None], b[s, None, :, t, u])
+                 for s in range(S) for t in range(th) for u in range(tw)]
+        acc = torch.zeros(a.shape[1], b.shape[1], *a.shape[-2:], dtype=a.dtype)
+    else:
+        terms = [(a[None, :, c, None, None], b[:, None, c]) for c in range(a.shape[1])]
+        acc = torch.zeros(b.shape[0], a.shape[0], *b.shape[2:], dtype=a.dtype)
+    for x, y in terms:
+        acc = (x.double() * y.double() + acc.double()).float()
+    return acc
+
+
 def _round(t, tf32, dtype):
     """A transformed operand as the products read it: TF32, or stored in a half dtype."""
     if tf32:
@@ -116,9 +172,11 @@ def _round(t, tf32, dtype):
     return t
 
 
-def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool = False):
+def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool = False,
+                       kernels: str = "cpu"):
     """One pass of Winograd convolution in torch only: 0 forward (with b), 1 input gradient,
-    2 weight gradient; F(tile, 3) for 0 and 1, F(3, tile) for 2."""
+    2 weight gradient; F(tile, 3) for 0 and 1, F(3, tile) for 2; `kernels`: the device whose
+    kernels' float32 arithmetic the transforms follow ('cpu' or 'cuda')."""
     dtype = x.dtype
     ct = torch.float64 if dtype == torch.float64 else torch.float32
     x, w, gy = x.to(ct), w.to(ct), gy.to(ct)
@@ -129,7 +187,7 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
         m, r = 3, tile
     else:
         m, r = tile, 3
-    AT, G, BT = _mats(m, r, ct, x.device)
+    AT, G, BT = winograd_matrices.matrices(m, r)
     alpha = m + r - 1
     if pass_ == 0:
         data, oy, ox, res_h, res_w = x, ph, pw, oh, ow
@@ -140,21 +198,23 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
     if pass_ < 2:
         th, tw = -(-res_h // m), -(-res_w // m)
         d = _windows(data, alpha, m, oy, ox, th, tw)            # [S, ch, th, tw, a, a]
-        V = torch.einsum("ai,sctuij,bj->sctuab", BT, d, BT)
-        U = torch.einsum("ak,ockl,bl->ocab", G, filt, G)         # [out, in, a, a]
-        M = torch.einsum("ocab,sctuab->sotuab", _round(U, tf32, dtype), _round(V, tf32, dtype))
-        Y = torch.einsum("ia,sotuab,jb->sotiuj", AT, M, AT)     # [S, out, th, m, tw, m]
-        Y = Y.reshape(Y.shape[0], Y.shape[1], th * m, tw * m)[..., :res_h, :res_w]
+        V = _transform(BT, d, kernels)
+        U = _transform(G, filt, kernels)                         # [out, in, a, a]
+        M = _products(_round(U, tf32, dtype), _round(V, tf32, dtype), False, kernels)
+        bias = None
         if pass_ == 0 and b is not None:
-            Y = Y + b.to(ct)[:, None, None]
+            bias = b.to(ct)[None, :, None, None].expand(M.shape[:4]).contiguous()
+        Y = _transform(AT, M, kernels, bias)                     # [S, out, th, tw, m, m]
+        Y = Y.permute(0, 1, 2, 4, 3, 5)                          # [S, out, th, m, tw, m]
+        Y = Y.reshape(Y.shape[0], Y.shape[1], th * m, tw * m)[..., :res_h, :res_w]
         return Y.to(dtype)
     th, tw = -(-oh // r), -(-ow // r)
     d = _windows(x, alpha, r, ph, pw, th, tw)                    # [S, C, th, tw, a, a]
     g = _windows(gy, r, r, 0, 0, th, tw)                         # [S, K, th, tw, r, r]
-    X = torch.einsum("ai,sctuij,bj->sctuab", BT, d, BT)
-    Gy = torch.einsum("ai,sotuij,bj->sotuab", G, g, G)
-    M = torch.einsum("sotuab,sctuab->ocab", _round(Gy, tf32, dtype), _round(X, tf32, dtype))
-    return torch.einsum("ia,ocab,jb->ocij", AT, M, AT).to(dtype)
+    X = _transform(BT, d, kernels)
+    Gy = _transform(G, g, kernels)
+    M = _products(_round(Gy, tf32, dtype), _round(X, tf32, dtype), True, kernels)
+    return _transform(AT, M, kernels).to(dtype)
 
 
 # --- recording the ops autograd runs -------------------------------------------------------------
