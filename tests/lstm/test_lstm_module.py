@@ -117,6 +117,19 @@ def all_results(m, name, x, hx):
     return dict(zip(names, [y, h, c] + list(grads))), [op for op, _ in rec.calls]
 
 
+def set_modes(ref, fast, name, device):
+    """The configuration's train/eval mode on both modules. cuDNN's RNN backward refuses eval
+    mode, so on CUDA an eval-mode nn.LSTM reference runs in training mode with dropout 0: the
+    same function (eval mode only turns dropout off)."""
+    training = CONFIGS[name][3]
+    fast.train(training)
+    if device == "cuda" and not training:
+        ref.dropout = 0.0
+        ref.train(True)
+    else:
+        ref.train(training)
+
+
 def _layers_dirs(name):
     kwargs = CONFIGS[name][0]
     return kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
@@ -128,7 +141,7 @@ def test_matches_nn_lstm(device, name):
     if device == "cuda" and training and kwargs.get("dropout"):
         pytest.skip("cuDNN draws its own dropout masks (the CPU case checks that they match)")
     ref, fast = pair(kwargs, device=device)
-    ref.train(training), fast.train(training)
+    set_modes(ref, fast, name, device)
     x, hx = make_inputs(name, device=device)
     expected, native_ops = all_results(ref, name, x, hx)
     got, ops = all_results(fast, name, x, hx)
@@ -163,6 +176,7 @@ def no_tf32():
 def test_float32_within_twice_nn_lstms_error(device, name, no_tf32):
     kwargs = CONFIGS[name][0]
     ref32, fast32 = pair(kwargs, torch.float32, device)
+    set_modes(ref32, fast32, name, device)
     ref64 = copy.deepcopy(ref32).double()
     x, hx = make_inputs(name, torch.float32, device)
     ref, _ = all_results(ref64, name, x.double(), hx and tuple(t.double() for t in hx))
