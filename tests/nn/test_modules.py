@@ -234,13 +234,23 @@ def test_unbatched_input(config, variant):
     assert ran == set(FL_OPS) and got[0].dim() == 3
 
 
+@pytest.mark.parametrize("layouts", ["x", "w", "xw"])
 @pytest.mark.parametrize("variant", ["cached", "fft"])
-def test_channels_last_input_keeps_its_layout(variant, device):
+def test_channels_last_gives_nn_conv2ds_layout(variant, layouts, device):
+    """The result's layout is nn.Conv2d's: channels_last where the input or the weight is, but
+    contiguous for float64 on CUDA (cuDNN has no NHWC float64)."""
+    cl = torch.channels_last
     ref, m = twins(CONFIGS["k3-pad1"], dtype=torch.float64, device=device)
+    if "w" in layouts:
+        for mod in (ref, m):
+            mod.weight.data = mod.weight.data.contiguous(memory_format=cl)
     x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64, device=device)
-    x = x.contiguous(memory_format=torch.channels_last)
+    if "x" in layouts:
+        x = x.contiguous(memory_format=cl)
     got, ran = match_float64(ref, m, x, variant)
-    assert ran == set(FL_OPS) and got[0].is_contiguous(memory_format=torch.channels_last)
+    y = ref(x)
+    assert ran == set(FL_OPS) and got[0].stride() == y.stride()
+    assert y.is_contiguous(memory_format=cl) == (device == "cpu")
 
 
 def test_empty_batch(device):

@@ -266,10 +266,17 @@ def conv2d_call(choice: Union[Choice, str], pass_: str, padding: Sequence[int], 
     return call
 
 
+def _channels_last(t: torch.Tensor) -> bool:
+    return not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
 def _in_input_layout(call: Conv2dCall) -> Conv2dCall:
+    """`call` with nn.Conv2d's result layout: channels_last where the input or the weight is,
+    except float64 on CUDA (cuDNN has no channels_last for it, so PyTorch returns contiguous)."""
     def forward(x, w, b, gy):
         y = call(x, w, b, gy)
-        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        if (_channels_last(x) or _channels_last(w)) and not (
+                x.dtype == torch.float64 and x.is_cuda):
             y = y.contiguous(memory_format=torch.channels_last)
         return y
     return forward
