@@ -49,6 +49,11 @@ void convert_n(int64_t n, const From* in, To* out, cudaStream_t stream) {
   FL_LAUNCH_CHECK();
 }
 
+// TF32 (`tf32`, fp32 data) goes to the GEMMs over every step at once: the input GEMM, the input
+// gradient and the weight gradients. The GEMMs inside the recurrence (w_hh, w_hr, both ways) stay
+// in full fp32: their error compounds over the steps, and cuDNN's RNN keeps them in fp32 on small
+// layers, so TF32 there would be less precise than the nn.LSTM being replaced.
+
 // Forward workspace: xp [N, 4H] A, c [B, H] A, h [B, R] T, htil [B, H] T (projection).
 template <typename T>
 void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
@@ -86,7 +91,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
     A* pre = xp + o * 4 * H;
     // pre [n, 4H] += h [n, R] w_hh^T
     if (R > 0)
-      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R,
+      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R,
             h, R, pre, 4 * H, 1.0);
     cell_forward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
         n, H, R, pre, b_ih, b_hh, c, h, out + o * R, htil, reserve + o * 5 * H,
@@ -94,7 +99,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
     FL_LAUNCH_CHECK();
     if (s.proj) {
       // h [n, R] = htil [n, H] w_hr^T, then the step's output rows
-      gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H,
+      gemm1(pin, G::store, G::store, false, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H,
             htil, H, h, R);
       FL_CUDA_CHECK(cudaMemcpyAsync(out + o * R, h, sizeof(T) * n * R, cudaMemcpyDeviceToDevice,
                                     stream));
@@ -138,7 +143,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
       add_rows<T><<<blocks_for(n * R), kThreads, 0, stream>>>(n * R, dy + o * R, dh,
                                                              dhn + o * R);
       FL_LAUNCH_CHECK();
-      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H,
+      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H,
             dhn + o * R, R, dhtil, H);
     }
     cell_backward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
@@ -146,7 +151,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
     FL_LAUNCH_CHECK();
     // dh [n, R] = dgates [n, 4H] w_hh
     if (R > 0)
-      gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R,
+      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R,
             dgates + o * 4 * H, 4 * H, dh, R);
   }
   convert_n<A, T>(s.B * R, dh, dh0, stream);
