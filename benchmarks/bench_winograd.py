@@ -17,8 +17,7 @@ Sections (CUDA), in this order:
             Gray's Table 1), at N = 1, 2, 4, 8, 16, 32, 64 (--quick: 1, 8, 64), passes fprop
             (forward), bprop (input gradient) and accGrad (weight gradient), the four modes:
             cuDNN (cudnn.benchmark on) and every Winograd candidate the tuner would consider
-            (fastlayers.algorithms.candidates; on CUDA they are offered with
-            FASTLAYERS_WINOGRAD_CUDA=1, which this script sets), each called through
+            (fastlayers.algorithms.candidates), each called through
             fastlayers.algorithms.conv2d_call and checked against float64 on the first two
             samples first. A candidate whose error exceeds max(2 x cuDNN's error, the tuner's
             floor) is recorded as failed, not timed. Each other candidate is timed interleaved
@@ -424,7 +423,6 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     cuda = torch.cuda.is_available() and fastlayers.with_cuda
     if cuda:
-        os.environ["FASTLAYERS_WINOGRAD_CUDA"] = "1"  # the tuner's candidates on CUDA
         torch.backends.cudnn.benchmark = True
         warmup, trials = (2, 5) if args.quick else (3, 10)
         timer = common.CudaTimer(warmup, args.trials or trials, flush=True)
@@ -444,7 +442,6 @@ def main(argv=None) -> int:
         labels=plan["labels"], sections=plan["sections"], rounds=plan["rounds"],
         padding=list(PADDING), check_samples=CHECK_SAMPLES, accuracy_N=ACCURACY_N,
         network_complete=plan["network"],
-        winograd_cuda_env=os.environ.get("FASTLAYERS_WINOGRAD_CUDA"),
         ratio="cuDNN ms / Winograd ms, the median of per-round ratios of interleaved trials",
         tolerance="max(2 x cuDNN's error against float64, tuner.error_floor), on the first %d "
                   "samples" % CHECK_SAMPLES,

@@ -423,18 +423,15 @@ def test_candidates_of_a_huge_layer_come_quickly():
     assert "fft:1000000x7" in tuner.candidates_conv2d(p, "forward")
 
 
-def test_winograd_is_offered_on_cuda_only_when_asked(monkeypatch):
-    # Until a GPU run validates the CUDA kernels (docs/winograd.md), the tuner offers them only
-    # with FASTLAYERS_WINOGRAD_CUDA=1; on CPU always; a pinned label fits either way.
+def test_winograd_is_offered_on_both_devices():
     cpu = problem(dtype=torch.float32)
     cuda = dataclasses.replace(cpu, device_type="cuda")
-    monkeypatch.delenv("FASTLAYERS_WINOGRAD_CUDA", raising=False)
-    assert "winograd:2" in tuner.candidates_conv2d(cpu, "forward")
-    assert not any(c.startswith("winograd") for c in tuner.candidates_conv2d(cuda, "forward"))
-    assert algorithms.fits("winograd:2", cuda, "forward") is None
-    monkeypatch.setenv("FASTLAYERS_WINOGRAD_CUDA", "1")
-    assert [c for c in tuner.candidates_conv2d(cuda, "weight_grad") if c.startswith("winograd")] \
-        == ["winograd:2", "winograd:4"]
+    for p in (cpu, cuda):
+        assert [c for c in tuner.candidates_conv2d(p, "forward") if c.startswith("winograd")] \
+            == ["winograd:2", "winograd:4", "winograd:6"]
+        assert [c for c in tuner.candidates_conv2d(p, "weight_grad")
+                if c.startswith("winograd")] == ["winograd:2", "winograd:4"]
+        assert algorithms.fits("winograd:2", p, "forward") is None
 
 
 def test_winograd_float16_candidates_stop_at_alpha_6():

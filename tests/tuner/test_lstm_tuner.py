@@ -61,13 +61,9 @@ def test_candidates_and_fits():
     assert "does not serve conv2d" in algorithms.fits("fused", conv, "forward")
 
 
-def test_cuda_is_offered_only_when_asked(monkeypatch):
-    # Until a GPU run validates the CUDA kernels, FASTLAYERS_LSTM_CUDA=1 offers them.
+def test_cuda_is_offered_where_the_build_has_the_kernels(monkeypatch):
     cuda = dataclasses.replace(problem(), device_type="cuda")
     monkeypatch.setattr(fastlayers._C, "with_lstm_cuda", True, raising=False)
-    monkeypatch.delenv("FASTLAYERS_LSTM_CUDA", raising=False)
-    assert tuner.candidates_lstm(cuda, "training") == ["native"]
-    monkeypatch.setenv("FASTLAYERS_LSTM_CUDA", "1")
     assert tuner.candidates_lstm(cuda, "training") == ["native", "fused"]
     monkeypatch.setattr(fastlayers._C, "with_lstm_cuda", False, raising=False)
     assert tuner.candidates_lstm(cuda, "training") == ["native"]

@@ -2,21 +2,10 @@
 point-wise kernel per step), one op call per layer and direction. Its label has no parameters."""
 from __future__ import annotations
 
-import os
-
 from .registry import Choice, Family
 
 # The dtypes the ops serve per device.
 DTYPES = {"cuda": ("float32", "float64", "float16", "bfloat16"), "cpu": ("float32", "float64")}
-
-
-def cuda_offered() -> bool:
-    """The CUDA kernels have been compiled but not yet run on a GPU: a fault there would end the
-    process that tunes. Until a GPU run validates them, the tuner offers them only when
-    FASTLAYERS_LSTM_CUDA=1; a module pinned with force_algorithm("fused") runs them regardless."""
-    from .. import _C
-    return bool(getattr(_C, "with_lstm_cuda", False)) and \
-        os.environ.get("FASTLAYERS_LSTM_CUDA", "") == "1"
 
 
 class FusedLstm(Family):
@@ -42,8 +31,6 @@ class FusedLstm(Family):
 
     def candidates(self, p, pass_):
         if self.fits(FUSED, p, pass_) is not None:
-            return []
-        if p.device_type == "cuda" and not cuda_offered():
             return []
         return [FUSED]
 

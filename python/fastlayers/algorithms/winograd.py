@@ -3,7 +3,6 @@ gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4). 3x3 fil
 any padding."""
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
@@ -23,13 +22,6 @@ FP16_MAX_ALPHA = 6
 
 def _tiles(pass_: str):
     return WEIGHT_GRAD_TILES if pass_ == "weight_grad" else FORWARD_TILES
-
-
-# The CUDA kernels have been compiled but not yet run on a GPU: a kernel fault there would end the
-# process that tunes, not just fail a candidate. Until a GPU run validates them, the tuner offers
-# Winograd on CUDA only when FASTLAYERS_WINOGRAD_CUDA=1; pinned labels and the ops run regardless.
-def _cuda_offered() -> bool:
-    return os.environ.get("FASTLAYERS_WINOGRAD_CUDA", "") == "1"
 
 
 class Winograd(Family):
@@ -55,7 +47,7 @@ class Winograd(Family):
         return self.choice("winograd", WinogradParams(int(tile)))
 
     def candidates(self, p, pass_):
-        if self._layer_fits(p) is not None or (p.device_type == "cuda" and not _cuda_offered()):
+        if self._layer_fits(p) is not None:
             return []
         tiles = _tiles(pass_)
         if p.dtype == "float16":
