@@ -141,6 +141,10 @@ def run_network(doc, res, stats, name, mode, args):
                                    row["first_step_s"]["converted"], row["passes_tuned"],
                                    row["passes_on_fastlayers"]))
 
+        # The first steps updated each model with its own gradients: the check compares the
+        # same function only once the converted model holds the plain one's weights (and
+        # batch-norm statistics) again.
+        conv.load_state_dict(plain.state_dict())
         row["check"] = chk = check(plain, conv, x, target, mode)
         if not chk["ok"]:
             row["failed"] = "outside tolerance: %s" % chk
