@@ -316,29 +316,39 @@ class _TunedConv:
         if w is None:
             w = self.weight
         b = params["bias"] if "bias" in params else self.bias
-        if torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled():
+        if torch.compiler.is_compiling():
             return self._fl_run(self._fl_decide(input, w, b), input, w, b, autocast=True)
+        # The autocast dtype of the input's device, or None where autocast is off there.
+        autocast = None
+        if torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(input.device.type):
+            autocast = torch.get_autocast_dtype(input.device.type)
         # Everything _fl_decide reads that a layer attribute does not hold: the input's shape,
-        # dtype, device and layout, the weight's shape and dtype, grad mode and which operands
-        # need gradients, deterministic mode, PyTorch's TF32 switch for convolution, the tuner's
-        # generation (mode switches, clear, set_transforms) and its transforms switch.
+        # dtype, device and layout, the weight's shape and dtype, autocast, grad mode and which
+        # operands need gradients, deterministic mode, PyTorch's TF32 switch for convolution, the
+        # tuner's generation (mode switches, clear, set_transforms) and its transforms switch.
         sig = (input.shape, input.dtype, input.device, input.is_contiguous(), w.shape, w.dtype,
-               torch.is_grad_enabled(), input.requires_grad, w.requires_grad,
+               autocast, torch.is_grad_enabled(), input.requires_grad, w.requires_grad,
                b is not None and b.requires_grad, torch._C._get_deterministic_algorithms(),
                _tf32_switch(), _tuner._state.generation, _tuner._state.transforms)
         route = self._fl_route
         if route is None or route[0] != sig:
             route = (sig, self._fl_decide(input, w, b))
             self.__dict__["_fl_route"] = route
-        return self._fl_run(route[1], input, w, b, autocast=False)
+        return self._fl_run(route[1], input, w, b, autocast=autocast is not None)
 
     def _fl_decide(self, input: torch.Tensor, w, b) -> "_Route":
         """What a call with this input does: PyTorch's own forward (a fallback, recorded for
         report()), or a plan, with the padding and batch handling around it."""
-        if (input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2) or \
-                input.dtype != w.dtype:
+        if input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2:
             return _SUPER  # nn.Conv*d's own error
-        reason = self._unsupported(input)
+        dev = input.device.type
+        # Under autocast nn.Conv*d computes in the autocast dtype: compare the operands as cast.
+        x_, w_, _ = _autocast_operands(input, w, None, dev)
+        if x_.dtype != w_.dtype:
+            return _SUPER  # nn.Conv*d's own error
+        if torch.is_autocast_enabled(dev) and dev == "cpu" and x_.dtype not in _CPU_DTYPES:
+            return _SUPER  # CPU autocast to a dtype the CPU kernels do not serve
+        reason = self._unsupported(x_)
         if reason is not None:
             if torch.compiler.is_compiling():  # (extra_repr does not trace)
                 _note_fallback_traced(self._fl_kind, self.in_channels, self.out_channels,
@@ -350,13 +360,8 @@ class _TunedConv:
                     self._warn_forced(reason)
             return _SUPER
         unbatched = input.dim() == self._fl_dims + 1
-        x = input.unsqueeze(0) if unbatched else input
-        dev = x.device.type
-        if torch.is_autocast_enabled(dev):
-            dt = torch.get_autocast_dtype(dev)
-            if dev == "cpu" and dt not in _CPU_DTYPES:
-                return _SUPER
-            x, w = x.to(dt), w.to(dt)
+        x = x_.unsqueeze(0) if unbatched else x_
+        w = w_
         pad, padding = self._pad_spec()
         xp = x if pad is None else F.pad(x, *pad)
         # A kernel larger than the padded input (for a Conv1d, [-2] compares the channels).
@@ -373,12 +378,10 @@ class _TunedConv:
         if route is _SUPER:
             return super().forward(input)
         x = input.unsqueeze(0) if route.unbatched else input
-        if autocast and torch.is_autocast_enabled(x.device.type):
+        if autocast:
             # Under autocast the operands take the autocast dtype (its casts in the ops are then
             # no-ops); _fl_decide sent CPU autocast to a dtype the CPU does not serve to _SUPER.
-            dt = torch.get_autocast_dtype(x.device.type)
-            x, w = x.to(dt), w.to(dt)
-            b = b.to(dt) if b is not None else None
+            x, w, b = _autocast_operands(x, w, b, x.device.type)
         if route.pad is not None:
             x = F.pad(x, *route.pad)
         plan = route.plan
@@ -390,6 +393,16 @@ class _TunedConv:
         else:
             y = _ConvFunction.apply(x, w, b, plan)
         return y.squeeze(0) if route.unbatched else y
+
+
+def _autocast_operands(x, w, b, dev: str):
+    """x, w, b as autocast casts a convolution's operands on `dev`: floating tensors other than
+    float64 to the autocast dtype, where autocast is on; unchanged otherwise."""
+    if not torch.is_autocast_enabled(dev):
+        return x, w, b
+    dt = torch.get_autocast_dtype(dev)
+    cast = lambda t: t if t is None or t.dtype == torch.float64 else t.to(dt)  # noqa: E731
+    return cast(x), cast(w), cast(b)
 
 
 class _Route(NamedTuple):

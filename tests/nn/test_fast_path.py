@@ -73,6 +73,26 @@ def test_new_weight_and_dtype_are_seen(device):
     torch.testing.assert_close(y, ref(x.float()))
 
 
+def test_autocast_is_seen(device):
+    ref, fast = pair(device, padding=1)
+    for m in (ref, fast):
+        m.float()
+    fast.force_algorithms(forward="fft:16x16")
+    x = torch.randn(2, 3, 6, 6, device=device)
+    y, ops = ops_of(lambda: fast(x))
+    assert y.dtype == torch.float32 and ops == ["fft_conv2d"]
+    # the same call under autocast: nn.Conv2d's dtype (bfloat16 on the CPU, on PyTorch's path
+    # there; float16 on CUDA, on the op)
+    dt = torch.bfloat16 if device == "cpu" else torch.float16
+    with torch.autocast(device, dtype=dt):
+        y, ops = ops_of(lambda: fast(x))
+        expected = ref(x)
+    assert y.dtype == expected.dtype == dt
+    assert ops == ([] if device == "cpu" else ["fft_conv2d"])
+    y, ops = ops_of(lambda: fast(x))  # and back
+    assert y.dtype == torch.float32 and ops == ["fft_conv2d"]
+
+
 def test_grad_mode_and_requires_grad_are_seen(device):
     ref, fast = pair(device, padding=1)
     fast.force_algorithms(forward="fft:8x8", input_grad="fft:8x8", weight_grad="fft:8x8")

@@ -333,6 +333,22 @@ def test_autocast_cpu_bfloat16_falls_back_to_native():
     torch.testing.assert_close(y, expected)
 
 
+def test_autocast_leaves_float64_alone(device):
+    # autocast casts float16/32 operands, never float64: a float64 layer computes in float64 on
+    # fastlayers' path under autocast too, as nn.Conv2d does on its own
+    ref, m = twins(CONFIGS["k3-pad1"], dtype=torch.float64, device=device)
+    force(m, ALGORITHMS["fft"])
+    x = torch.randn(2, 3, *INPUT_HW, dtype=torch.float64, device=device, requires_grad=True)
+    dt = torch.bfloat16 if device == "cpu" else torch.float16
+    with torch.autocast(device, dtype=dt), CountOps() as counter:
+        y = m(x)
+        y.sum().backward()
+        expected = ref(x)
+    assert y.dtype == expected.dtype == torch.float64
+    assert set(counter.calls) == set(FL_OPS)
+    torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
+
+
 # --- higher-order gradients ----------------------------------------------------------------------
 
 
@@ -570,6 +586,30 @@ def test_tuned_module_matches_nn_conv2d(device, monkeypatch):
     assert {r["source"] for r in tuner.decisions()} == {"tuned"}
     assert len(tuner.decisions()) == 3
     assert_within_rule(got, expected, native, m, x, gy, (36, 36), what="tuned")
+
+
+@pytest.mark.gpu
+def test_autocast_half_input_from_the_layer_before():
+    # In a network under autocast a layer's input is already float16 (the layer before computed
+    # in it) while its weight is float32: autocast casts the weight, and so does the module (it
+    # ran nn.Conv2d's path for such a layer, which left every layer after the first off fastlayers)
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    ref = ref.cuda()
+    m = fastlayers.convert(copy.deepcopy(ref))
+    for layer in (m[0], m[2]):
+        layer.force_algorithms(forward="fft:16x16", input_grad="fft:16x16",
+                               weight_grad="fft:16x16")
+    x = torch.randn(2, 3, 12, 12, device="cuda", requires_grad=True)
+    with torch.autocast("cuda", dtype=torch.float16):
+        with CountOps() as counter:
+            y = m(x)
+            y.float().square().sum().backward()
+        expected = ref(x)
+    assert counter.calls == {op: 2 for op in FL_OPS}, counter.calls
+    assert y.dtype == expected.dtype == torch.float16
+    exact = copy.deepcopy(ref).double()(x.detach().double())
+    assert rel_err(y, exact) <= 2 * rel_err(expected, exact)
 
 
 @pytest.mark.gpu
