@@ -89,21 +89,8 @@ def run_layer(doc, res, stats, layer, args):
 
 
 def render(doc) -> str:
-    out = ["| layer | nn.Conv2d host us | tuned: host us, x | all-native: host us, x | A/A x "
-           "| step us nn / tuned, x | choices |", "|---|---|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        if "failed" in r:
-            out.append("| %s | failed: %s | | | | | |" % (r["layer"], r["failed"]))
-            continue
-        e, s = r["enqueue_us"], r["us"]
-        out.append("| %s | %.0f | %.0f, %.2f | %.0f, %.2f | %.2f | %.0f / %.0f, %.2f | %s |" % (
-            r["layer"], e["tuned"]["a_ms"], e["tuned"]["b_ms"], e["tuned"]["ratio"],
-            e["native"]["b_ms"], e["native"]["ratio"], e["twin"]["ratio"], s["tuned"]["a_ms"],
-            s["tuned"]["b_ms"], s["tuned"]["ratio"], " / ".join(r["choices"].values())))
-    out += ["", "Forward + backward of one layer, fp32; x = nn.Conv2d / fastlayers (> 1: fastlayers "
-            "cheaper), median of per-round ratios of interleaved trials. Host us: up to the last "
-            "call's return; step us: to the device's completion."]
-    return "\n".join(out)
+    import make_docs
+    return make_docs.host(doc)
 
 
 def main(argv=None) -> int:

@@ -267,20 +267,8 @@ def bench_lm(args, res, stats, device="cuda"):
 
 
 def render(doc) -> str:
-    out = ["LSTM, %s" % common.describe_run(doc), "",
-           "| config | mode | fwd (device) | fwd (back to back) | fwd+bwd (device) | "
-           "fwd+bwd (back to back) | TFLOP/s fwd+bwd |", "|---|---|---|---|---|---|---|"]
-    for r in doc.get("layers", []):
-        f = lambda k: common.fmt((r.get(k) or {}).get("ratio"), ".2f")  # noqa: E731
-        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-            r["config"], r["mode"], f("fwd"), f("fwd_wall"), f("fwdbwd"), f("fwdbwd_wall"),
-            common.fmt(r.get("fwdbwd_tflops"), ".1f")) + (" failed: %s" % r["failed"]
-                                                           if "failed" in r else ""))
-    for r in doc.get("lm", []):
-        out.append("language model %s: step x%s (A/A x%s)" % (
-            r["mode"], common.fmt((r.get("steps") or {}).get("ratio"), ".2f"),
-            common.fmt((r.get("aa") or {}).get("ratio"), ".2f")))
-    return "\n".join(out)
+    import make_docs
+    return "LSTM, %s\n\n%s" % (common.describe_run(doc), make_docs.lstm(doc))
 
 
 def parse_args(argv=None):
