@@ -175,3 +175,30 @@ def test_a_large_kernel_measures_fft_in_every_pass(monkeypatch, device):
         assert not any("budget" in why for why in row["skipped"].values()), row["skipped"]
         assert set(row["times_ms"]) | set(row["skipped"]) == set(candidates)
         assert set(row["times_ms"]) - {"native"}, (pass_, row)
+
+
+def test_the_float64_reference_skips_cudnns_search(monkeypatch, device):
+    """The accuracy reference (float64, a few samples: a shape of its own) runs with
+    cudnn.benchmark off, which stays as the user set it for the candidates' own calls."""
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    seen = []
+    native_call = algorithms.native.FAMILY.conv2d_call
+
+    def recording_call(choice, pass_, padding, tf32):
+        call = native_call(choice, pass_, padding, tf32)
+
+        def run(x, w, b, gy):
+            seen.append((x.dtype, torch.backends.cudnn.benchmark))
+            return call(x, w, b, gy)
+        return run
+    monkeypatch.setattr(algorithms.native.FAMILY, "conv2d_call", recording_call)
+    algorithms.registry._forget()
+    try:
+        tuner.choose_conv2d(problem(device), "forward")
+        assert torch.backends.cudnn.benchmark is True  # restored
+    finally:
+        monkeypatch.undo()
+        algorithms.registry._forget()
+    assert (torch.float64, False) in seen
+    assert {b for dt, b in seen if dt != torch.float64} == {True}

@@ -3,6 +3,7 @@ the algorithm registry's conv2d families), its measuring inputs and float64 refe
 choice per pass."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence
 
@@ -124,14 +125,27 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
     n = min(p.S, CHECK_SAMPLES)
     xc, gyc = x[:n], gy[:n]
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
-        ref = algorithms.conv2d_call(NATIVE, pass_, pad, False)(xc.double(), w.double(), None,
-                                                                gyc.double())
+        with _cudnn_benchmark(False):
+            # A float64 reference needs no fast algorithm: under cudnn.benchmark cuDNN would time
+            # every float64 algorithm of this extra shape first (seconds for large kernels).
+            ref = algorithms.conv2d_call(NATIVE, pass_, pad, False)(xc.double(), w.double(), None,
+                                                                    gyc.double())
         return measure_candidates(
             algorithms.candidates(p, pass_),
             call=lambda c: algorithms.conv2d_call(c, pass_, pad, p.tf32),
             workspace=lambda c: algorithms.workspace_bytes(c, p, pass_),
             args=(x, w, None, gy), check_args=(xc, w, None, gyc), ref=ref, device=device,
             floor=error_floor(p.torch_dtype, p.tf32))
+
+
+@contextlib.contextmanager
+def _cudnn_benchmark(on: bool):
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old
 
 
 def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = None) -> str:
