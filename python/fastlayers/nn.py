@@ -346,9 +346,7 @@ class _TunedConv:
         x_, w_, _ = _autocast_operands(input, w, None, dev)
         if x_.dtype != w_.dtype:
             return _SUPER  # nn.Conv*d's own error
-        if torch.is_autocast_enabled(dev) and dev == "cpu" and x_.dtype not in _CPU_DTYPES:
-            return _SUPER  # CPU autocast to a dtype the CPU kernels do not serve
-        reason = self._unsupported(x_)
+        reason = self._unsupported(x_)  # (CPU autocast to bfloat16 included, recorded)
         if reason is not None:
             if torch.compiler.is_compiling():  # (extra_repr does not trace)
                 _note_fallback_traced(self._fl_kind, self.in_channels, self.out_channels,
@@ -380,7 +378,7 @@ class _TunedConv:
         x = input.unsqueeze(0) if route.unbatched else input
         if autocast:
             # Under autocast the operands take the autocast dtype (its casts in the ops are then
-            # no-ops); _fl_decide sent CPU autocast to a dtype the CPU does not serve to _SUPER.
+            # no-ops); _fl_decide sent a cast dtype the device does not serve to _SUPER.
             x, w, b = _autocast_operands(x, w, b, x.device.type)
         if route.pad is not None:
             x = F.pad(x, *route.pad)

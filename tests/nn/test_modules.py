@@ -326,11 +326,15 @@ def test_autocast_cpu_bfloat16_falls_back_to_native():
     force(m, ALGORITHMS["fft"])
     x = torch.randn(2, 3, *INPUT_HW)
     with torch.autocast("cpu", dtype=torch.bfloat16), CountOps() as counter:
-        y = m(x)
+        with pytest.warns(UserWarning, match="pinned algorithms .* not used: dtype torch.bfloat16"):
+            y = m(x)
         expected = ref(x)
     assert y.dtype == torch.bfloat16
     assert not counter.calls
     torch.testing.assert_close(y, expected)
+    # the fallback is in the report, with its reason
+    assert any(d["source"] == "unsupported" and "bfloat16 on cpu" in d["reason"]
+               for d in tuner.decisions())
 
 
 def test_autocast_leaves_float64_alone(device):
