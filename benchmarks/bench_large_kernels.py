@@ -16,7 +16,8 @@ with TF32 off, cudnn.benchmark on. Per case:
           clock to the device's completion; the three modules in rotating order round by round,
           each ratio the median of per-round ratios (> 1: fastlayers faster)
 fft-conv-pytorch runs when installed (to a GPU machine without a network it travels as a wheel:
-`pip download --no-deps fft-conv-pytorch==1.2.0`, pure Python); otherwise its column is empty. Writes DIR/large-kernels-<device>.json.
+`pip download --no-deps fft-conv-pytorch==1.2.0`, pure Python); otherwise its column is empty.
+Writes DIR/large-kernels-<device>.json.
 """
 from __future__ import annotations
 
@@ -98,14 +99,8 @@ def step_fn(m, x, gy):
 
 
 def time_calls(calls):
-    def time_one(fn):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3 / calls
-    return time_one
+    """ms per call of `calls` calls back to back, to the device's completion (common.host_us)."""
+    return lambda fn: common.host_us(fn, calls=calls, reps=1, warmup=0)["us"] / 1e3
 
 
 def rotating(fns: dict, time_one, rounds: int) -> dict:
