@@ -32,9 +32,12 @@ class _Plan(NamedTuple):
     native: bool     # all three PyTorch's own: nn.Conv*d's autograd runs the backward
     forward: Callable[..., torch.Tensor]   # fn(x, w, b, gy)
     grads: Callable[..., tuple]            # fn(x, w, gy, need_x, need_w) -> (gx, gw)
+    # The eager call through the C++ autograd node, cpp(x, w, b, need_backward) -> y, or None
+    # where a family has no C++ form (then _ConvFunction, the same node in Python).
+    cpp: Optional[Callable[..., torch.Tensor]]
 
 
-_ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None)
+_ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None, None)
 
 
 def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
@@ -50,7 +53,8 @@ def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
     grads = algorithms.conv2d_grads(igrad, wgrad, padding, tf32)
     if height_one:
         forward, grads = _height_one(forward, grads)
-    return _Plan(choices, False, forward, grads)
+    cpp = algorithms.conv2d_cpp_plan(choices, padding, tf32, height_one)
+    return _Plan(choices, False, forward, grads, cpp)
 
 
 def _height_one(forward, grads):
@@ -75,7 +79,9 @@ def _below_autograd():
 
 
 class _ConvFunction(torch.autograd.Function):
-    """One convolution whose three passes may each use a different algorithm (a _Plan)."""
+    """One convolution whose three passes may each use a different algorithm (a _Plan): the
+    Python form of the C++ node (_Plan.cpp), for torch.compile and for families without a C++
+    form."""
 
     # forward(ctx, ...) rather than a separate setup_context: apply() then skips binding the
     # arguments to a signature on every call.
@@ -317,7 +323,8 @@ class _TunedConv:
             w = self.weight
         b = params["bias"] if "bias" in params else self.bias
         if torch.compiler.is_compiling():
-            return self._fl_run(self._fl_decide(input, w, b), input, w, b, autocast=True)
+            return self._fl_run(self._fl_decide(input, w, b), input, w, b, autocast=True,
+                                eager=False)
         # The autocast dtype of the input's device, or None where autocast is off there.
         autocast = None
         if torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(input.device.type):
@@ -334,7 +341,7 @@ class _TunedConv:
         if route is None or route[0] != sig:
             route = (sig, self._fl_decide(input, w, b))
             self.__dict__["_fl_route"] = route
-        return self._fl_run(route[1], input, w, b, autocast=autocast is not None)
+        return self._fl_run(route[1], input, w, b, autocast=autocast is not None, eager=True)
 
     def _fl_decide(self, input: torch.Tensor, w, b) -> "_Route":
         """What a call with this input does: PyTorch's own forward (a fallback, recorded for
@@ -362,8 +369,9 @@ class _TunedConv:
         w = w_
         pad, padding = self._pad_spec()
         xp = x if pad is None else F.pad(x, *pad)
-        # A kernel larger than the padded input (for a Conv1d, [-2] compares the channels).
-        if xp.shape[-2] < w.shape[-2] or xp.shape[-1] < w.shape[-1]:
+        # A kernel larger than the padded input (for a Conv1d, [-2] compares height 1 with 1).
+        if (xp.shape[-2] + 2 * padding[0] < w.shape[-2]
+                or xp.shape[-1] + 2 * padding[1] < w.shape[-1]):
             return _SUPER  # nn.Conv*d raises its own error
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
@@ -371,8 +379,10 @@ class _TunedConv:
         plan = self._plan(xp, w, padding, tf32, need_backward)
         return _Route(plan, pad, padding, unbatched, need_backward)
 
-    def _fl_run(self, route: "_Route", input: torch.Tensor, w, b, autocast: bool) -> torch.Tensor:
-        """Runs `route`; `autocast`: autocast may be on (False: known to be off)."""
+    def _fl_run(self, route: "_Route", input: torch.Tensor, w, b, autocast: bool,
+                eager: bool) -> torch.Tensor:
+        """Runs `route`; `autocast`: autocast may be on (False: known to be off); `eager`: not
+        traced by torch.compile (which traces the ops, not the C++ node)."""
         if route is _SUPER:
             return super().forward(input)
         x = input.unsqueeze(0) if route.unbatched else input
@@ -385,6 +395,8 @@ class _TunedConv:
         plan = route.plan
         if plan.native:
             y = self._fl_native(x, w, b, route.padding)
+        elif eager and plan.cpp is not None:
+            y = plan.cpp(x, w, b, route.need_backward)
         elif not route.need_backward:
             with _below_autograd():
                 y = plan.forward(x, w, b, None)

@@ -13,7 +13,7 @@ import fastlayers
 from fastlayers import tuner
 from fastlayers.algorithms import parse
 from fastlayers.ops import conv_tf32_allowed
-from conv_samples import (assert_training_matches, assert_within_bound, cudnn_tf32,
+from conv_samples import (RecordOps, assert_training_matches, assert_within_bound, cudnn_tf32,
                           fft_reference, module_fft_label, rel_err)
 
 
@@ -554,6 +554,105 @@ def test_choices_are_bound_once(monkeypatch):
         for _ in range(3):
             m(x).sum().backward()
     assert counter.calls == {"fft_conv2d": 3, "fft_conv2d_input_grad": 3}
+
+
+# Plans whose families all have a C++ form: the eager call is one C++ autograd node.
+CPP_PLANS = [("fft:16x16", "native", "winograd:2"), ("winograd:4", "fbfft:16x16", "native"),
+             ("native", "winograd:2", "fft:16x16,tile=7x9"), ("winograd:2",) * 3]
+
+
+@pytest.mark.parametrize("kind", ["conv2d", "conv1d"])
+@pytest.mark.parametrize("labels", CPP_PLANS, ids=["-".join(p) for p in CPP_PLANS])
+def test_eager_calls_run_the_cpp_node(labels, kind, device):
+    """The C++ node (csrc/conv_module) runs each pass's op; values and every gradient, double
+    backward included, match nn.Conv*d in float64."""
+    torch.manual_seed(0)
+    if kind == "conv2d":
+        ref = nn.Conv2d(3, 4, 3, padding=1, dtype=torch.float64, device=device)
+        x = torch.randn(2, 3, 9, 11, dtype=torch.float64, device=device)
+    else:
+        ref = nn.Conv1d(3, 4, 3, padding=1, dtype=torch.float64, device=device)
+        x = torch.randn(2, 3, 11, dtype=torch.float64, device=device)
+        # a 1-D problem has height 1: cuFFT bases of height 1 (fbfft's sides start at 2, and
+        # Winograd takes 3x3 filters)
+        labels = tuple(lb if lb == "native" else "fft:1x16,tile=1x9" if "tile" in lb else
+                       "fft:1x16" for lb in labels)
+    m = fastlayers.convert(copy.deepcopy(ref)).force_algorithms(*labels)
+    gy = torch.randn_like(ref(x))
+    expected = forward_backward(ref, x, gy)
+    with RecordOps() as rec:
+        got = forward_backward(m, x, gy)
+    ops = {"fft": "fft_conv2d", "fbfft": "fft_conv2d", "winograd": "winograd_conv2d"}  # label name
+    assert sorted(name for name, _ in rec.calls) == sorted(
+        ops[lb.split(":")[0]] + suffix for lb, suffix in zip(labels, ("", "_input_grad",
+                                                                       "_weight_grad"))
+        if lb != "native")
+    assert "PlannedConv" in m(x.requires_grad_()).grad_fn.name()
+    for e, g in zip(expected, got):
+        assert g.shape == e.shape and rel_err(g, e) <= 1e-10
+
+    def second_order(module):
+        xi = x.detach().clone().requires_grad_()
+        (gx,) = torch.autograd.grad(module(xi).pow(2).sum(), xi, create_graph=True)
+        return torch.autograd.grad(gx.pow(2).sum(), [xi, module.weight])
+
+    for e, g in zip(second_order(ref), second_order(m)):
+        assert rel_err(g, e) <= 1e-10
+    with torch.no_grad():
+        y = m(x)
+    assert y.grad_fn is None and rel_err(y, ref(x).detach()) <= 1e-10
+
+
+@pytest.mark.parametrize("hw, k, padding", [((2, 2), 3, 1), ((1, 5), 3, 1), ((3, 3), 5, 2)])
+def test_input_smaller_than_the_kernel_but_padded_enough(hw, k, padding, device):
+    # the zero padding is the op's, so the padded input decides: such a layer runs fastlayers
+    # (it went to nn.Conv2d's path unrecorded, comparing the unpadded input with the kernel)
+    ref = nn.Conv2d(2, 3, k, padding=padding, dtype=torch.float64, device=device)
+    m = fastlayers.convert(copy.deepcopy(ref)).force_algorithms("fft:8x8", "fft:8x8", "fft:8x8")
+    x = torch.randn(2, 2, *hw, dtype=torch.float64, device=device)
+    gy = torch.randn_like(ref(x))
+    with RecordOps() as rec:
+        got = forward_backward(m, x, gy)
+    assert sorted(name for name, _ in rec.calls) == sorted(FL_OPS)
+    for e, g in zip(forward_backward(ref, x, gy), got):
+        assert rel_err(g, e) <= 1e-10
+    small = torch.randn(2, 2, k - 2 * padding - 1, k, dtype=torch.float64, device=device)
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater") as got_error:
+        m(small)  # padded, still smaller than the kernel: nn.Conv2d's own error
+    with pytest.raises(RuntimeError) as expected_error:
+        ref(small)
+    assert str(got_error.value) == str(expected_error.value)
+
+
+def test_a_family_without_a_cpp_form_keeps_the_python_node():
+    import fastlayers.algorithms as registry
+    from fastlayers.algorithms.fft import Fft
+
+    class PythonOnly(Fft):  # the FFT ops under another name, with no C++ form
+        names = ("pyfft",)
+
+        def parse(self, name, params, label):
+            return super().parse("fft", params, label)
+
+        def format(self, name, params):
+            return "py" + super().format("fft", params)
+
+        def cpp_pass(self, choice, pass_):
+            return None
+
+    family = registry.register(PythonOnly())
+    try:
+        ref = nn.Conv2d(3, 4, 3, padding=1, dtype=torch.float64)
+        m = fastlayers.convert(copy.deepcopy(ref)).force_algorithms("pyfft:16x16", "native",
+                                                                     "native")
+        x = torch.randn(2, 3, 9, 11, dtype=torch.float64, requires_grad=True)
+        y = m(x)
+        assert y.grad_fn.name() == "_ConvFunctionBackward"
+        gy = torch.randn_like(y)
+        for e, g in zip(forward_backward(ref, x, gy), forward_backward(m, x, gy)):
+            assert rel_err(g, e) <= 1e-10
+    finally:
+        registry.unregister(family)
 
 
 @pytest.mark.parametrize("labels", [

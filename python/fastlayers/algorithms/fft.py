@@ -116,6 +116,10 @@ class Fft(Family):
         op = fl.fft_conv2d_weight_grad
         return lambda x, w, b, gy: op(gy, x, padding, basis, tf32, backend, tile)
 
+    def cpp_pass(self, choice, pass_):
+        backend, basis, tile = choice.params
+        return (1, backend, basis, tile)
+
     def workspace_bytes(self, choice, p, pass_):
         """The backend's buffers, or for a tiled candidate those of one chunk of tiles with the
         tile copies (chunks stay under the extension's chunk bound), plus a tenth for cuFFT's work

@@ -19,7 +19,8 @@ import torch
 
 __all__ = [
     "Choice", "Family", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse", "register", "unregister", "families",
-    "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "workspace_bytes",
+    "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "conv2d_cpp_plan",
+    "workspace_bytes",
     "describe", "deterministic",
 ]
 
@@ -104,6 +105,13 @@ class Family:
     def conv2d_grads(self, igrad: Choice, wgrad: Choice, padding: Tuple[int, int],
                      tf32: bool) -> Optional[Conv2dGrads]:
         """Both gradients in one call, where the family has one; None: the two pass calls."""
+        return None
+
+    def cpp_pass(self, choice: Choice, pass_: str) -> Optional[tuple]:
+        """How the modules' C++ autograd node (csrc/conv_module) runs `pass_` with `choice`:
+        (algo, backend, basis, tile), algo 0 PyTorch's convolution, 1 the FFT ops, 2 the Winograd
+        ops (tile[0] their tile); None where it cannot, and a module using the choice keeps its
+        Python node."""
         return None
 
     def workspace_bytes(self, choice: Choice, problem, pass_: str) -> int:
@@ -307,6 +315,23 @@ def _two_calls(input_grad: Conv2dCall, weight_grad: Conv2dCall) -> Conv2dGrads:
         gw = weight_grad(x, w, None, gy) if need_w else None
         return gx, gw
     return grads
+
+
+def conv2d_cpp_plan(choices: Sequence[Union[Choice, str]], padding: Sequence[int], tf32: bool,
+                    height_one: bool):
+    """The three passes (forward, input_grad, weight_grad) bound for the modules' C++ autograd
+    node: a callable plan(x, w, b, need_backward) -> y (fastlayers._C.Conv2dPlan), whose forward
+    returns nn.Conv2d's layout and whose `height_one` operands are 1-D; None where a family cannot
+    run its pass there (Family.cpp_pass)."""
+    from .. import _C
+    specs = []
+    for choice, pass_ in zip(choices, CONV2D_PASSES):
+        choice = parse(choice)
+        spec = _family(choice).cpp_pass(choice, pass_)
+        if spec is None:
+            return None
+        specs.append(spec)
+    return _C.Conv2dPlan(*specs, _pad(padding), bool(tf32), bool(height_one))
 
 
 def workspace_bytes(choice: Union[Choice, str], problem, pass_: str) -> int:

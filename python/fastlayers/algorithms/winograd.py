@@ -88,6 +88,10 @@ class Winograd(Family):
         op = fl.winograd_conv2d_weight_grad
         return lambda x, w, b, gy: op(gy, x, padding, tile, tf32)
 
+    def cpp_pass(self, choice, pass_):
+        t = choice.params.tile
+        return (2, "", (0, 0), (t, t))
+
     def workspace_bytes(self, choice, p, pass_):
         """The transformed operands and products of one chunk of samples (the ops bound a chunk;
         chunk_samples in cuda/winograd/layout.h)."""

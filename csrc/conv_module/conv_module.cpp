@@ -1,0 +1,275 @@
+// The eager call of a fastlayers convolution module once each pass's algorithm is chosen: one
+// autograd node (a C++ torch::autograd::Function) whose forward and gradients call the chosen ops
+// through the dispatcher. The same node in Python (nn.py's _ConvFunction) cost a training step
+// more host time than the kernels it chose saved: the module's autograd lives here, and Python
+// keeps the decisions (the tuner, the plan per input signature) and torch.compile's path.
+//
+// A plan is bound once per (labels, padding, TF32, 1-D) in Python (algorithms.conv2d_cpp_plan)
+// and called as plan(x, w, b, need_backward). Its passes are the registry's choices in numbers:
+// each family that can run here says how (Family.cpp_pass); any other family keeps the Python
+// node.
+#include "conv_module.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor, intrusive_ptr holders
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fastlayers {
+namespace conv_module {
+namespace {
+
+namespace py = pybind11;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// One pass's algorithm. Native: PyTorch's convolution (at::convolution, convolution_backward).
+// Fft: fastlayers::fft_conv2d* with `backend`, `basis`, `tile`. Winograd: winograd_conv2d* with
+// tile `tile[0]`.
+enum class Algo : int64_t { Native = 0, Fft = 1, Winograd = 2 };
+
+struct PassCall {
+  Algo algo = Algo::Native;
+  std::string backend;  // Fft: "cufft" or "fbfft"
+  std::array<int64_t, 2> basis{0, 0};
+  std::array<int64_t, 2> tile{0, 0};
+};
+
+// A module's three choices, bound with the layer's constants. Held by Python (the module's plan)
+// and by every autograd node its calls make, so it outlives both.
+struct Plan : torch::CustomClassHolder {
+  PassCall pass[3];  // forward, input_grad, weight_grad
+  std::array<int64_t, 2> padding{0, 0};
+  bool tf32 = false;
+  bool height_one = false;  // Conv1d: [N, C, L] operands run as [N, C, 1, L]
+};
+
+// The ops' handles, found once. Schemas: csrc/fastlayers.cpp.
+using FftForward = at::Tensor(const at::Tensor&, const at::Tensor&,
+                              const std::optional<at::Tensor>&, c10::SymIntArrayRef,
+                              c10::SymIntArrayRef, bool, c10::string_view, c10::SymIntArrayRef);
+using FftGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
+                           c10::SymIntArrayRef, bool, c10::string_view, c10::SymIntArrayRef);
+using WinogradForward = at::Tensor(const at::Tensor&, const at::Tensor&,
+                                   const std::optional<at::Tensor>&, c10::SymIntArrayRef, int64_t,
+                                   bool);
+using WinogradGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef, int64_t,
+                                bool);
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+struct Ops {
+  c10::TypedOperatorHandle<FftForward> fft = op<FftForward>("fastlayers::fft_conv2d");
+  c10::TypedOperatorHandle<FftGrad> fft_igrad = op<FftGrad>("fastlayers::fft_conv2d_input_grad");
+  c10::TypedOperatorHandle<FftGrad> fft_wgrad = op<FftGrad>("fastlayers::fft_conv2d_weight_grad");
+  c10::TypedOperatorHandle<WinogradForward> wino =
+      op<WinogradForward>("fastlayers::winograd_conv2d");
+  c10::TypedOperatorHandle<WinogradGrad> wino_igrad =
+      op<WinogradGrad>("fastlayers::winograd_conv2d_input_grad");
+  c10::TypedOperatorHandle<WinogradGrad> wino_wgrad =
+      op<WinogradGrad>("fastlayers::winograd_conv2d_weight_grad");
+};
+
+const Ops& ops() {
+  static const Ops o;
+  return o;
+}
+
+c10::SymIntArrayRef sym(const std::array<int64_t, 2>& a) {
+  return c10::fromIntArrayRefSlow(at::IntArrayRef(a.data(), 2));
+}
+
+bool channels_last(const at::Tensor& t) {
+  return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+constexpr std::array<int64_t, 2> kOnes{1, 1};
+constexpr std::array<int64_t, 2> kZeros{0, 0};
+// The bias gradient sums grad_output over these dimensions (4-D, and a Conv1d's 3-D).
+constexpr std::array<int64_t, 3> kSum2d{0, 2, 3};
+constexpr std::array<int64_t, 2> kSum1d{0, 2};
+
+// The forward on 4-D operands. A fastlayers op's result takes nn.Conv2d's layout: channels_last
+// where the input or the weight is, except float64 on CUDA (cuDNN has no channels_last for it, so
+// PyTorch returns contiguous); PyTorch's own convolution gives that layout itself.
+at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
+                       const std::optional<at::Tensor>& b) {
+  const PassCall& c = p.pass[0];
+  at::Tensor y;
+  switch (c.algo) {
+    case Algo::Native:
+      return at::convolution(x, w, b, kOnes, p.padding, kOnes, false, kZeros, 1);
+    case Algo::Fft:
+      y = ops().fft.call(x, w, b, sym(p.padding), sym(c.basis), p.tf32, c.backend, sym(c.tile));
+      break;
+    case Algo::Winograd:
+      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32);
+      break;
+  }
+  if ((channels_last(x) || channels_last(w)) && !(x.scalar_type() == at::kDouble && x.is_cuda()))
+    y = y.contiguous(at::MemoryFormat::ChannelsLast);
+  return y;
+}
+
+// The input and weight gradients (4-D), each where asked for: one convolution_backward when both
+// passes are PyTorch's, else each pass's own call.
+std::pair<at::Tensor, at::Tensor> run_grads(const Plan& p, const at::Tensor& x,
+                                            const at::Tensor& w, const at::Tensor& gy,
+                                            bool need_x, bool need_w) {
+  const PassCall& ci = p.pass[1];
+  const PassCall& cw = p.pass[2];
+  auto native = [&](bool nx, bool nw) {
+    auto r = at::convolution_backward(gy, x, w, std::nullopt, kOnes, p.padding, kOnes, false,
+                                      kZeros, 1, {nx, nw, false});
+    return std::make_pair(std::get<0>(r), std::get<1>(r));
+  };
+  if (ci.algo == Algo::Native && cw.algo == Algo::Native) {
+    if (!need_x && !need_w) return {};
+    return native(need_x, need_w);
+  }
+  at::Tensor gx, gw;
+  if (need_x) {
+    switch (ci.algo) {
+      case Algo::Native:
+        gx = native(true, false).first;
+        break;
+      case Algo::Fft:
+        gx = ops().fft_igrad.call(gy, w, sym(p.padding), sym(ci.basis), p.tf32, ci.backend,
+                                  sym(ci.tile));
+        break;
+      case Algo::Winograd:
+        gx = ops().wino_igrad.call(gy, w, sym(p.padding), ci.tile[0], p.tf32);
+        break;
+    }
+  }
+  if (need_w) {
+    switch (cw.algo) {
+      case Algo::Native:
+        gw = native(false, true).second;
+        break;
+      case Algo::Fft:
+        gw = ops().fft_wgrad.call(gy, x, sym(p.padding), sym(cw.basis), p.tf32, cw.backend,
+                                  sym(cw.tile));
+        break;
+      case Algo::Winograd:
+        gw = ops().wino_wgrad.call(gy, x, sym(p.padding), cw.tile[0], p.tf32);
+        break;
+    }
+  }
+  return {gx, gw};
+}
+
+at::Tensor as_2d(const at::Tensor& t, bool height_one) {
+  return height_one ? t.unsqueeze(2) : t;
+}
+
+at::Tensor as_given(const at::Tensor& t, bool height_one) {
+  return height_one && t.defined() ? t.squeeze(2) : t;
+}
+
+// The forward (no autograd): the operands in the plan's dimensions.
+at::Tensor forward_call(const Plan& p, const at::Tensor& x, const at::Tensor& w,
+                        const std::optional<at::Tensor>& b) {
+  return as_given(run_forward(p, as_2d(x, p.height_one), as_2d(w, p.height_one), b),
+                  p.height_one);
+}
+
+struct PlannedConv : torch::autograd::Function<PlannedConv> {
+  // Function::apply runs this below autograd (the ops' own autograd is not entered).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const std::optional<at::Tensor>& b,
+                            const c10::intrusive_ptr<Plan>& plan) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["plan"] = c10::IValue::make_capsule(plan);
+    ctx->saved_data["bias"] = b.has_value() && b->defined();
+    return forward_call(*plan, x, w, b);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const auto plan = c10::static_intrusive_pointer_cast<Plan>(ctx->saved_data["plan"].toCapsule());
+    const Plan& p = *plan;
+    const bool has_bias = ctx->saved_data["bias"].toBool();
+    const at::Tensor& gy = grads[0];
+    const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    const bool need_b = has_bias && ctx->needs_input_grad(2);
+    at::Tensor gx, gw, gb;
+    if (gy.defined()) {
+      // With create_graph the ops' own autograd records them; otherwise they run below it.
+      std::optional<at::AutoDispatchBelowADInplaceOrView> below;
+      if (!at::GradMode::is_enabled()) below.emplace();
+      std::tie(gx, gw) = run_grads(p, as_2d(x, p.height_one), as_2d(w, p.height_one),
+                                   as_2d(gy, p.height_one), need_x, need_w);
+      gx = as_given(gx, p.height_one);
+      gw = as_given(gw, p.height_one);
+      if (need_b) gb = gy.sum(gy.dim() == 4 ? at::IntArrayRef(kSum2d) : at::IntArrayRef(kSum1d));
+    }
+    return {gx, gw, gb, at::Tensor()};
+  }
+};
+
+// plan(x, w, b, need_backward): operands already in the autocast dtype where autocast is on
+// (the module casts them), so the ops' autocast kernels are left out.
+at::Tensor call_plan(const c10::intrusive_ptr<Plan>& plan, const at::Tensor& x,
+                     const at::Tensor& w, const std::optional<at::Tensor>& b,
+                     bool need_backward) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  if (!need_backward) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return forward_call(*plan, x, w, b);
+  }
+  return PlannedConv::apply(x, w, b, plan);
+}
+
+PassCall parse_pass(const py::tuple& t, int index) {
+  // (algo, backend, (bh, bw), (th, tw)): see Family.cpp_pass
+  TORCH_CHECK(t.size() == 4, "Conv2dPlan: pass ", index, " must be (algo, backend, basis, tile)");
+  PassCall c;
+  const int64_t algo = t[0].cast<int64_t>();
+  TORCH_CHECK(algo >= 0 && algo <= 2, "Conv2dPlan: pass ", index, ": unknown algo ", algo);
+  c.algo = static_cast<Algo>(algo);
+  c.backend = t[1].cast<std::string>();
+  c.basis = t[2].cast<std::array<int64_t, 2>>();
+  c.tile = t[3].cast<std::array<int64_t, 2>>();
+  return c;
+}
+
+}  // namespace
+
+void bind(py::module_& m) {
+  py::class_<Plan, c10::intrusive_ptr<Plan>>(m, "Conv2dPlan",
+      "A convolution module's three passes as the C++ autograd node runs them; see "
+      "fastlayers.algorithms.conv2d_cpp_plan.")
+      .def(py::init([](const py::tuple& forward, const py::tuple& input_grad,
+                       const py::tuple& weight_grad, std::array<int64_t, 2> padding, bool tf32,
+                       bool height_one) {
+             auto p = c10::make_intrusive<Plan>();
+             p->pass[0] = parse_pass(forward, 0);
+             p->pass[1] = parse_pass(input_grad, 1);
+             p->pass[2] = parse_pass(weight_grad, 2);
+             p->padding = padding;
+             p->tf32 = tf32;
+             p->height_one = height_one;
+             return p;
+           }),
+           py::arg("forward"), py::arg("input_grad"), py::arg("weight_grad"), py::arg("padding"),
+           py::arg("tf32"), py::arg("height_one"))
+      .def("__call__", &call_plan, py::arg("input"), py::arg("weight"), py::arg("bias"),
+           py::arg("need_backward"));
+}
+
+}  // namespace conv_module
+}  // namespace fastlayers
