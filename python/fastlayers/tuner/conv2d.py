@@ -124,7 +124,11 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
     pad = (p.ph, p.pw)
     n = min(p.S, CHECK_SAMPLES)
     xc, gyc = x[:n], gy[:n]
-    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+    # Below autograd, as the module runs its passes (its C++ node calls the ops there): from
+    # Python above it, every fastlayers op would enter its Python autograd kernel first, host
+    # time a step does not pay.
+    with torch.no_grad(), torch.autocast(device.type, enabled=False), \
+            torch._C._AutoDispatchBelowAutograd():
         with _cudnn_benchmark(False):
             # A float64 reference needs no fast algorithm: under cudnn.benchmark cuDNN would time
             # every float64 algorithm of this extra shape first (seconds for large kernels).
