@@ -268,6 +268,27 @@ def host_us(fn, calls: int = 100, reps: int = 5, warmup: int = 20) -> dict:
             "calls": calls, "reps": reps}
 
 
+def held_host_us(fn, calls: int = 20, reps: int = 5, warmup: int = 5,
+                 sleep_cycles: int = 300_000_000) -> dict:
+    """The host's own microseconds per call: `calls` calls issued while a sleep kernel queued
+    first holds the device (about 0.2 s on an H100), so no call waits for the device to catch up
+    (which the enqueue time of host_us does once the queue is deep). Median of `reps`; "held" is
+    False if the device was found idle after any trial (the figure then includes waiting)."""
+    for _ in range(warmup):
+        fn()
+    _sync()
+    ts, held = [], True
+    for _ in range(reps):
+        torch.cuda._sleep(sleep_cycles)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        ts.append((time.perf_counter() - t0) / calls * 1e6)
+        held &= not torch.cuda.current_stream().query()
+        _sync()
+    return {"host_us": statistics.median(ts), "held": held, "calls": calls, "reps": reps}
+
+
 def cpu_ms(fn, trials: int = 7, warmup: int = 1) -> dict:
     """Wall clock of single calls (CPU tensors), median of trials."""
     for _ in range(warmup):
