@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -44,11 +46,22 @@ inline unsigned grid_for(int64_t batch, int per_block) {
   return static_cast<unsigned>(blocks);
 }
 
+// Dynamic shared memory above 48 KiB must be allowed per kernel and device. cudaFuncSetAttribute
+// costs microseconds of host time, so each (device, kernel) is set once, to the largest size asked
+// for so far (a limit: smaller launches stay valid).
 template <typename Kernel>
 void allow_smem(Kernel kernel, size_t smem) {
-  if (smem > 48 * 1024)
-    FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+  if (smem <= 48 * 1024) return;
+  int dev = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  std::lock_guard<std::mutex> lock(mutex);
+  size_t& have = allowed[{dev, reinterpret_cast<const void*>(kernel)}];
+  if (have >= smem) return;
+  FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  have = smem;
 }
 
 // Whether a kernel whose spectrum has bin stride 1 moves it directly: where `measured` says so,
