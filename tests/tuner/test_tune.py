@@ -36,7 +36,7 @@ def test_tune_decides_every_layer_and_leaves_the_model_as_it_was(device, monkeyp
     # two distinct stride-1 shapes (the repeated one shares its decisions), every pass each
     assert len(entries) == 6 and all(e["times_ms"] for e in entries.values())
     assert "stride" in report  # the stride-2 layer falls back, with the reason
-    assert sum(line.startswith("  native ") or line.startswith("  f")
+    assert sum(line.startswith(("  native ", "  fft", "  fbfft", "  winograd"))
                for line in report.splitlines()) >= 6  # every decision, though the mode went back
     err = capsys.readouterr().err
     # the bar: 4 layers x 3 passes at the start; 9 passes decided (the third layer's shape from
