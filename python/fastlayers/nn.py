@@ -199,11 +199,6 @@ class _TunedConv:
     # follows the global switch. See docs/tuner.md, "Non-finite and wide-range inputs".
     transforms: Optional[bool] = None
 
-    @staticmethod
-    def _fl_native(x, w, b, padding):
-        """The layer's own stride-1 convolution; `padding` is the 2-D (ph, pw)."""
-        raise NotImplementedError
-
     def force_algorithms(self, forward: Optional[str] = None, input_grad: Optional[str] = None,
                          weight_grad: Optional[str] = None):
         """Pins labels per pass (None: that pass stays with the tuner); ValueError naming a label
@@ -383,8 +378,11 @@ class _TunedConv:
                 eager: bool) -> torch.Tensor:
         """Runs `route`; `autocast`: autocast may be on (False: known to be off); `eager`: not
         traced by torch.compile (which traces the ops, not the C++ node)."""
-        if route is _SUPER:
-            return super().forward(input)
+        if route.plan.native:
+            # nn.Conv*d's own forward (a fallback, or every pass on PyTorch's path): its padding,
+            # unbatched input and autocast casts in C++, at nn.Conv*d's host cost (the module's
+            # casts and padding in Python cost a ResNet-50 AMP step 13%)
+            return self._conv_forward(input, w, b)
         x = input.unsqueeze(0) if route.unbatched else input
         if autocast:
             # Under autocast the operands take the autocast dtype (its casts in the ops are then
@@ -393,9 +391,7 @@ class _TunedConv:
         if route.pad is not None:
             x = F.pad(x, *route.pad)
         plan = route.plan
-        if plan.native:
-            y = self._fl_native(x, w, b, route.padding)
-        elif eager and plan.cpp is not None:
+        if eager and plan.cpp is not None:
             y = plan.cpp(x, w, b, route.need_backward)
         elif not route.need_backward:
             with _below_autograd():
@@ -448,10 +444,6 @@ class Conv2d(_TunedConv, nn.Conv2d):
     _fl_dims = 2
     _fl_unit = (1, 1)
 
-    @staticmethod
-    def _fl_native(x, w, b, padding):
-        return F.conv2d(x, w, b, 1, padding)
-
 
 class Conv1d(_TunedConv, nn.Conv1d):
     """torch.nn.Conv1d, tuned per shape and per pass as fastlayers.Conv2d is (the same support,
@@ -463,10 +455,6 @@ class Conv1d(_TunedConv, nn.Conv1d):
     _fl_kind = "conv1d"
     _fl_dims = 1
     _fl_unit = (1,)
-
-    @staticmethod
-    def _fl_native(x, w, b, padding):
-        return F.conv1d(x, w, b, 1, padding[1])
 
 
 _FASTLAYERS_CLASS = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.LSTM: LSTM}
