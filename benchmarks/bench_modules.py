@@ -74,7 +74,13 @@ def check_module(ref_m, fl_m, x, gy, tf32) -> dict:
     """Errors of both modules' outputs and gradients against a float64 nn.Conv2d; ok when every
     one of fastlayers' is within max(2 x nn.Conv2d's, the tuner's floor)."""
     m64 = copy.deepcopy(ref_m).double()
-    refs = step_outputs(m64, x.double(), gy.double())
+    # The float64 reference needs no fast algorithm: under cudnn.benchmark cuDNN would first time
+    # every float64 algorithm of this shape (minutes for a 63x63 kernel).
+    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+    try:
+        refs = step_outputs(m64, x.double(), gy.double())
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
     del m64
     names = ("y", "grad_x", "grad_w", "grad_b")
     nn_err = dict(zip(names, (common.rel_err(a, r) for a, r in zip(step_outputs(ref_m, x, gy), refs))))
