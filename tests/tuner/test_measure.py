@@ -177,9 +177,10 @@ def test_a_large_kernel_measures_fft_in_every_pass(monkeypatch, device):
         assert set(row["times_ms"]) - {"native"}, (pass_, row)
 
 
-def test_the_float64_reference_skips_cudnns_search(monkeypatch, device):
-    """The accuracy reference (float64, a few samples: a shape of its own) runs with
-    cudnn.benchmark off, which stays as the user set it for the candidates' own calls."""
+def test_the_accuracy_check_skips_cudnns_search(monkeypatch, device):
+    """The accuracy check's calls (a few samples: shapes of their own; the float64 reference and
+    the baseline's own error) run with cudnn.benchmark off, which stays as the user set it for
+    the timed calls at the problem's size."""
     monkeypatch.setattr(tuner._state, "tune_cpu", True)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     seen = []
@@ -189,7 +190,7 @@ def test_the_float64_reference_skips_cudnns_search(monkeypatch, device):
         call = native_call(choice, pass_, padding, tf32)
 
         def run(x, w, b, gy):
-            seen.append((x.dtype, torch.backends.cudnn.benchmark))
+            seen.append((x.dtype, x.shape[0], torch.backends.cudnn.benchmark))
             return call(x, w, b, gy)
         return run
     monkeypatch.setattr(algorithms.native.FAMILY, "conv2d_call", recording_call)
@@ -200,5 +201,11 @@ def test_the_float64_reference_skips_cudnns_search(monkeypatch, device):
     finally:
         monkeypatch.undo()
         algorithms.registry._forget()
-    assert (torch.float64, False) in seen
-    assert {b for dt, b in seen if dt != torch.float64} == {True}
+    p = problem(device)
+    check = tuner.conv2d.CHECK_SAMPLES
+    assert p.S > check
+    assert {b for dt, n, b in seen if n == check} == {False}
+    assert {(dt, n) for dt, n, b in seen if n == check} == {(torch.float64, check),
+                                                            (torch.float32, check)}
+    assert {b for dt, n, b in seen if n == p.S} == {True}  # the timed calls
+    assert {dt for dt, n, b in seen if n == p.S} == {torch.float32}

@@ -14,10 +14,11 @@ more rounds, and a round times fewer calls of a slow candidate than of a fast on
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, ContextManager, Dict, List, Sequence
 
 import torch
 
@@ -83,13 +84,16 @@ def step_timer(device: torch.device):
 
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
                        workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
-                       ref: torch.Tensor, device: torch.device, floor: float) -> Decision:
+                       ref: torch.Tensor, device: torch.device, floor: float,
+                       check_context: Callable[[], ContextManager] = contextlib.nullcontext
+                       ) -> Decision:
     """Checks, times and ranks `choices` (the baseline first) and returns the decision.
 
     Accuracy: each candidate runs once on `check_args` (a small batch of the problem), and its
     error against the float64 `ref` of those must be at most max(2 x the baseline's error,
     `floor`); a candidate that raises (an OOM, a library refusal) or misses the tolerance is
-    skipped with the reason, as is one whose `workspace` exceeds the bound. Time: every other
+    skipped with the reason, as is one whose `workspace` exceeds the bound (the check calls run
+    inside `check_context()`). Time: every other
     candidate is warmed up and timed once on `args` (the problem's size), then the budget buys
     rounds for those within DROP_FACTOR of the best; the fastest median wins if it is below
     WIN_MARGIN x the baseline's."""
@@ -112,7 +116,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                 continue
         fn = call(choice)
         try:
-            out = fn(*check_args)
+            with check_context():
+                out = fn(*check_args)
             err = errors[label] = rel_err(out, ref)
             del out
             if label == baseline:
