@@ -140,6 +140,8 @@ def run_case(doc, res, stats, name, args):
             step_fn(m, x, gy)()
             torch.cuda.synchronize()
             row["first_call_s" if label == "nn" else "tune_s"] = time.perf_counter() - t0
+        log("  %-14s first calls: nn.Conv*d %.1f s (cuDNN's search), fastlayers %.1f s (tuning)"
+            % (name, row["first_call_s"], row["tune_s"]))
         row["choices"] = {d["key"].split("|")[0]: d["choice"] for d in tuner.decisions()
                           if d["source"] in ("tuned", "file", "forced")}
         xs, gys = x[:CHECK_SAMPLES], gy[:CHECK_SAMPLES]
