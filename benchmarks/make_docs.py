@@ -327,6 +327,8 @@ def networks(doc: dict) -> str:
     out += ["", "Training steps (forward, loss, backward, SGD) back to back, wall clock; x = plain / "
             "converted, the median of per-round ratios of interleaved trials; A/A: two plain copies "
             "the same way. First step: on a fresh tuner cache (the converted model tunes there)."]
+    if doc.get("config", {}).get("merged"):
+        out += ["", "This document joins %s." % doc["config"]["merged"]]
     return "\n".join(out)
 
 
