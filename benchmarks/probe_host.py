@@ -7,7 +7,8 @@ fbfft); then a CPU-side torch.profiler table of forward + backward for the ResNe
     python3 benchmarks/probe_host.py
 """
 import copy, os, statistics, sys, time
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (puts python/ on the path)
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,35 +20,13 @@ torch.backends.cudnn.allow_tf32 = False
 fl = torch.ops.fastlayers
 
 
-def pure_host(fn, calls=40, reps=9):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        torch.cuda._sleep(int(3e8))  # ~170 ms of device time queued first
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        ts.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(ts)
+def pure_host(fn, calls=40, reps=9):  # the host alone (common.held_host_us)
+    return common.held_host_us(fn, calls=calls, reps=reps)["host_us"]
 
 
 def drained(fn, calls=40, reps=9):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts, es = [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) / calls * 1e6)
-        es.append((t1 - t0) / calls * 1e6)
-    return statistics.median(ts), statistics.median(es)
+    r = common.host_us(fn, calls=calls, reps=reps, warmup=5)
+    return r["us"], r["enqueue_us"]
 
 
 def layer(S, C, K, n):
