@@ -131,9 +131,9 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
             torch._C._AutoDispatchBelowAutograd():
         # The accuracy check's few-sample shapes run with cudnn.benchmark off: under it cuDNN
         # would first time every algorithm of each extra shape (float64 for the reference, the
-        # dtype for the baseline's error): 250 s of tuning for a 63x63 layer on an H100, more
-        # than its own first call spends (186 s). Off, cuDNN's heuristic picks PyTorch's
-        # algorithm there, whose error is as much PyTorch's as the benchmarked one's.
+        # dtype for the baseline's error), minutes for large kernels. Off, cuDNN's heuristic
+        # picks PyTorch's algorithm there, whose error is as much PyTorch's as the benchmarked
+        # one's.
         with _cudnn_benchmark(False):
             ref = algorithms.conv2d_call(NATIVE, pass_, pad, False)(xc.double(), w.double(), None,
                                                                     gyc.double())
