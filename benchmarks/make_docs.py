@@ -310,6 +310,12 @@ def block_sweep(doc: dict) -> str:
     return "\n".join(out)
 
 
+def _merged_note(doc: dict) -> list:
+    """The lines saying which runs a document joins (config "merged"), or none."""
+    merged = doc.get("config", {}).get("merged")
+    return ["", "This document joins %s." % merged] if merged else []
+
+
 def networks(doc: dict) -> str:
     out = ["| network | mode | N | step plain ms | converted ms | x (min-max) | A/A x (min-max) "
            "| first step plain / converted s | passes on fastlayers |",
@@ -327,8 +333,7 @@ def networks(doc: dict) -> str:
     out += ["", "Training steps (forward, loss, backward, SGD) back to back, wall clock; x = plain / "
             "converted, the median of per-round ratios of interleaved trials; A/A: two plain copies "
             "the same way. First step: on a fresh tuner cache (the converted model tunes there)."]
-    if doc.get("config", {}).get("merged"):
-        out += ["", "This document joins %s." % doc["config"]["merged"]]
+    out += _merged_note(doc)
     return "\n".join(out)
 
 
@@ -359,8 +364,7 @@ def large_kernels(doc: dict) -> str:
             "fastlayers' first forward + backward, the tuner's measuring included (cuDNN's own "
             "benchmark of the native candidate too where nn.Conv*d's first call did not come "
             "before it: the rows without an nn.Conv*d figure)."]
-    if doc.get("config", {}).get("merged"):
-        out += ["", "This document joins %s." % doc["config"]["merged"]]
+    out += _merged_note(doc)
     return "\n".join(out)
 
 

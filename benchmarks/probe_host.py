@@ -62,8 +62,6 @@ def layer(S, C, K, n):
     rows["fl wino4 fwd raw"] = lambda: fl.winograd_conv2d(xd, w, b, [1, 1], 4, False)
     rows["fl wino4 igrad raw"] = lambda: fl.winograd_conv2d_input_grad(gy, w, [1, 1], 4, False)
     rows["fl wino wgrad raw"] = lambda: fl.winograd_conv2d_weight_grad(gy, xd, [1, 1], 2, False)
-    with torch.no_grad():
-        pass
     def nograd(m):
         def f():
             with torch.no_grad():
