@@ -115,6 +115,23 @@ def test_tuning_decides_every_pass_once(tune_cpu, device, monkeypatch):
     assert {r["source"] for r in tuner.decisions()} == {"file"}
 
 
+@pytest.mark.parametrize("shape", [(7, 9, 3, 3, 1, 1), (8, 8, 5, 3, 0, 2), (6, 7, 3, 5, 4, 3),
+                                   (4, 9, 1, 7, 2, 6), (3, 3, 3, 3, 5, 1)])
+@pytest.mark.parametrize("pass_", tuner.PASSES)
+def test_the_float64_reference_is_pytorchs_pass(device, shape, pass_):
+    # The input gradient's reference is a forward correlation (cheaper in float64 for large
+    # kernels); padding beyond the kernel makes it crop grad_output.
+    H, W, kh, kw, ph, pw = shape
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 3, H, W, generator=g), torch.randn(4, 3, kh, kw, generator=g)
+    gy = torch.randn(2, 4, H + 2 * ph - kh + 1, W + 2 * pw - kw + 1, generator=g)
+    x, w, gy = (t.to(device, torch.float64) for t in (x, w, gy))
+    want = algorithms.conv2d_call("native", pass_, (ph, pw), False)(x, w, None, gy)
+    got = tuner_conv2d.reference(pass_, (ph, pw), x, w, gy)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_module_tuned_on_cpu(tune_cpu, monkeypatch):
     m = fastlayers.Conv2d(3, 4, 3, padding=1)
     ref = nn.Conv2d(3, 4, 3, padding=1)

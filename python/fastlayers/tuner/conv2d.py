@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .. import algorithms
 from .._common import conv_tf32_allowed
@@ -135,8 +136,7 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
         # picks PyTorch's algorithm there, whose error is as much PyTorch's as the benchmarked
         # one's.
         with _cudnn_benchmark(False):
-            ref = algorithms.conv2d_call(NATIVE, pass_, pad, False)(xc.double(), w.double(), None,
-                                                                    gyc.double())
+            ref = reference(pass_, pad, xc.double(), w.double(), gyc.double())
         return measure_candidates(
             algorithms.candidates(p, pass_),
             call=lambda c: algorithms.conv2d_call(c, pass_, pad, p.tf32),
@@ -144,6 +144,19 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
             args=(x, w, None, gy), check_args=(xc, w, None, gyc), ref=ref, device=device,
             floor=error_floor(p.torch_dtype, p.tf32),
             check_context=lambda: _cudnn_benchmark(False))
+
+
+def reference(pass_: str, pad, x, w, gy) -> torch.Tensor:
+    """PyTorch's result of one stride-1 pass (float64 operands for the accuracy check). The input
+    gradient is computed as the forward correlation of grad_output with the flipped, transposed
+    weight (padding kh-1-ph, negative: a crop), the same sum: cuDNN's heuristic float64
+    backward-data algorithm for large kernels is far slower than its forward one."""
+    if pass_ != "input_grad":
+        return algorithms.conv2d_call(NATIVE, pass_, pad, False)(x, w, None, gy)
+    kh, kw = w.shape[2], w.shape[3]
+    qh, qw = kh - 1 - pad[0], kw - 1 - pad[1]
+    g = F.pad(gy, (min(qw, 0), min(qw, 0), min(qh, 0), min(qh, 0)))
+    return F.conv2d(g, w.transpose(0, 1).flip(2, 3), None, 1, (max(qh, 0), max(qw, 0)))
 
 
 @contextlib.contextmanager
