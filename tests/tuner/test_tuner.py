@@ -592,6 +592,32 @@ def test_failed_measurement_falls_back_to_native_in_memory_only(tune_cpu, monkey
     assert not tuner.cache_file().exists()
 
 
+@pytest.mark.parametrize("inference", [False, True])
+def test_gradient_passes_are_measured_where_backward_runs(tune_cpu, device, monkeypatch, inference):
+    # cuDNN keeps its benchmark choices per thread, and autograd runs a CUDA device's backward on
+    # a thread of its own: the gradient passes are measured there, so the native candidate's
+    # search is the one the training step's backward reuses (under inference mode no backward
+    # runs, and they are measured where they are asked for).
+    seen, orig = {}, tuner_conv2d.measure
+
+    def spy(p, pass_, dev):
+        seen[pass_] = (threading.get_ident(), torch._C._current_autograd_node() is not None)
+        return orig(p, pass_, dev)
+    monkeypatch.setattr(tuner_conv2d, "measure", spy)
+    p = problem(device=device)
+    with torch.inference_mode(inference):
+        labels = [tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES]
+    assert all(r["source"] == "tuned" for r in tuner.decisions()), labels
+    x, backward_thread = torch.ones(2, device=device, requires_grad=True), []
+    x.register_hook(lambda g: backward_thread.append(threading.get_ident()))
+    (x * 2).sum().backward()
+    assert seen["forward"] == (threading.get_ident(), False)
+    want = (threading.get_ident(), False) if inference else (backward_thread[0], True)
+    assert seen["input_grad"] == seen["weight_grad"] == want
+    if device == "cuda" and not inference:
+        assert backward_thread[0] != threading.get_ident()
+
+
 def test_module_survives_a_failed_measurement(tune_cpu, monkeypatch):
     monkeypatch.setattr(tuner_conv2d, "measure",
                         lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))

@@ -169,6 +169,36 @@ def _cudnn_benchmark(on: bool):
         torch.backends.cudnn.benchmark = old
 
 
+class _InBackward(torch.autograd.Function):
+    """Identity whose backward calls ctx.fn() and appends its result to ctx.out."""
+
+    @staticmethod
+    def forward(ctx, t, fn, out):
+        ctx.fn, ctx.out = fn, out
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.out.append(ctx.fn())
+        return g, None, None
+
+
+def _measure_gradient_pass(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision:
+    """measure() of a gradient pass on the thread that runs `device`'s backward passes. cuDNN's
+    benchmark choices are kept per thread (PyTorch's cache of cuDNN frontend plans is
+    thread-local), and autograd runs a CUDA device's backward on a thread of its own: measured on
+    the caller's thread, the native candidate would pay cuDNN's search again, and the training
+    step's backward once more after it. Under torch.compile and inference mode, where no
+    backward can run, it is measured where it is called."""
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+        return measure(p, pass_, device)
+    out: list = []
+    t = torch.zeros((), device=device, requires_grad=True)
+    with torch.enable_grad():
+        _InBackward.apply(t, lambda: measure(p, pass_, device), out).backward()
+    return out[0]
+
+
 def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = None) -> str:
     """The algorithm label for one pass of `p` ('native', 'fft:NHxNW', 'fbfft:NHxNW,tile=THxTW',
     ...). A new shape is measured on `device` (default: the current CUDA device, or the CPU)."""
@@ -183,5 +213,6 @@ def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = N
                 reason="transforms off: FFT and other transform-based algorithms are not "
                        "candidates (tuner.set_transforms, FASTLAYERS_TRANSFORMS, or the layer's "
                        "own switch)")
-    return decide.choose(p, pass_, device, measure, fixed)
+    return decide.choose(p, pass_, device,
+                         measure if pass_ == "forward" else _measure_gradient_pass, fixed)
 
