@@ -3,6 +3,7 @@
 fft-conv-pytorch (a pure-PyTorch FFT convolution on PyPI), forward + backward.
 
     python3 benchmarks/bench_large_kernels.py [--out DIR] [--quick] [--cases img-k31,seq16k-k1023]
+                                              [--cudnn-heuristic]
 
 Cases: images with k = 15, 31, 63 (S 16, C = K = 32, 128 x 128, 'same' padding k // 2) and 1-D
 kernels 255, 1023, 4095 over 16384 and 65536 samples (S 16, C = K = 16, padding k // 2); fp32
@@ -15,6 +16,9 @@ with TF32 off, cudnn.benchmark on. Per case:
   time    forward + backward (autograd of the input, weight and bias) of calls back to back, wall
           clock to the device's completion; the three modules in rotating order round by round,
           each ratio the median of per-round ratios (> 1: fastlayers faster)
+With --cudnn-heuristic, cudnn.benchmark is off (cuDNN's heuristic algorithm, for nn.Conv*d and the
+tuner's native candidate alike; each row records which): cuDNN's search for a 4095-tap kernel over
+65536 samples did not end within 9 minutes on an H100.
 fft-conv-pytorch runs when installed (to a GPU machine without a network it travels as a wheel:
 `pip download --no-deps fft-conv-pytorch==1.2.0`, pure Python); otherwise its column is empty.
 Writes DIR/large-kernels-<device>.json.
@@ -125,7 +129,8 @@ def rotating(fns: dict, time_one, rounds: int) -> dict:
 def run_case(doc, res, stats, name, args):
     case = CASES[name]
     dims, S, C, K, n, k = case
-    row = {"case": name, "dims": dims, "S": S, "C": C, "K": K, "n": n, "k": k, "mode": "fp32"}
+    row = {"case": name, "dims": dims, "S": S, "C": C, "K": K, "n": n, "k": k, "mode": "fp32",
+           "cudnn_benchmark": torch.backends.cudnn.benchmark}
     doc["rows"].append(row)
     with common.guard(row, stats, res, name):
         common.set_precision("fp32")
@@ -140,8 +145,9 @@ def run_case(doc, res, stats, name, args):
             step_fn(m, x, gy)()
             torch.cuda.synchronize()
             row["first_call_s" if label == "nn" else "tune_s"] = time.perf_counter() - t0
-        log("  %-14s first calls: nn.Conv*d %.1f s (cuDNN's search), fastlayers %.1f s (tuning)"
-            % (name, row["first_call_s"], row["tune_s"]))
+        log("  %-14s first calls: nn.Conv*d %.1f s (cuDNN's %s), fastlayers %.1f s (tuning)"
+            % (name, row["first_call_s"], "search" if row["cudnn_benchmark"] else "heuristic",
+               row["tune_s"]))
         row["choices"] = {d["key"].split("|")[0]: d["choice"] for d in tuner.decisions()
                           if d["source"] in ("tuned", "file", "forced")}
         xs, gys = x[:CHECK_SAMPLES], gy[:CHECK_SAMPLES]
@@ -186,11 +192,13 @@ def render(doc) -> str:
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--cases", default=None, help="comma-separated case names")
+    ap.add_argument("--cudnn-heuristic", action="store_true",
+                    help="cudnn.benchmark off: cuDNN's heuristic algorithm, no search")
     args = ap.parse_args(argv)
     if not common.require_cuda("large-kernel convolutions on CUDA"):
         return 0
     t_start = time.perf_counter()
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.cudnn_heuristic
     names = args.cases.split(",") if args.cases else (QUICK if args.quick else tuple(CASES))
     doc = common.meta("large-kernels", args, quick=args.quick, cases=list(names),
                       check_samples=CHECK_SAMPLES,

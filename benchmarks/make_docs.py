@@ -355,15 +355,19 @@ def large_kernels(doc: dict) -> str:
                        else "- | -"))
         first = ("%.1f / %.1f" % (r["first_call_s"], r["tune_s"]) if "first_call_s" in r
                  else "- / %.1f" % r["tune_s"])
-        out.append("%s %.2f | %.2f | %.2f | %s | %s | %s |" % (
-            head, t["nn"]["ms"], t["fastlayers"]["ms"], t["nn"]["ratio"], peer_cells, first,
+        out.append("%s %.2f%s | %.2f | %.2f | %s | %s | %s |" % (
+            head, t["nn"]["ms"], "" if r.get("cudnn_benchmark", True) else " (heuristic)",
+            t["fastlayers"]["ms"], t["nn"]["ratio"], peer_cells, first,
             " / ".join(r["choices"].values())))
     out += ["", "Forward + backward (gradients of input, weight and bias), fp32 with TF32 off, calls "
             "back to back to the device's completion; x = the other's time over fastlayers' (> 1: "
             "fastlayers faster), the median of per-round ratios of rotated trials. First call: "
             "fastlayers' first forward + backward, the tuner's measuring included (cuDNN's own "
             "benchmark of the native candidate too where nn.Conv*d's first call did not come "
-            "before it: the rows without an nn.Conv*d figure)."]
+            "before it: the rows without an nn.Conv*d figure). cuDNN runs with cudnn.benchmark on "
+            "(its search) except in rows marked heuristic, where its search of the shape did not "
+            "end within a run's limit and it ran its heuristic algorithm, for nn.Conv*d and the "
+            "tuner's native candidate alike."]
     out += _merged_note(doc)
     return "\n".join(out)
 

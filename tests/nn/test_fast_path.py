@@ -70,11 +70,15 @@ def test_new_weight_and_dtype_are_seen(device):
     with pytest.raises(RuntimeError):
         fast(x)
     # float32 with TF32 off: the tuner may pick FFT or Winograd here (with TF32 on, whose
-    # rounding it accepts, nn.Conv2d's tiny layer need not use TF32 at all)
+    # rounding it accepts, nn.Conv2d's tiny layer need not use TF32 at all). Which one depends on
+    # timing, so the result is held to the tuner's contract: its error against float64 within
+    # max(2 x nn.Conv2d's, the float32 floor).
     with cudnn_tf32(False):
-        y = fast(x.float())
+        y, want = fast(x.float()), ref(x.float())
         assert y.dtype == torch.float32
-        torch.testing.assert_close(y, ref(x.float()))
+        exact = nn.functional.conv2d(x, ref.weight.double(), ref.bias.double(), padding=1)
+        err = lambda out: ((out.double() - exact).norm() / exact.norm()).item()  # noqa: E731
+        assert err(y) <= max(2 * err(want), tuner.error_floor(torch.float32, False))
 
 
 def test_autocast_is_seen(device):
