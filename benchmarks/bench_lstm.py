@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""fastlayers.LSTM (the fused ops, pinned) against torch.nn.LSTM (cuDNN) and an eager LSTMCell
-loop, and a word-level language model's training step converted against plain.
+"""fastlayers.LSTM (the fused ops pinned; with --algorithm persistent, the persistent kernel)
+against torch.nn.LSTM (cuDNN) and an eager LSTMCell loop, and a word-level language model's
+training step converted against plain.
 
     python3 benchmarks/bench_lstm.py [--out DIR] [--quick] [--configs NAME,...] [--modes fp32,...]
+                                      [--algorithm fused|persistent] [--sections layers,cell,lm]
 
 Sections (CUDA):
   layers  the configurations of NVIDIA's cuDNN 5 RNN post and BENCHMARKS.md (hidden H, batch B,
@@ -67,10 +69,10 @@ def lengths_of(B: int, T: int):
     return [T - (T // 2) * i // max(B - 1, 1) for i in range(B)]
 
 
-def make(H, L, bidirectional, device, dtype):
+def make(H, L, bidirectional, device, dtype, algorithm="fused"):
     torch.manual_seed(0)
     ref = nn.LSTM(H, H, L, bidirectional=bidirectional).to(device=device, dtype=dtype)
-    fast = fastlayers.convert(copy.deepcopy(ref)).force_algorithm("fused")
+    fast = fastlayers.convert(copy.deepcopy(ref)).force_algorithm(algorithm)
     return ref, fast
 
 
@@ -130,10 +132,10 @@ def bench_layers(args, res, timer, stats, device="cuda"):
         for mode in modes:
             tf32 = set_mode(mode)
             row = {"config": name, "mode": mode, "H": H, "B": B, "T": T, "L": L,
-                   "bidirectional": bi, "packed": packed}
+                   "bidirectional": bi, "packed": packed, "algorithm": args.algorithm}
             rows.append(row)
             with common.guard(row, stats, res, "%s %s" % (name, mode)):
-                ref, fast = make(H, L, bi, device, DTYPE[mode])
+                ref, fast = make(H, L, bi, device, DTYPE[mode], args.algorithm)
                 x, lengths = inputs(H, B, T, packed, device, DTYPE[mode])
                 for train, label in ((False, "fwd"), (True, "fwdbwd")):
                     chk = row["check_" + label] = check(ref, fast, x, lengths, train, tf32)
@@ -276,6 +278,10 @@ def parse_args(argv=None):
     ap.add_argument("--configs", default="", help="comma-separated subset of " +
                     ",".join(CONFIGS))
     ap.add_argument("--modes", default="", help="comma-separated subset of " + ",".join(MODES))
+    ap.add_argument("--sections", default="layers,cell,lm",
+                    help="comma-separated subset of layers, cell, lm (on CUDA)")
+    ap.add_argument("--algorithm", default="fused", choices=("fused", "persistent"),
+                    help="fastlayers.LSTM's pinned algorithm in the layer table (default fused)")
     args = ap.parse_args(argv)
     args.configs = [s for s in args.configs.split(",") if s]
     args.modes = [s for s in args.modes.split(",") if s]
@@ -292,9 +298,13 @@ def main(argv=None) -> int:
     ok = True
     if cuda:
         timer = common.CudaTimer(trials=5 if args.quick else 10)
-        ok &= common.section(doc, res, "layers", bench_layers, args, res, timer, stats)
-        ok &= common.section(doc, res, "cell", bench_cell, args, res, timer, stats)
-        ok &= common.section(doc, res, "lm", bench_lm, args, res, stats)
+        sections = args.sections.split(",")
+        if "layers" in sections:
+            ok &= common.section(doc, res, "layers", bench_layers, args, res, timer, stats)
+        if "cell" in sections:
+            ok &= common.section(doc, res, "cell", bench_cell, args, res, timer, stats)
+        if "lm" in sections:
+            ok &= common.section(doc, res, "lm", bench_lm, args, res, stats)
     else:
         CONFIGS["cpu-64x4x20"] = (64, 4, 20, 2, True, True)
         args.configs = args.configs or ["cpu-64x4x20"]

@@ -398,7 +398,8 @@ def lstm(doc: dict) -> str:
     for r in doc.get("layers", []):
         g = lambda k: f((r.get(k) or {}).get("ratio"))  # noqa: E731
         out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-            r["config"], r["mode"], g("fwd"), g("fwd_wall"), g("fwdbwd"), g("fwdbwd_wall"),
+            r["config"] + ("" if r.get("algorithm", "fused") == "fused" else
+                           " (%s)" % r["algorithm"]), r["mode"], g("fwd"), g("fwd_wall"), g("fwdbwd"), g("fwdbwd_wall"),
             f(r.get("fwdbwd_tflops"), ".1f")) + (" failed: %s" % r["failed"]
                                                   if "failed" in r else ""))
     c = doc.get("cell")

@@ -57,6 +57,14 @@ TORCH_LIBRARY(fastlayers, m) {
   m.def("lstm(Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, "
         "Tensor? b_hh, Tensor? w_hr, Tensor? batch_sizes, bool reverse=False, bool tf32=False) "
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // lstm as one cooperative kernel for the whole recurrence on CUDA (w_hh's rows and the cell
+  // state held on chip across steps; one grid barrier per step): float32, float16 or bfloat16,
+  // padded input without a projection, batch and hidden size within the device's shared memory
+  // (_C.lstm_persistent_fits). The same results, reserve and backward (lstm_backward) as lstm; on
+  // the CPU it runs lstm's kernel (the persistent kernel is CUDA's).
+  m.def("lstm_persistent(Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, "
+        "Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, Tensor? batch_sizes, bool reverse=False, "
+        "bool tf32=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The gradients of lstm from its outputs' (grad_h_n, grad_c_n: None for zero) and what it
   // saved -> grad_input, grad_h0, grad_c0, grad_w_ih, grad_w_hh, grad_b (of b_ih and of b_hh
   // alike), grad_w_hr ([0] without a projection); grad_input and the weight gradients are

@@ -169,7 +169,7 @@ def winograd_cases(dev):
 def lstm_cases(dev):
     """The LSTM op forward and backward, padded and packed, both directions, with and without a
     projection, fp32 and fp16, against the CPU op in float64 (itself checked against nn.LSTM by
-    tests/lstm)."""
+    tests/lstm); lstm_persistent's results and reserve against lstm's where it runs."""
     worst = 0.0
     g = torch.Generator().manual_seed(3)
     fl = torch.ops.fastlayers
@@ -198,6 +198,14 @@ def lstm_cases(dev):
         for dtype, bound in ((torch.float32, 1e-5), (torch.float16, 5e-2)):
             cast = [a.to(dev, dtype) if a is not None else None for a in [x] + args]
             out = fl.lstm(*cast, bs, reverse, False)
+            if bs is None and not R:  # the persistent kernel's forward (padded, no projection)
+                outp = fl.lstm_persistent(*cast, bs, reverse, False)
+                for got, r in zip(outp, out):
+                    err = ((got.double() - r.double()).norm() / r.double().norm()).item()
+                    if not err <= bound:
+                        print("lstm_persistent T=%d B=%d H=%d %s: rel err %.2e against lstm > %.0e"
+                              % (T, B, H, dtype, err, bound), flush=True)
+                    worst = max(worst, err / bound * 1e-5)
             grads = fl.lstm_backward(dy.to(dev, dtype), dh.to(dev, dtype), None, cast[0], cast[1],
                                      cast[2], cast[3], cast[4], cast[7], bs, out[3], out[4],
                                      reverse, False, True, True)

@@ -149,8 +149,8 @@ TORCH_LIBRARY_IMPL(fastlayers, CompositeImplicitAutograd, m) {
 
 // Autocast: the LSTM runs in the autocast dtype, as nn.LSTM does.
 TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
-  fastlayers::register_autocast<c10::DeviceType::CUDA>(m, {"lstm"});
+  fastlayers::register_autocast<c10::DeviceType::CUDA>(m, {"lstm", "lstm_persistent"});
 }
 TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) {
-  fastlayers::register_autocast<c10::DeviceType::CPU>(m, {"lstm"});
+  fastlayers::register_autocast<c10::DeviceType::CPU>(m, {"lstm", "lstm_persistent"});
 }

@@ -24,6 +24,16 @@ Outputs forward(const Tensor& input, const Tensor& h0, const Tensor& c0, const T
   return forward_cpu(g, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, tf32);
 }
 
+// lstm_persistent on the CPU: lstm's kernel (the persistent kernel is CUDA's).
+Outputs forward_persistent(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                           const Tensor& w_ih, const Tensor& w_hh, const OptTensor& b_ih,
+                           const OptTensor& b_hh, const OptTensor& w_hr,
+                           const OptTensor& batch_sizes, bool reverse, bool tf32) {
+  const Geometry g =
+      check("lstm_persistent", input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes);
+  return forward_cpu(g, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, tf32);
+}
+
 Grads backward(const Tensor& grad_output, const OptTensor& grad_h_n, const OptTensor& grad_c_n,
                const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                const Tensor& w_hh, const OptTensor& w_hr, const OptTensor& batch_sizes,
@@ -145,6 +155,7 @@ Grads backward_cpu(const Geometry& g, const Tensor& grad_output, const OptTensor
 
 TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
   m.impl("lstm", &forward);
+  m.impl("lstm_persistent", &forward_persistent);
   m.impl("lstm_backward", &backward);
 }
 

@@ -5,6 +5,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "../../cuda/lstm/lstm.h"
 #include "../common/cuda_types.h"
 #include "lstm.h"
@@ -39,13 +41,26 @@ Tensor workspace(size_t bytes, const Tensor& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
 
-Outputs forward(const Tensor& input_in, const Tensor& h0_in, const Tensor& c0_in,
-                const Tensor& w_ih_in, const Tensor& w_hh_in, const OptTensor& b_ih_in,
-                const OptTensor& b_hh_in, const OptTensor& w_hr_in,
-                const OptTensor& batch_sizes, bool reverse, bool tf32) {
-  const Geometry g = check("lstm", input_in, h0_in, c0_in, w_ih_in, w_hh_in, b_ih_in, b_hh_in,
+Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
+                    const Tensor& h0_in, const Tensor& c0_in, const Tensor& w_ih_in,
+                    const Tensor& w_hh_in, const OptTensor& b_ih_in, const OptTensor& b_hh_in,
+                    const OptTensor& w_hr_in, const OptTensor& batch_sizes, bool reverse,
+                    bool tf32) {
+  const Geometry g = check(op, input_in, h0_in, c0_in, w_ih_in, w_hh_in, b_ih_in, b_hh_in,
                            w_hr_in, batch_sizes);
   c10::cuda::CUDAGuard guard(input_in.device());
+  if (persistent) {
+    const auto dt = input_in.scalar_type();
+    TORCH_CHECK(dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16,
+                op, ": `input` must be float32, float16 or bfloat16 (got ", dt, ")");
+    TORCH_CHECK(!g.packed, op, ": `batch_sizes` must be None (padded input only)");
+    TORCH_CHECK(!g.proj, op, ": `w_hr` must be None (no projection)");
+    TORCH_CHECK(g.T > 0 && g.B > 0, op, ": `input` needs at least one step and one sequence");
+    TORCH_CHECK(lstm::persistent_fits(g.B, g.H, static_cast<int>(input_in.element_size())), op,
+                ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
+                " do not fit the persistent kernel on this device (shared memory, co-resident "
+                "blocks); fastlayers.lstm.persistent_fits() says where it does");
+  }
   const auto input = contig(input_in), h0 = contig(h0_in), c0 = contig(c0_in);
   const auto w_ih = contig(w_ih_in), w_hh = contig(w_hh_in);
   const auto b_ih = contig(b_ih_in), b_hh = contig(b_hh_in), w_hr = contig(w_hr_in);
@@ -65,6 +80,17 @@ Outputs forward(const Tensor& input_in, const Tensor& h0_in, const Tensor& c0_in
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lstm_cuda", [&] {
     using T = typename DeviceType<scalar_t>::type;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (persistent) {
+        lstm::forward_persistent<T>(
+            s, cptr<T, scalar_t>(input), cptr<T, scalar_t>(h0), cptr<T, scalar_t>(c0),
+            cptr<T, scalar_t>(w_ih), cptr<T, scalar_t>(w_hh), cptr<T, scalar_t>(b_ih),
+            cptr<T, scalar_t>(b_hh), mptr<T, scalar_t>(out), mptr<T, scalar_t>(h_n),
+            mptr<T, scalar_t>(c_n), reserve.mutable_data_ptr(), mptr<T, scalar_t>(reserve_h),
+            ws.mutable_data_ptr(), ws_bytes, stream, blas, tf32);
+        return;
+      }
+    }
     lstm::forward<T>(s, cptr<T, scalar_t>(input), cptr<T, scalar_t>(h0), cptr<T, scalar_t>(c0),
                      cptr<T, scalar_t>(w_ih), cptr<T, scalar_t>(w_hh), cptr<T, scalar_t>(b_ih),
                      cptr<T, scalar_t>(b_hh), cptr<T, scalar_t>(w_hr), mptr<T, scalar_t>(out),
@@ -73,6 +99,21 @@ Outputs forward(const Tensor& input_in, const Tensor& h0_in, const Tensor& c0_in
                      tf32);
   });
   return {out, h_n, c_n, reserve, reserve_h};
+}
+
+Outputs forward(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                const Tensor& w_hh, const OptTensor& b_ih, const OptTensor& b_hh,
+                const OptTensor& w_hr, const OptTensor& batch_sizes, bool reverse, bool tf32) {
+  return run_forward("lstm", false, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes,
+                     reverse, tf32);
+}
+
+Outputs forward_persistent(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                           const Tensor& w_ih, const Tensor& w_hh, const OptTensor& b_ih,
+                           const OptTensor& b_hh, const OptTensor& w_hr,
+                           const OptTensor& batch_sizes, bool reverse, bool tf32) {
+  return run_forward("lstm_persistent", true, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr,
+                     batch_sizes, reverse, tf32);
 }
 
 Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
@@ -126,7 +167,13 @@ Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
 
 TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("lstm", &forward);
+  m.impl("lstm_persistent", &forward_persistent);
   m.impl("lstm_backward", &backward);
+}
+
+bool persistent_fits(int64_t batch, int64_t hidden, int64_t element_size, int64_t device) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  return lstm::persistent_fits(batch, hidden, static_cast<int>(element_size));
 }
 
 }  // namespace lstm_host

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["lstm", "lstm_cell", "rnn_tf32_allowed"]
+__all__ = ["lstm", "lstm_cell", "persistent_fits", "rnn_tf32_allowed"]
 
 
 def rnn_tf32_allowed() -> bool:
@@ -39,6 +39,20 @@ def lstm(input: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
     return out, h_n, c_n
 
 
+def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
+                    device: torch.device) -> bool:
+    """Whether the persistent kernel (the lstm_persistent op on CUDA) serves `batch` sequences
+    of `hidden` units in `dtype` on `device`: float32, float16 or bfloat16, the layer's rows of
+    w_hh and the batch's h_{t-1} within a block's shared memory, every block resident at once."""
+    device = torch.device(device)
+    if device.type != "cuda" or dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return False
+    from . import _C
+    fits = getattr(_C, "lstm_persistent_fits", None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return bool(fits is not None and fits(int(batch), int(hidden), dtype.itemsize, index))
+
+
 def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,
               b_ih: Optional[Tensor] = None, b_hh: Optional[Tensor] = None,
               w_hr: Optional[Tensor] = None, tf32: Optional[bool] = None
@@ -57,6 +71,7 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+@torch.library.register_fake("fastlayers::lstm_persistent")
 @torch.library.register_fake("fastlayers::lstm")
 def _lstm_fake(input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse=False,
                tf32=False):
@@ -124,6 +139,8 @@ def _setup_nothing(ctx, inputs, output):
 
 
 torch.library.register_autograd("fastlayers::lstm", _backward_lstm, setup_context=_setup_lstm)
+torch.library.register_autograd("fastlayers::lstm_persistent", _backward_lstm,
+                                setup_context=_setup_lstm)
 # Without an autograd kernel of its own, lstm_backward would be differentiated through the ATen
 # ops it runs, which do not see how the reserve depends on the inputs: a wrong second derivative.
 torch.library.register_autograd("fastlayers::lstm_backward", _backward_lstm_backward,

@@ -3,8 +3,9 @@ state_dict, inputs and outputs; an nn.RNNBase, not an nn.LSTM instance, so that 
 traces it) whose layers run as fastlayers.lstm ops, one op call per layer
 and direction, the step loop in C++/CUDA.
 
-What runs is an algorithm choice per input signature: "fused" (the lstm ops) or "native"
-(nn.LSTM's own forward), from the tuner (pass "training" when gradients are needed, else
+What runs is an algorithm choice per input signature: "fused" (the lstm ops), "persistent" (the
+lstm_persistent op: the recurrence as one kernel, on CUDA where the batch and hidden size fit it)
+or "native" (nn.LSTM's own forward), from the tuner (pass "training" when gradients are needed, else
 "forward"; measured on CUDA, or on CPU with FASTLAYERS_TUNE_CPU=1), unless ``force_algorithm``
 pins one. ``fastlayers.tuner.report()`` shows every decision with its reason.
 """
@@ -22,7 +23,7 @@ from .lstm import rnn_tf32_allowed
 
 __all__ = ["LSTM"]
 
-ALGORITHMS = ("native", "fused")
+ALGORITHMS = ("native", "fused", "persistent")
 _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
 
@@ -79,6 +80,13 @@ class LSTM(nn.RNNBase):
             reason = "dtype %s on %s" % (data.dtype, dev)
         elif dev == "cuda" and not _cuda_kernels():
             reason = "fastlayers was built without the LSTM's CUDA kernels"
+        elif self._fl_forced == "persistent":
+            why = _persistent_unfit((self.hidden_size, self.proj_size), int(B), data.dtype,
+                                    data.device, packed)
+            if why:  # pinned: an error, not another algorithm
+                raise ValueError("fastlayers.LSTM: force_algorithm('persistent') cannot serve "
+                                 "this input: " + why)
+            return "persistent"
         elif self._fl_forced is not None:
             return self._fl_forced
         else:
@@ -112,7 +120,8 @@ class LSTM(nn.RNNBase):
             data.requires_grad or any(p.requires_grad for p in self.parameters()) or (
                 hx is not None and (hx[0].requires_grad or hx[1].requires_grad)))
         # no steps: nn.LSTM's own error
-        if T == 0 or self._fl_choice(data, T, B, packed, training) == "native":
+        choice = "native" if T == 0 else self._fl_choice(data, T, B, packed, training)
+        if choice == "native":
             return self._native_forward(input, hx)
         dirs = 2 if self.bidirectional else 1
         R = self.proj_size if self.proj_size > 0 else self.hidden_size
@@ -133,7 +142,8 @@ class LSTM(nn.RNNBase):
             self.check_forward_args(nn_input, hx, None)
         h0, c0 = hx
         tf32 = data.dtype == torch.float32 and data.is_cuda and rnn_tf32_allowed()
-        lstm = torch.ops.fastlayers.lstm
+        lstm = (torch.ops.fastlayers.lstm_persistent if choice == "persistent" else
+                torch.ops.fastlayers.lstm)
         x = data if packed else data.contiguous()
         h_n, c_n = [], []
         for layer in range(self.num_layers):
@@ -165,6 +175,18 @@ def _choose(config, T, B, dtype, device, packed, tf32, deterministic, pass_) -> 
     from .tuner.lstm import LstmProblem, choose_lstm
     p = LstmProblem.of(config, T, B, dtype, device, packed, tf32, deterministic)
     return choose_lstm(p, pass_, device)
+
+
+# Runs as Python when a graph is traced; its result enters the graph as a constant.
+@torch.compiler.assume_constant_result
+def _persistent_unfit(sizes, B, dtype, device, packed) -> str:
+    """Why lstm_persistent cannot serve a stack of (hidden_size, proj_size) on this input ("" if
+    it can): the persistent family's own rule."""
+    from .algorithms import lstm as family
+    from .tuner.lstm import LstmProblem
+    H, P = sizes
+    p = LstmProblem.of((1, H, P, 1, False, True), 1, B, dtype, device, packed, False, False)
+    return family.PERSISTENT_FAMILY.fits(family.PERSISTENT, p, "forward") or ""
 
 
 def _cuda_kernels() -> bool:

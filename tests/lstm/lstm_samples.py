@@ -158,17 +158,17 @@ def nn_direction(m: nn.LSTM, case: Case, x, h0, c0):
 
 
 def results(case: Case, m: nn.LSTM, x, h0, c0, g, use_op: bool, tf32: bool = False,
-            w=None, op_reverse: Optional[bool] = None) -> List[Optional[torch.Tensor]]:
+            w=None, op_reverse: Optional[bool] = None, op="lstm") -> List[Optional[torch.Tensor]]:
     """The eleven NAMES: (output, h_n, c_n) and the gradients of x, h0, c0, w_ih, w_hh, b_ih,
     b_hh, w_hr (None where the case has no such weight) under <g, (output, h_n, c_n)>, by the op
     (`use_op`) or by nn.LSTM `m`. `w`: the op's weights (default: m's of the case's direction);
-    `op_reverse`: the op's `reverse` (default: the case's)."""
+    `op_reverse`: the op's `reverse` (default: the case's); `op`: lstm or lstm_persistent."""
     x, h0, c0 = (t.detach().clone().requires_grad_() for t in (x, h0, c0))
     w = weights(m, case.reverse) if w is None else w
     if use_op:
         xi, bs = op_inputs(case, x)
         rev = case.reverse if op_reverse is None else op_reverse
-        out, h, c, _, _ = torch.ops.fastlayers.lstm(xi, h0, c0, *w, bs, rev, tf32)
+        out, h, c, _, _ = getattr(torch.ops.fastlayers, op)(xi, h0, c0, *w, bs, rev, tf32)
     else:
         out, h, c = nn_direction(m, case, x, h0, c0)
     loss = sum((a.double() * b).sum() for a, b in zip((out, h, c), g))
@@ -210,13 +210,13 @@ def check_results(case, ours: Sequence, ref: Sequence, native: Optional[Sequence
 
 
 def run_case(case: Case, precision: str, device="cpu", op_weights=None,
-             op_reverse: Optional[bool] = None):
+             op_reverse: Optional[bool] = None, op="lstm"):
     """The op's results in `precision`, float64 nn.LSTM's and nn.LSTM's own in `precision` (None
     for float64). The float64 reference runs on the very values the others get (weights, inputs
     and the upstream gradients rounded to the dtype), so that errors measure the computation, not
     the rounding of its operands, which every result would share. `op_weights`: a function of
     the reference module giving the op's weights; `op_reverse`: the op's `reverse` (default: the
-    case's)."""
+    case's); `op`: lstm or lstm_persistent."""
     dtype, tf32 = DTYPES[precision], precision == "tf32"
     m = reference_module(case, torch.float64, device).to(dtype)
     m64 = copy.deepcopy(m).double()
@@ -227,7 +227,8 @@ def run_case(case: Case, precision: str, device="cpu", op_weights=None,
     torch.backends.cudnn.allow_tf32 = tf32  # nn.LSTM's TF32 switch (cuDNN's)
     try:
         w = op_weights(m) if op_weights is not None else None
-        ours = results(case, m, x, h0, c0, g, use_op=True, tf32=tf32, w=w, op_reverse=op_reverse)
+        ours = results(case, m, x, h0, c0, g, use_op=True, tf32=tf32, w=w, op_reverse=op_reverse,
+                       op=op)
         native = None if precision == "float64" else results(case, m, x, h0, c0, g, False)
     finally:
         torch.backends.cudnn.allow_tf32 = old

@@ -402,7 +402,8 @@ def test_a_family_without_a_rule_fits_its_candidates():
 
 def test_transform_based_families_leave_with_the_switch():
     kinds = {type(f).__name__: f.transform_based for f in algorithms.families()}
-    assert kinds == {"Native": False, "Fft": True, "Winograd": True, "FusedLstm": False}
+    assert kinds == {"Native": False, "Fft": True, "Winograd": True, "FusedLstm": False,
+                     "PersistentLstm": False}
     family = Scaled(("scaled:1.0",))
     family.transform_based = True
     algorithms.register(family)

@@ -7,7 +7,7 @@ through it.
     y = conv2d_call(c, "forward", padding=(1, 1), tf32=False)(x, w, b, None)
     check_fits(c, problem, "forward")  # ValueError when c cannot serve that shape and pass
 
-A family (native.py, fft.py, winograd.py, lstm.py) answers everything about its labels: parsing,
+A family (native.py, fft.py, winograd.py, lstm.py: fused and persistent) answers everything about its labels: parsing,
 candidates, whether a choice fits a problem, calls, workspace, description, determinism and
 whether it is transform-based. Adding one is a new module here and one ``register`` call below.
 """
@@ -28,3 +28,4 @@ register(native.FAMILY)  # first: the baseline leads every candidate list
 register(fft.FAMILY)
 register(winograd.FAMILY)
 register(lstm.FAMILY)
+register(lstm.PERSISTENT_FAMILY)

@@ -1,5 +1,6 @@
 """The lstm layer kind: its problem (a whole nn.LSTM stack on one input signature), its candidates
-(``native``: nn.LSTM's own forward; ``fused``: fastlayers' ops), its measuring inputs and float64
+(``native``: nn.LSTM's own forward; ``fused``: fastlayers' ops; ``persistent``: the same with
+the recurrence as one kernel), its measuring inputs and float64
 reference, and the choice per pass (``forward`` alone, or ``training``: forward and backward)."""
 from __future__ import annotations
 
@@ -93,10 +94,12 @@ def _modules(p: LstmProblem, device: torch.device):
     finally:
         torch.random.set_rng_state(gen_state)
     ref = ref.to(device=device, dtype=p.torch_dtype)
-    fused = copy.deepcopy(ref)
-    fused.__class__ = LSTM
-    fused.force_algorithm("fused")
-    return ref, fused
+    ours = {}
+    for label in ("fused", "persistent"):
+        m = ours[label] = copy.deepcopy(ref)
+        m.__class__ = LSTM
+        m.force_algorithm(label)
+    return ref, ours
 
 
 def _input(p: LstmProblem, x: torch.Tensor):
@@ -122,15 +125,15 @@ def _step(module, p: LstmProblem, pass_: str):
 
 
 def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision:
-    """native and fused, checked against nn.LSTM in float64 on a few samples and timed on the
+    """native, fused and (where it fits) persistent, checked against nn.LSTM in float64 on a few samples and timed on the
     problem's size (a training pass: forward and backward, as a step pays them)."""
-    ref, fused = _modules(p, device)
+    ref, ours = _modules(p, device)
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(p.T, p.B, p.I, device=device, dtype=p.torch_dtype, generator=gen)
     x.requires_grad_(pass_ == "training")
     n = min(p.B, CHECK_SAMPLES)
     xc = x.detach()[:, :n].clone().requires_grad_(pass_ == "training")
-    modules = {NATIVE.label: ref, "fused": fused}
+    modules = {NATIVE.label: ref, **ours}
     old_tf32 = torch.backends.cudnn.allow_tf32
     try:
         with torch.autocast(device.type, enabled=False):
@@ -151,7 +154,7 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
 
 
 def choose_lstm(p: LstmProblem, pass_: str, device: Optional[torch.device] = None) -> str:
-    """"native" or "fused" for `pass_` of `p`; a new problem is measured on `device`."""
+    """"native", "fused" or "persistent" for `pass_` of `p`; a new problem is measured on `device`."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     return decide.choose(p, pass_, device, measure)

@@ -1,0 +1,238 @@
+// The persistent LSTM forward (lstm.h): after the input GEMM of every step (cuBLAS, as the
+// step-wise forward), one cooperative kernel runs the whole recurrence. Each block owns a slice of
+// hidden units and keeps their four gates' rows of w_hh in shared memory for every step, with
+// their cell state; per step it reads h_{t-1} of the whole batch, computes its units' gates and
+// cell, writes h_t, and the grid synchronises. Per step this costs one grid barrier instead of a
+// GEMM launch and a point-wise launch, which is what small batches are bound by.
+#include <cooperative_groups.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+
+#include "sequence.cuh"
+
+namespace fastlayers {
+namespace lstm {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kPThreads = 256;
+constexpr int kWarps = kPThreads / 32;
+constexpr int kRowBatch = 4;  // batch rows a warp's dot products share one weight load across
+
+// h_{t-1} written by other blocks in this launch: read through L2 (ld.global.cg), never a stale
+// L1 line.
+__device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float load_cg(const __half* p) {
+  return __half2float(__ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ float load_cg(const __nv_bfloat16* p) {
+  return __bfloat162float(
+      __ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+
+struct Geometry {
+  int units;   // hidden units per block
+  int blocks;  // ceil(H / units)
+  size_t smem;
+};
+
+template <typename T>
+size_t smem_bytes(int64_t B, int64_t H, int units) {
+  // w_s [4 units, H] T | h_s [B, H] float | pre_s [B, 4 units] float | c_s [B, units] float
+  return (4 * units * H * sizeof(T) + 15) / 16 * 16 + B * H * 4 + B * 4 * units * 4 +
+         B * units * 4;
+}
+
+// xp [T B, 4H] (the input GEMM's products), w_hh [4H, H]; hbuf [2, B, H]; out [T, B, H];
+// reserve [T B, 5H]; reserve_h [T B, H].
+template <typename T>
+__global__ void __launch_bounds__(kPThreads)
+persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
+                          const float* __restrict__ xp, const T* __restrict__ b_ih,
+                          const T* __restrict__ b_hh, const T* __restrict__ w_hh,
+                          const T* __restrict__ h0, const T* __restrict__ c0, T* hbuf, T* out,
+                          T* __restrict__ h_n, T* __restrict__ c_n, float* __restrict__ reserve,
+                          T* __restrict__ reserve_h) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* w_s = reinterpret_cast<T*>(smem);
+  float* h_s = reinterpret_cast<float*>(smem + (4 * U * H * sizeof(T) + 15) / 16 * 16);
+  float* pre_s = h_s + B * H;
+  float* c_s = pre_s + B * 4 * U;
+  cg::grid_group grid = cg::this_grid();
+  const int u0 = blockIdx.x * U;
+  const int nu = min(U, H - u0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  for (int k = tid; k < 4 * nu * H; k += kPThreads) {  // rows q U + u: gate q of unit u0 + u
+    const int r = k / H, col = k - r * H, q = r / nu, u = r - q * nu;
+    w_s[(q * U + u) * H + col] = w_hh[(static_cast<int64_t>(q) * H + u0 + u) * H + col];
+  }
+  for (int k = tid; k < B * nu; k += kPThreads) {
+    const int b = k / nu, u = k - b * nu;
+    c_s[b * U + u] = to_compute(c0[static_cast<int64_t>(b) * H + u0 + u]);
+  }
+
+  const int groups = (B + kRowBatch - 1) / kRowBatch;
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t t = reverse ? steps - 1 - step : step;
+    const T* hp = step == 0 ? h0 : hbuf + ((step - 1) & 1) * static_cast<int64_t>(B) * H;
+    T* hn = hbuf + (step & 1) * static_cast<int64_t>(B) * H;
+    for (int k = tid; k < B * H; k += kPThreads) h_s[k] = load_cg(hp + k);
+    __syncthreads();
+    // pre_s[b, q U + u] = h_{t-1}[b] . w_hh[q H + u0 + u]: a warp per (row, group of batch rows),
+    // lanes over H, then a shuffle reduction.
+    for (int item = warp; item < 4 * nu * groups; item += kWarps) {
+      const int r = item / groups, b0 = (item - r * groups) * kRowBatch;
+      const int q = r / nu, u = r - q * nu;
+      const T* wr = w_s + (q * U + u) * H;
+      float acc[kRowBatch] = {};
+      for (int k = lane; k < H; k += 32) {
+        const float w = to_compute(wr[k]);
+#pragma unroll
+        for (int j = 0; j < kRowBatch; ++j)
+          if (b0 + j < B) acc[j] += w * h_s[(b0 + j) * H + k];
+      }
+#pragma unroll
+      for (int j = 0; j < kRowBatch; ++j) {
+        float v = acc[j];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && b0 + j < B) pre_s[(b0 + j) * 4 * U + q * U + u] = v;
+      }
+    }
+    __syncthreads();
+    // The cell, as cell_forward: biases after the products, then the gates.
+    for (int k = tid; k < B * nu; k += kPThreads) {
+      const int b = k / nu, u = k - b * nu, j = u0 + u;
+      const int64_t row = t * B + b;
+      float v[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float x = xp[row * 4 * H + q * H + j] + pre_s[b * 4 * U + q * U + u];
+        if (b_ih != nullptr) x += to_compute(b_ih[q * H + j]);
+        if (b_hh != nullptr) x += to_compute(b_hh[q * H + j]);
+        v[q] = x;
+      }
+      const float i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanhf(v[2]), o = sigmoid(v[3]);
+      const float cp = c_s[b * U + u];
+      const float cn = f * cp + i * g;
+      const float ht = o * tanhf(cn);
+      float* rr = reserve + row * 5 * H + j;
+      rr[0] = i;
+      rr[H] = f;
+      rr[2 * H] = g;
+      rr[3 * H] = o;
+      rr[4 * H] = cp;
+      c_s[b * U + u] = cn;
+      reserve_h[row * H + j] = from_compute<T>(h_s[b * H + j]);  // h_{t-1}, exact in T
+      const T hv = from_compute<T>(ht);
+      out[row * H + j] = hv;
+      hn[static_cast<int64_t>(b) * H + j] = hv;
+      if (step == steps - 1) {
+        h_n[static_cast<int64_t>(b) * H + j] = hv;
+        c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(cn);
+      }
+    }
+    grid.sync();  // h_t of every unit written before any block reads it
+  }
+}
+
+std::mutex plan_mutex;
+std::map<std::tuple<int, int64_t, int64_t, int>, Geometry> plans;  // (device, B, H, T bytes)
+
+template <typename T>
+bool plan(int64_t B, int64_t H, Geometry* out) {
+  int device = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, B, H, static_cast<int>(sizeof(T)));
+  std::lock_guard<std::mutex> lock(plan_mutex);
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    Geometry g{0, 0, 0};
+    int sms = 0, optin = 0, coop = 0;
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+    if (coop && B > 0 && H > 0 && H <= (int64_t{1} << 20) && B <= 4096) {
+      const int units = static_cast<int>((H + sms - 1) / sms);
+      const size_t smem = smem_bytes<T>(B, H, units);
+      if (smem <= static_cast<size_t>(optin)) {
+        auto kernel = persistent_forward_kernel<T>;
+        FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+        int per_sm = 0;
+        FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads,
+                                                                    smem));
+        const int blocks = static_cast<int>((H + units - 1) / units);
+        if (per_sm * sms >= blocks) g = Geometry{units, blocks, smem};
+      }
+    }
+    it = plans.emplace(key, g).first;
+  }
+  *out = it->second;
+  return out->blocks > 0;
+}
+
+}  // namespace
+
+bool persistent_fits(int64_t B, int64_t H, int t_bytes) {
+  Geometry g;
+  switch (t_bytes) {
+    case 4: return plan<float>(B, H, &g);
+    case 2: return plan<__half>(B, H, &g);  // bfloat16's footprint is half's
+    default: return false;
+  }
+}
+
+template <typename T>
+void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
+                        const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,
+                        void* reserve, T* reserve_h, void* workspace, size_t workspace_size,
+                        cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+  using G = GemmTypes<T>;
+  if (s.proj || s.N != s.T * s.B || s.T <= 0 || s.B <= 0)
+    throw std::invalid_argument(
+        "fastlayers: the persistent LSTM forward takes padded input without a projection, "
+        "T and B at least 1");
+  Geometry g;
+  if (!plan<T>(s.B, s.H, &g))
+    throw std::invalid_argument("fastlayers: the persistent LSTM forward does not fit this "
+                                "batch and hidden size on this device");
+  if (workspace_size < forward_workspace(s, sizeof(T), sizeof(float)))
+    throw std::invalid_argument("fastlayers: LSTM forward workspace too small");
+  const int64_t H = s.H;
+  Carve ws(workspace);
+  float* xp = ws.take<float>(s.N * 4 * H);
+  T* hbuf = ws.take<T>(2 * s.B * H);  // within the step-wise forward's c [B, H] A and h [B, R] T
+  if (s.I > 0) {
+    const gemm::Pinned pin(blas, stream);
+    gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih, s.I, x,
+          s.I, xp, 4 * H);
+  } else {
+    FL_CUDA_CHECK(cudaMemsetAsync(xp, 0, sizeof(float) * s.N * 4 * H, stream));
+  }
+  int64_t steps = s.T;
+  int B = static_cast<int>(s.B), Hi = static_cast<int>(H), U = g.units;
+  bool reverse = s.reverse;
+  float* res = static_cast<float*>(reserve);
+  void* args[] = {&steps, &B, &Hi, &U, &reverse, &xp, &b_ih, &b_hh, &w_hh, &h0, &c0,
+                  &hbuf, &out, &h_n, &c_n, &res, &reserve_h};
+  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(
+      reinterpret_cast<const void*>(persistent_forward_kernel<T>), dim3(g.blocks),
+      dim3(kPThreads), args, g.smem, stream));
+}
+
+#define FL_LSTM_PERSISTENT(T)                                                                  \
+  template void forward_persistent<T>(const Steps&, const T*, const T*, const T*, const T*,    \
+                                      const T*, const T*, const T*, T*, T*, T*, void*, T*,     \
+                                      void*, size_t, cudaStream_t, cublasHandle_t, bool);
+FL_LSTM_PERSISTENT(float)
+FL_LSTM_PERSISTENT(__half)
+FL_LSTM_PERSISTENT(__nv_bfloat16)
+
+}  // namespace lstm
+}  // namespace fastlayers

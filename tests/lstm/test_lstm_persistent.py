@@ -1,0 +1,145 @@
+"""lstm_persistent (the recurrence as one cooperative kernel on CUDA; lstm's kernel on the CPU)
+against nn.LSTM per device and precision with lstm's rule (lstm_samples.py), its reserve read by
+lstm_backward; its errors, where it fits, the module pinned to it and the tuner's candidate."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import fastlayers
+from conv_samples import RecordOps, cudnn_tf32
+from lstm_samples import (CASES, PRECISIONS, Case, check_results, inputs, reference_module,
+                          run_case, skip_unless_supported, weights)
+from fastlayers import algorithms
+from fastlayers.tuner.lstm import LstmProblem
+
+fl = torch.ops.fastlayers
+
+# Padded, no projection (what the kernel takes): lstm's cases of that kind, and the kernel's own
+# geometry: hidden sizes below and above the SM count (one unit per block; several, the last
+# block with fewer), batches not a multiple of the rows a warp shares a weight load across, and
+# a batch of 64.
+# (On the CPU, where the op is lstm's kernel, which test_lstm_values checks over CASES, the
+# geometry cases are not run.)
+PADDED_CASES = [c for c in CASES if c.lengths is None and c.P == 0]
+GEOMETRY_CASES = [
+    Case(6, 5, 7, 133, 0, None, True, True),
+    Case(5, 3, 9, 300, 0, None, False, False),
+    Case(3, 64, 8, 64, 0, None, False, True),
+    Case(9, 1, 16, 512, 0, None, True, True),
+]
+PERSISTENT_CASES = PADDED_CASES + GEOMETRY_CASES
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", PERSISTENT_CASES, ids=str)
+def test_persistent_op_matches_nn_lstm(device, case, precision):
+    skip_unless_supported(device, precision)
+    if device == "cpu" and case in GEOMETRY_CASES:
+        pytest.skip("the persistent kernel's geometry is CUDA's; on the CPU the op is lstm's")
+    if device == "cuda" and precision == "float64":
+        pytest.skip("the persistent kernel takes float32, float16 and bfloat16")
+    ours, ref, native = run_case(case, precision, device, op="lstm_persistent")
+    check_results(case, ours, ref, native, precision)
+
+
+@pytest.mark.gpu
+def test_persistent_results_and_reserve_are_lstms():
+    # The same reserve layout, so lstm_backward reads either; values agree to float32 rounding.
+    case = PERSISTENT_CASES[-1]
+    m = reference_module(case, torch.float32, "cuda")
+    x, h0, c0 = inputs(case, torch.float32, "cuda")
+    w = weights(m, case.reverse)
+    a = fl.lstm(x, h0, c0, *w, None, case.reverse, False)
+    b = fl.lstm_persistent(x, h0, c0, *w, None, case.reverse, False)
+    for u, v in zip(a, b):
+        assert u.shape == v.shape and u.dtype == v.dtype
+        torch.testing.assert_close(v, u, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what", ["packed", "projection", "float64", "too large"])
+def test_persistent_refuses_what_it_cannot_run(what):
+    case = Case(3, 2, 4, 8, 2 if what == "projection" else 0, None, False, True)
+    dtype = torch.float64 if what == "float64" else torch.float32
+    m = reference_module(case, dtype, "cuda")
+    x, h0, c0 = inputs(case, dtype, "cuda")
+    w = weights(m, False)
+    bs = None
+    if what == "packed":
+        x, bs = x.reshape(-1, case.I), torch.tensor([2, 2, 2])
+    if what == "too large":  # h_{t-1} of the whole batch does not fit a block's shared memory
+        B = 1 << 14
+        x, h0, c0 = x[:, :1].expand(3, B, 4).contiguous(), h0[:1].expand(B, 8).contiguous(), \
+            c0[:1].expand(B, 8).contiguous()
+        assert not fastlayers.lstm.persistent_fits(B, 8, torch.float32, "cuda")
+    word = {"packed": "`batch_sizes`", "projection": "`w_hr`", "float64": "`input`",
+            "too large": "persistent kernel"}[what]
+    with pytest.raises(RuntimeError, match=word):
+        fl.lstm_persistent(x, h0, c0, *w, bs, False, False)
+
+
+def test_where_it_fits(device):
+    fits = fastlayers.lstm.persistent_fits
+    assert not fits(8, 512, torch.float64, device)
+    if device == "cpu":
+        assert not fits(8, 512, torch.float32, device)
+        return
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        assert fits(1, 512, dt, device) and fits(16, 512, dt, device)
+    assert not fits(1 << 14, 512, torch.float32, device)
+
+
+def _problem(device, B=4, H=16, packed=False, proj=0, dtype=torch.float32):
+    return LstmProblem.of((8, H, proj, 2, False, True), 5, B, dtype, torch.device(device), packed,
+                          False, False)
+
+
+def test_the_tuner_offers_it_only_where_it_fits(device):
+    labels = lambda p: [c.label for c in algorithms.candidates(p, "training")]  # noqa: E731
+    if device == "cpu":
+        assert "persistent" not in labels(_problem("cpu"))
+        return
+    assert labels(_problem(device)) == ["native", "fused", "persistent"]
+    assert "persistent" not in labels(_problem(device, packed=True))
+    assert "persistent" not in labels(_problem(device, proj=8))
+    assert "persistent" not in labels(_problem(device, dtype=torch.float64))
+    assert "persistent" not in labels(_problem(device, B=1 << 14))
+
+
+def test_the_module_pinned_to_it(device):
+    torch.manual_seed(0)
+    ref = nn.LSTM(8, 16, 2, batch_first=True).to(device)
+    fast = fastlayers.convert(copy.deepcopy(ref)).force_algorithm("persistent")
+    x = torch.randn(3, 5, 8, device=device)
+    if device == "cpu":  # pinned where it cannot run: an error, not another algorithm
+        with pytest.raises(ValueError, match="persistent"):
+            fast(x)
+        return
+    with cudnn_tf32(False):  # float32 both ways: nn.LSTM's TF32 switch is the ops' too
+        with RecordOps() as rec:
+            y, (h, c) = fast(x)
+        assert [n for n, _ in rec.calls] == ["lstm_persistent"] * 2
+        y0, (h0, c0) = ref(x)
+        for a, b in ((y, y0), (h, h0), (c, c0)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        y.sum().backward()
+        y0.sum().backward()
+    for p, q in zip(fast.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    packed = nn.utils.rnn.pack_padded_sequence(x, [5, 4, 2], batch_first=True)
+    with pytest.raises(ValueError, match="padded input only"):
+        fast(packed)
+
+
+@pytest.mark.parametrize("grads", [False, True])
+def test_opcheck(device, grads):
+    case = Case(3, 2, 3, 4, 0, None, True, True)
+    m = reference_module(case, torch.float32, device)
+    x, h0, c0 = inputs(case, torch.float32, device)
+    w = [t.detach().clone() if t is not None else None for t in weights(m, True)]
+    for t in [x, h0, c0] + w:
+        if t is not None:
+            t.requires_grad_(grads)
+    torch.library.opcheck(fl.lstm_persistent.default, (x, h0, c0, *w, None, True, False))
