@@ -134,6 +134,11 @@ def bench_layers(args, res, timer, stats, device="cuda"):
             row = {"config": name, "mode": mode, "H": H, "B": B, "T": T, "L": L,
                    "bidirectional": bi, "packed": packed, "algorithm": args.algorithm}
             rows.append(row)
+            if args.algorithm == "persistent" and (packed or not fastlayers.lstm.persistent_fits(
+                    B, H, DTYPE[mode], device)):
+                row["failed"] = "the persistent kernel does not serve this configuration"
+                log("  %-18s %-4s skipped: %s" % (name, mode, row["failed"]))
+                continue
             with common.guard(row, stats, res, "%s %s" % (name, mode)):
                 ref, fast = make(H, L, bi, device, DTYPE[mode], args.algorithm)
                 x, lengths = inputs(H, B, T, packed, device, DTYPE[mode])

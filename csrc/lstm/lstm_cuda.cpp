@@ -5,11 +5,13 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <string>
 #include <type_traits>
 
 #include "../../cuda/lstm/lstm.h"
 #include "../common/cuda_types.h"
 #include "lstm.h"
+#include "module_api.h"
 
 namespace fastlayers {
 namespace lstm_host {
@@ -56,7 +58,8 @@ Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
     TORCH_CHECK(!g.packed, op, ": `batch_sizes` must be None (padded input only)");
     TORCH_CHECK(!g.proj, op, ": `w_hr` must be None (no projection)");
     TORCH_CHECK(g.T > 0 && g.B > 0, op, ": `input` needs at least one step and one sequence");
-    TORCH_CHECK(lstm::persistent_fits(g.B, g.H, static_cast<int>(input_in.element_size())), op,
+    TORCH_CHECK(lstm::persistent_fits(g.B, g.H, static_cast<int>(input_in.element_size()),
+                                      dt == at::kBFloat16), op,
                 ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
                 " do not fit the persistent kernel on this device (shared memory, co-resident "
                 "blocks); fastlayers.lstm.persistent_fits() says where it does");
@@ -171,9 +174,10 @@ TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("lstm_backward", &backward);
 }
 
-bool persistent_fits(int64_t batch, int64_t hidden, int64_t element_size, int64_t device) {
+bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  return lstm::persistent_fits(batch, hidden, static_cast<int>(element_size));
+  const int bytes = dtype == "float32" ? 4 : dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
+  return bytes > 0 && lstm::persistent_fits(batch, hidden, bytes, dtype == "bfloat16");
 }
 
 }  // namespace lstm_host

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace fastlayers {
 namespace lstm_host {
@@ -12,9 +13,9 @@ namespace lstm_host {
 bool rnn_tf32_allowed();
 
 #ifdef FASTLAYERS_WITH_CUDA
-// Whether lstm_persistent serves `batch` sequences of hidden size `hidden` with elements of
-// `element_size` bytes (4: float32; 2: float16, bfloat16) on CUDA device `device`.
-bool persistent_fits(int64_t batch, int64_t hidden, int64_t element_size, int64_t device);
+// Whether lstm_persistent serves `batch` sequences of hidden size `hidden` in `dtype`
+// ("float32", "float16", "bfloat16"; anything else: no) on CUDA device `device`.
+bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device);
 #endif
 
 }  // namespace lstm_host

@@ -24,6 +24,7 @@ namespace fastlayers {
   do {                                                                                            \
     cudaError_t fl_err_ = (expr);                                                                 \
     if (fl_err_ != cudaSuccess) {                                                                 \
+      (void)cudaGetLastError(); /* a non-sticky error is reported here, not by the next call */   \
       std::string fl_msg_ = std::string("CUDA (") + cudaGetErrorString(fl_err_) + ")";             \
       ::fastlayers::fail(fl_msg_.c_str(), static_cast<long>(fl_err_), #expr, __FILE__, __LINE__);   \
     }                                                                                             \

@@ -48,8 +48,9 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
 // The persistent forward (persistent.cu): the same results and reserve as forward() for padded
 // input without a projection (N = T B, w_hr null), T: float, __half, __nv_bfloat16; one
 // cooperative kernel for the recurrence. persistent_fits(): whether batch B and hidden size H fit
-// it (shared memory, co-resident blocks) on the current device, for storage of `t_bytes` (4 or 2).
-bool persistent_fits(int64_t B, int64_t H, int t_bytes);
+// it (shared memory, co-resident blocks) on the current device, for storage of `t_bytes` (4 or 2;
+// `bf16`: bfloat16 rather than half).
+bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 template <typename T>
 void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                         const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,

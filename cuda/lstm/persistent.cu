@@ -142,13 +142,15 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
 }
 
 std::mutex plan_mutex;
-std::map<std::tuple<int, int64_t, int64_t, int>, Geometry> plans;  // (device, B, H, T bytes)
+// (device, kernel, B, H): each instantiation has its own shared-memory attribute to set
+std::map<std::tuple<int, const void*, int64_t, int64_t>, Geometry> plans;
 
 template <typename T>
 bool plan(int64_t B, int64_t H, Geometry* out) {
   int device = 0;
   FL_CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(device, B, H, static_cast<int>(sizeof(T)));
+  const auto key = std::make_tuple(
+      device, reinterpret_cast<const void*>(persistent_forward_kernel<T>), B, H);
   std::lock_guard<std::mutex> lock(plan_mutex);
   auto it = plans.find(key);
   if (it == plans.end()) {
@@ -179,11 +181,11 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
 
 }  // namespace
 
-bool persistent_fits(int64_t B, int64_t H, int t_bytes) {
+bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
   Geometry g;
   switch (t_bytes) {
     case 4: return plan<float>(B, H, &g);
-    case 2: return plan<__half>(B, H, &g);  // bfloat16's footprint is half's
+    case 2: return bf16 ? plan<__nv_bfloat16>(B, H, &g) : plan<__half>(B, H, &g);
     default: return false;
   }
 }

@@ -49,10 +49,12 @@ void convert_n(int64_t n, const From* in, To* out, cudaStream_t stream) {
   FL_LAUNCH_CHECK();
 }
 
-// TF32 (`tf32`, fp32 data) goes to the GEMMs over every step at once: the input GEMM, the input
-// gradient and the weight gradients. The GEMMs inside the recurrence (w_hh, w_hr, both ways) stay
-// in full fp32: their error compounds over the steps, and cuDNN's RNN keeps them in fp32 on small
-// layers, so TF32 there would be less precise than the nn.LSTM being replaced.
+// TF32 (`tf32`, fp32 data) goes to the input GEMM and the input gradient, the GEMMs over every
+// step whose operands are the layer's input. The GEMMs inside the recurrence (w_hh, w_hr, both
+// ways) stay in full fp32: their error compounds over the steps, and cuDNN's RNN keeps them in
+// fp32 on small layers. So do the weight gradients: over few rows (T B = 9 at H 512) TF32 there
+// read 2.8x cuDNN's error on w_hh's gradient on an H100. Either would be less precise than the
+// nn.LSTM being replaced.
 
 // Forward workspace: xp [N, 4H] A, c [B, H] A, h [B, R] T, htil [B, H] T (projection).
 template <typename T>
@@ -170,19 +172,20 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
     if (s.proj) FL_CUDA_CHECK(cudaMemsetAsync(dw_hr, 0, sizeof(T) * R * H, stream));
     return;
   }
-  // dw_ih [4H, I] = dgates^T x;  dw_hh [4H, R] = dgates^T h_{t-1};  db [4H] = dgates^T 1
+  // dw_ih [4H, I] = dgates^T x;  dw_hh [4H, R] = dgates^T h_{t-1};  db [4H] = dgates^T 1 (fp32:
+  // see above)
   if (s.I > 0)
-    gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, s.I, 4 * H, s.N, x,
+    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, s.I, 4 * H, s.N, x,
           s.I, dgates, 4 * H, dw_ih, s.I);
   if (R > 0)
-    gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, R, 4 * H, s.N,
+    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, R, 4 * H, s.N,
           reserve_h, rh_cols, dgates, 4 * H, dw_hh, R);
   fill_ones<T><<<blocks_for(s.N), kThreads, 0, stream>>>(s.N, ones);
   FL_LAUNCH_CHECK();
-  gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, 4 * H, 1, s.N, dgates,
+  gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_N, 4 * H, 1, s.N, dgates,
         4 * H, ones, s.N, db, 4 * H);
   if (s.proj)  // dw_hr [R, H] = dhn^T (o tanh(c))
-    gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_T, H, R, s.N,
+    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, H, R, s.N,
           reserve_h + R, rh_cols, dhn, R, dw_hr, H);
 }
 

@@ -50,7 +50,8 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
     from . import _C
     fits = getattr(_C, "lstm_persistent_fits", None)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return bool(fits is not None and fits(int(batch), int(hidden), dtype.itemsize, index))
+    return bool(fits is not None and fits(int(batch), int(hidden),
+                                          str(dtype).replace("torch.", ""), index))
 
 
 def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,
