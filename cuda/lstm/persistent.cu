@@ -163,9 +163,11 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
       const int units = static_cast<int>((H + sms - 1) / sms);
       const size_t smem = smem_bytes<T>(B, H, units);
       if (smem <= static_cast<size_t>(optin)) {
+        // The attribute is the kernel's, not the shape's: set to the device's limit, so that a
+        // plan made later for a smaller shape does not lower it under an earlier plan's need.
         auto kernel = persistent_forward_kernel<T>;
         FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
+                                           optin));
         int per_sm = 0;
         FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads,
                                                                     smem));

@@ -59,6 +59,24 @@ def test_persistent_results_and_reserve_are_lstms():
 
 
 @pytest.mark.gpu
+def test_a_smaller_shape_planned_later_does_not_break_a_larger_one():
+    # Each kernel's shared-memory limit is set once for the device, not per shape: planning B = 2
+    # after B = 4 (as a two-sample accuracy check does) left the B = 4 launch refused.
+    fits = fastlayers.lstm.persistent_fits
+    H = 512
+    for dt in (torch.float32, torch.bfloat16):
+        assert fits(4, H, dt, "cuda") and fits(2, H, dt, "cuda")
+        x = torch.randn(3, 4, 8, device="cuda", dtype=dt)
+        h0, c0 = torch.zeros(4, H, device="cuda", dtype=dt), torch.zeros(4, H, device="cuda",
+                                                                          dtype=dt)
+        w_ih = torch.randn(4 * H, 8, device="cuda", dtype=dt) * 0.1
+        w_hh = torch.randn(4 * H, H, device="cuda", dtype=dt) * 0.05
+        a = fl.lstm(x, h0, c0, w_ih, w_hh, None, None, None, None, False, False)
+        b = fl.lstm_persistent(x, h0, c0, w_ih, w_hh, None, None, None, None, False, False)
+        torch.testing.assert_close(b[0], a[0], rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("what", ["packed", "projection", "float64", "too large"])
 def test_persistent_refuses_what_it_cannot_run(what):
     case = Case(3, 2, 4, 8, 2 if what == "projection" else 0, None, False, True)
