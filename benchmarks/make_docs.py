@@ -412,11 +412,12 @@ def lstm(doc: dict) -> str:
                        r.get("V"), r.get("layers", 0), r.get("H", 0), r.get("T", 0),
                        r.get("B", 0), r["mode"], f((r.get("steps") or {}).get("ratio")),
                        f((r.get("aa") or {}).get("ratio")))]
-    out += ["", "x = nn.LSTM's time over fastlayers.LSTM's (fused ops pinned; > 1: fastlayers "
-            "faster), the median of per-round ratios of interleaved trials. Device: CUDA events "
+    out += ["", "x = nn.LSTM's time over fastlayers.LSTM's (fused ops pinned, or the persistent "
+            "kernel in the rows marked so; > 1: fastlayers faster), the median of per-round ratios of interleaved trials. Device: CUDA events "
             "with L2 flushed; back to back: wall clock of calls issued back to back, host "
             "included. Outputs, final states and every gradient checked against a float64 "
             "nn.LSTM first."]
+    out += _merged_note(doc)
     return "\n".join(out)
 
 
@@ -684,10 +685,21 @@ def summary(docs: dict) -> str:
     ls = docs.get("lstm")
     if ls:
         devices.append(ls[1]["device"]["name"])
-        rs = [r for r in ls[1].get("layers", []) if r.get("config") == "512x64x100"]
+        layers = ls[1].get("layers", [])
+        rs = [r for r in layers if r.get("config") == "512x64x100"
+              and r.get("algorithm", "fused") == "fused"]
         rows.append(("Fused LSTM over `nn.LSTM`, 512/64/100, forward+backward back to back",
                      "; ".join("%s %sx" % (r["mode"], f((r.get("fwdbwd_wall") or {}).get("ratio")))
                                for r in rs) + " (target 1.2x)"))
+        ps = [r for r in layers if r.get("algorithm") == "persistent" and r.get("fwd")
+              and r.get("B", 99) <= 8]
+        if ps:
+            modes = list(dict.fromkeys(r["mode"] for r in ps))
+            rows.append(("Persistent LSTM forward over `nn.LSTM`, hidden 512, 100 steps, batch %s, "
+                         "device time" % " / ".join(str(b) for b in sorted({r["B"] for r in ps})),
+                         "; ".join("%s %s" % (m, span([r["fwd"]["ratio"] for r in ps
+                                                       if r["mode"] == m]) + "x")
+                                   for m in modes) + " (target 3x at batch 1..8)"))
     shown = ("table4", "modules", "fbfft", "paper-conv", "networks", "winograd", "large-kernels",
              "lstm")
     dirty = [k for k in shown if k in docs and docs[k][1].get("git", {}).get("dirty") is not False]
