@@ -100,6 +100,24 @@ class LSTM(nn.RNNBase):
             _tuner.note_fallback("lstm(%s)" % self.extra_repr(), reason)
         return "native"
 
+    def _fl_route(self, data: torch.Tensor, T: int, B: int, packed: bool, training: bool) -> str:
+        """_fl_choice, remembered per input signature: a later call with the same signature, pin,
+        TF32 switch, deterministic mode and tuner generation (mode switches, clear) reads it
+        back instead of asking the tuner again (host time every call would pay). Under
+        torch.compile the choice is made when the graph is traced, as before."""
+        if torch.compiler.is_compiling():
+            return self._fl_choice(data, T, B, packed, training)
+        key = (T, B, data.dtype, data.device, packed, training, self._fl_forced,
+               data.is_cuda and data.dtype == torch.float32 and rnn_tf32_allowed(),
+               torch.are_deterministic_algorithms_enabled(), _tuner._state.generation)
+        routes = self.__dict__.get("_fl_routes")
+        if routes is None:  # (a converted nn.LSTM gets its table on its first call)
+            routes = self.__dict__["_fl_routes"] = {}
+        choice = routes.get(key)
+        if choice is None:
+            choice = routes[key] = self._fl_choice(data, T, B, packed, training)
+        return choice
+
     def forward(self, input, hx=None):
         packed = isinstance(input, PackedSequence)
         data = input.data if packed else input
@@ -120,7 +138,7 @@ class LSTM(nn.RNNBase):
             data.requires_grad or any(p.requires_grad for p in self.parameters()) or (
                 hx is not None and (hx[0].requires_grad or hx[1].requires_grad)))
         # no steps: nn.LSTM's own error
-        choice = "native" if T == 0 else self._fl_choice(data, T, B, packed, training)
+        choice = "native" if T == 0 else self._fl_route(data, T, B, packed, training)
         if choice == "native":
             return self._native_forward(input, hx)
         dirs = 2 if self.bidirectional else 1

@@ -414,3 +414,33 @@ def test_language_model_trains_the_same(dtype):
         assert losses[1] == pytest.approx(losses[0], rel=tol), (step, losses)
     for (name, p), q in zip(conv.named_parameters(), plain.parameters()):
         torch.testing.assert_close(p, q, rtol=tol, atol=tol * 1e-2, msg=name)
+
+
+def test_the_tuner_is_asked_once_per_signature(monkeypatch):
+    # The choice is remembered per input signature (host time every call would pay); a new
+    # signature, a training pass, a pin and tuner.clear() ask again.
+    from fastlayers import rnn
+    calls = []
+    real = rnn._choose
+    monkeypatch.setattr(rnn, "_choose", lambda *a: calls.append(a) or real(*a))
+    m = fastlayers.LSTM(4, 6)
+    x = torch.randn(3, 2, 4)
+    with torch.no_grad():
+        m(x)
+        m(x)
+        assert len(calls) == 1
+        m(torch.randn(5, 2, 4))
+        assert len(calls) == 2
+    m(x)  # gradients needed: the training pass
+    m(x)
+    assert len(calls) == 3
+    m.force_algorithm("fused")
+    with torch.no_grad():
+        m(x)
+    m.force_algorithm(None)
+    with torch.no_grad():
+        m(x)
+        assert len(calls) == 3  # pinned: no tuner; unpinned again: the remembered choice
+        tuner.clear()
+        m(x)
+    assert len(calls) == 4
