@@ -11,6 +11,7 @@ pins one. ``fastlayers.tuner.report()`` shows every decision with its reason.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import torch
@@ -99,6 +100,13 @@ class LSTM(nn.RNNBase):
         if not torch.compiler.is_compiling():
             _tuner.note_fallback("lstm(%s)" % self.extra_repr(), reason)
         return "native"
+
+    def __getstate__(self):
+        # The routes are this process's tuner's answers (its generation, its devices): torch.save
+        # and copy.deepcopy leave them out, and the copy asks again.
+        state = dict(super().__getstate__())
+        state.pop("_fl_routes", None)
+        return state
 
     def _fl_route(self, data: torch.Tensor, T: int, B: int, packed: bool, training: bool) -> str:
         """_fl_choice, remembered per input signature: a later call with the same signature, pin,
@@ -204,7 +212,8 @@ def _persistent_unfit(sizes, B, dtype, device, packed) -> str:
     from .tuner.lstm import LstmProblem
     H, P = sizes
     p = LstmProblem.of((1, H, P, 1, False, True), 1, B, dtype, device, packed, False, False)
-    return family.PERSISTENT_FAMILY.fits(family.PERSISTENT, p, "forward") or ""
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        return family.PERSISTENT_FAMILY.fits(family.PERSISTENT, p, "forward") or ""
 
 
 def _cuda_kernels() -> bool:

@@ -4,6 +4,7 @@ gradients of the input, (h0, c0) and every parameter, float64 to 1e-12 and float
 nn.LSTM's own error; dropout masks; state_dict both ways; convert keeping the parameter objects;
 nn.LSTM's own errors; the default path and its reason; a language model trained both ways."""
 import copy
+import io
 
 import pytest
 import torch
@@ -444,3 +445,15 @@ def test_the_tuner_is_asked_once_per_signature(monkeypatch):
         tuner.clear()
         m(x)
     assert len(calls) == 4
+
+
+def test_copies_ask_the_tuner_again():
+    m = fastlayers.LSTM(4, 6)
+    with torch.no_grad():
+        m(torch.randn(3, 2, 4))
+    assert m.__dict__.get("_fl_routes")
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    for c in (copy.deepcopy(m), torch.load(buf, weights_only=False)):
+        assert "_fl_routes" not in c.__dict__

@@ -618,6 +618,38 @@ def test_gradient_passes_are_measured_where_backward_runs(tune_cpu, device, monk
         assert backward_thread[0] != threading.get_ident()
 
 
+def test_measuring_holds_no_tuner_lock(tune_cpu, monkeypatch):
+    # A gradient pass is measured on autograd's device thread, which may be running another
+    # thread's backward that asks the tuner: the lock is free while measuring. A clear() during
+    # the measurement leaves its decision out of memory (it belongs to the old generation).
+    orig, free = tuner_conv2d.measure, []
+
+    def spy(p, pass_, dev):
+        other = threading.Thread(target=lambda: free.append(state._state.lock.acquire(False)
+                                                            and state._state.lock.release()
+                                                            is None))
+        other.start()
+        other.join()
+        if pass_ == "weight_grad":
+            tuner.clear()
+        return orig(p, pass_, dev)
+    monkeypatch.setattr(tuner_conv2d, "measure", spy)
+    p = problem()
+    for pass_ in tuner.PASSES:
+        tuner.choose_conv2d(p, pass_)
+    assert free == [True, True, True]
+    assert not tuner.decisions()  # clear() emptied memory; weight_grad's was not kept
+
+
+def test_gradient_passes_are_measured_under_torch_func(tune_cpu):
+    # Under torch.func's transforms the backward hop cannot run: measured where asked, not
+    # "measuring failed".
+    p = problem()
+    torch.func.grad(lambda t: [tuner.choose_conv2d(p, pass_) for pass_ in tuner.PASSES]
+                    and t.sum())(torch.ones(2))
+    assert {r["source"] for r in tuner.decisions()} == {"tuned"}
+
+
 def test_module_survives_a_failed_measurement(tune_cpu, monkeypatch):
     monkeypatch.setattr(tuner_conv2d, "measure",
                         lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))

@@ -188,9 +188,10 @@ def _measure_gradient_pass(p: ConvProblem, pass_: str, device: torch.device) -> 
     benchmark choices are kept per thread (PyTorch's cache of cuDNN frontend plans is
     thread-local), and autograd runs a CUDA device's backward on a thread of its own: measured on
     the caller's thread, the native candidate would pay cuDNN's search again, and the training
-    step's backward once more after it. Under torch.compile and inference mode, where no
-    backward can run, it is measured where it is called."""
-    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+    step's backward once more after it. Under torch.compile, inference mode and torch.func's
+    transforms, where this backward cannot run, it is measured where it is called."""
+    if (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
+            or torch._C._are_functorch_transforms_active()):
         return measure(p, pass_, device)
     out: list = []
     t = torch.zeros((), device=device, requires_grad=True)

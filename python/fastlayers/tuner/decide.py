@@ -121,18 +121,31 @@ def _decide(key, problem, pass_, device, measure, fixed) -> Decision:
         if d is None:
             measurable = problem.device_type == "cuda" or (
                 problem.device_type == "cpu" and _state.tune_cpu)
-            if _state.mode == "tune" and measurable:
-                if device is None:
-                    device = (torch.device("cuda", torch.cuda.current_device())
-                              if problem.device_type == "cuda" else torch.device("cpu"))
-                d = _measure_or_native(measure, problem, pass_, device)
-                if d.source == "tuned":
-                    cache.write_entry(key, d.to_json())
-            else:
+            if not (_state.mode == "tune" and measurable):
                 why = {"off": "tuner off", "cache": "not in cache (mode 'cache')"}.get(_state.mode)
                 if why is None:
                     why = "CPU tensors are not timed (FASTLAYERS_TUNE_CPU=1 to time them)"
                 d = Decision(choice="native", source="heuristic",
                              reason="%s; %s" % (rejected, why) if rejected else why)
+        if d is not None:
+            _state.memory[key] = d
+            return d
+        generation = _state.generation
+        if device is None:
+            device = (torch.device("cuda", torch.cuda.current_device())
+                      if problem.device_type == "cuda" else torch.device("cpu"))
+    # Measured without the lock: a gradient pass is measured on autograd's device thread, which
+    # may be running another thread's backward that asks the tuner (a recomputed forward), and
+    # the lock held across the wait would deadlock the two. Two threads asking for the same new
+    # problem at once both measure it; the first decision stored is the one kept.
+    d = _measure_or_native(measure, problem, pass_, device)
+    with _state.lock:
+        kept = _state.memory.get(key)
+        if kept is not None:
+            return kept
+        if _state.generation != generation:  # a mode switch or clear() while measuring
+            return d
+        if d.source == "tuned":
+            cache.write_entry(key, d.to_json())
         _state.memory[key] = d
         return d
