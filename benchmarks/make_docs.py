@@ -593,9 +593,10 @@ TITLES = {
     "host": ("Host time of a swapped-in layer", "`benchmarks/bench_host.py`: one layer's forward + "
              "backward, `fastlayers.Conv2d` (tuned, and with every pass on PyTorch's path) "
              "against `nn.Conv2d`, outputs and gradients checked against float64 first."),
-    "lstm": ("The fused LSTM against cuDNN", "`benchmarks/bench_lstm.py`: the configurations of "
-             "NVIDIA's cuDNN 5 RNN post, `fastlayers.LSTM` with the fused ops pinned against "
-             "`nn.LSTM`; outputs, final states and every gradient checked against a float64 "
+    "lstm": ("The fused and persistent LSTM against cuDNN", "`benchmarks/bench_lstm.py`: the "
+             "configurations of NVIDIA's cuDNN 5 RNN post, `fastlayers.LSTM` with the fused ops "
+             "(or, in the rows marked persistent, the persistent kernel: `--algorithm "
+             "persistent`) pinned against `nn.LSTM`; outputs, final states and every gradient checked against a float64 "
              "`nn.LSTM` first (tolerance: 2 x nn.LSTM's error, at least the tuner's floor)."),
     "fbfft-block-sweep": ("fbfft block sizes (historic)", "The threads per block of the 2-D register "
                           "kernels, every size built; the sweep build is gone, so this run is the "
