@@ -20,8 +20,7 @@ fl = torch.ops.fastlayers
 # geometry: hidden sizes below and above the SM count (one unit per block; several, the last
 # block with fewer), batches not a multiple of the rows a warp shares a weight load across, and
 # a batch of 64.
-# (On the CPU, where the op is lstm's kernel, which test_lstm_values checks over CASES, the
-# geometry cases are not run.)
+# On the CPU the op is lstm's kernel: there the geometry cases check it at larger H.
 PADDED_CASES = [c for c in CASES if c.lengths is None and c.P == 0]
 GEOMETRY_CASES = [
     Case(6, 5, 7, 133, 0, None, True, True),
@@ -36,8 +35,6 @@ PERSISTENT_CASES = PADDED_CASES + GEOMETRY_CASES
 @pytest.mark.parametrize("case", PERSISTENT_CASES, ids=str)
 def test_persistent_op_matches_nn_lstm(device, case, precision):
     skip_unless_supported(device, precision)
-    if device == "cpu" and case in GEOMETRY_CASES:
-        pytest.skip("the persistent kernel's geometry is CUDA's; on the CPU the op is lstm's")
     if device == "cuda" and precision == "float64":
         pytest.skip("the persistent kernel takes float32, float16 and bfloat16")
     ours, ref, native = run_case(case, precision, device, op="lstm_persistent")
