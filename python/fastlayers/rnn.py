@@ -5,9 +5,9 @@ and direction, the step loop in C++/CUDA.
 
 What runs is an algorithm choice per input signature: "fused" (the lstm ops), "persistent" (the
 lstm_persistent op: the recurrence as one kernel, on CUDA where the batch and hidden size fit it)
-or "native" (nn.LSTM's own forward), from the tuner (pass "training" when gradients are needed, else
-"forward"; measured on CUDA, or on CPU with FASTLAYERS_TUNE_CPU=1), unless ``force_algorithm``
-pins one. ``fastlayers.tuner.report()`` shows every decision with its reason.
+or "native" (nn.LSTM's own forward), from the tuner (pass "training" when gradients are needed,
+else "forward"; measured on CUDA, or on CPU with FASTLAYERS_TUNE_CPU=1), unless
+``force_algorithm`` pins one. ``fastlayers.tuner.report()`` shows every decision with its reason.
 """
 from __future__ import annotations
 

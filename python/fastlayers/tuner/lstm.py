@@ -1,7 +1,7 @@
 """The lstm layer kind: its problem (a whole nn.LSTM stack on one input signature), its candidates
 (``native``: nn.LSTM's own forward; ``fused``: fastlayers' ops; ``persistent``: the same with
-the recurrence as one kernel), its measuring inputs and float64
-reference, and the choice per pass (``forward`` alone, or ``training``: forward and backward)."""
+the recurrence as one kernel), its measuring inputs and float64 reference, and the choice per
+pass (``forward`` alone, or ``training``: forward and backward)."""
 from __future__ import annotations
 
 import copy
@@ -83,8 +83,9 @@ def candidates_lstm(p: LstmProblem, pass_: str) -> List[str]:
 CHECK_SAMPLES = 2
 
 
-def _modules(p: LstmProblem, device: torch.device):
-    """An nn.LSTM of the problem's configuration (seeded weights) and its fastlayers copy."""
+def _modules(p: LstmProblem, device: torch.device, labels):
+    """An nn.LSTM of the problem's configuration (seeded weights) and a fastlayers copy of it
+    pinned to each of `labels`."""
     from ..rnn import LSTM
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(0)
@@ -95,7 +96,7 @@ def _modules(p: LstmProblem, device: torch.device):
         torch.random.set_rng_state(gen_state)
     ref = ref.to(device=device, dtype=p.torch_dtype)
     ours = {}
-    for label in ("fused", "persistent"):
+    for label in labels:
         m = ours[label] = copy.deepcopy(ref)
         m.__class__ = LSTM
         m.force_algorithm(label)
@@ -125,9 +126,11 @@ def _step(module, p: LstmProblem, pass_: str):
 
 
 def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision:
-    """native, fused and (where it fits) persistent, checked against nn.LSTM in float64 on a few samples and timed on the
-    problem's size (a training pass: forward and backward, as a step pays them)."""
-    ref, ours = _modules(p, device)
+    """native, fused and (where it fits) persistent, checked against nn.LSTM in float64 on a
+    few samples and timed on the problem's size (a training pass: forward and backward, as a
+    step pays them)."""
+    choices = algorithms.candidates(p, pass_)
+    ref, ours = _modules(p, device, [c.label for c in choices if c.label != NATIVE.label])
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(p.T, p.B, p.I, device=device, dtype=p.torch_dtype, generator=gen)
     x.requires_grad_(pass_ == "training")
@@ -145,8 +148,7 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
             grad = torch.enable_grad() if pass_ == "training" else torch.no_grad()
             with grad:
                 return measure_candidates(
-                    algorithms.candidates(p, pass_),
-                    call=lambda c: _step(modules[c.label], p, pass_),
+                    choices, call=lambda c: _step(modules[c.label], p, pass_),
                     workspace=lambda c: 0, args=(x,), check_args=(xc,), ref=ref_out,
                     device=device, floor=error_floor(p.torch_dtype, p.tf32))
     finally:
@@ -154,7 +156,8 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
 
 
 def choose_lstm(p: LstmProblem, pass_: str, device: Optional[torch.device] = None) -> str:
-    """"native", "fused" or "persistent" for `pass_` of `p`; a new problem is measured on `device`."""
+    """"native", "fused" or "persistent" for `pass_` of `p`; a new problem is measured on
+    `device`."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     return decide.choose(p, pass_, device, measure)
