@@ -12,7 +12,8 @@ from fastlayers.algorithms import NATIVE, Family
 
 class Timed(Family):
     """PyTorch's path with a cost added on the host ('timed:sleep=MS'), or PyTorch's result of
-    the same input computed once and returned again ('timed:memo': nearly free)."""
+    the same input computed once and returned again ('timed:memo': nearly free; 'timed:spin=MS':
+    the same after MS milliseconds of the host's own time, nothing on the device)."""
     names = ("timed",)
     kinds = ("conv2d",)
     keeps_input_layout = True
@@ -32,13 +33,17 @@ class Timed(Family):
     def conv2d_call(self, choice, pass_, padding, tf32):
         native = algorithms.conv2d_call(NATIVE, pass_, padding, tf32)
         what = choice.params[0]
-        if what == "memo":
+        if what == "memo" or what.startswith("spin="):
             memo = {}
+            spin = float(what.split("=")[1]) / 1e3 if "=" in what else 0.0
 
             def call(x, w, b, gy):
                 key = (id(x), id(gy))
                 if key not in memo:
                     memo[key] = (x, gy, native(x, w, b, gy))  # x, gy kept: ids stay theirs
+                t_end = time.perf_counter() + spin
+                while time.perf_counter() < t_end:  # the host busy, as a slow host path is
+                    pass
                 return memo[key][2]
             return call
         delay = float(what.split("=")[1]) / 1e3
@@ -95,6 +100,40 @@ def test_host_time_counts(timed, no_fft, device):
     assert row["times_ms"]["timed:sleep=3"] >= 3.0
 
 
+def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
+    """On a GPU, a candidate with no device work but H ms of the host's own time a call, against
+    PyTorch's convolution taking W ms on the device and little host time: back to back it costs
+    about H, but a host-bound step pays H more than PyTorch's, so it wins only where W - H
+    exceeds the extra host time (H = 0.25 W), not where it falls short (H = 0.65 W)."""
+    if device != "cuda":
+        pytest.skip("on a CPU the host's time is the wall time: nothing hides behind a device")
+    tuner.set_budget(0.5)
+    p = problem(device, S=32, C=512, K=512, H=96, W=96)
+    x = torch.randn(p.S, p.C, p.H, p.W, device=device)
+    w = torch.randn(p.K, p.C, 1, 1, device=device)
+    torch.nn.functional.conv2d(x, w)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        torch.nn.functional.conv2d(x, w)
+    torch.cuda.synchronize()
+    W = (time.perf_counter() - t0) * 1e3 / 10
+    assert W > 0.5, "the layer is too small to be device-bound: %.3f ms" % W
+    del x, w
+    lose, win = "timed:spin=%.3f" % (0.65 * W), "timed:spin=%.3f" % (0.25 * W)
+    family = timed(lose)
+    assert tuner.choose_conv2d(p, "forward") == "native", tuner.report()
+    row = row_of(p)
+    assert row["host_ms"][lose] >= 0.6 * W
+    assert row["host_ms"]["native"] < 0.2 * W  # the premise: PyTorch's path is device-bound
+    assert row["times_ms"][lose] >= 2 * row["host_ms"][lose] - row["host_ms"]["native"] - 1e-9
+    algorithms.unregister(family)
+    tuner.clear()
+    timed(win)
+    assert tuner.choose_conv2d(p, "forward") == win, tuner.report()
+    assert ", host " in tuner.report()
+
+
 def test_a_cheaper_call_wins(timed, no_fft, device):
     timed("timed:memo")
     tuner.set_budget(0.5)
@@ -102,6 +141,7 @@ def test_a_cheaper_call_wins(timed, no_fft, device):
     assert tuner.choose_conv2d(p, "forward") == "timed:memo"
     row = row_of(p)
     assert row["times_ms"]["timed:memo"] < 0.95 * row["times_ms"]["native"]
+    assert set(row["host_ms"]) == set(row["times_ms"]) and row["host_ms"]["native"] > 0
     # a cheap call gets at least as many calls per round as PyTorch's convolution (more where
     # the convolution takes longer than a round's share: on CPU; on a GPU both can reach the cap)
     assert row["runs"]["timed:memo"] >= row["runs"]["native"] > 1

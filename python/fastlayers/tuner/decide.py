@@ -24,16 +24,19 @@ class Decision:
     errors: Dict[str, float] = field(default_factory=dict)
     skipped: Dict[str, str] = field(default_factory=dict)
     runs: Dict[str, int] = field(default_factory=dict)  # calls timed per candidate
+    host_ms: Dict[str, float] = field(default_factory=dict)  # the host's own time per call
 
     def to_json(self) -> dict:
         return {"choice": self.choice, "reason": self.reason, "times_ms": self.times_ms,
-                "errors": self.errors, "skipped": self.skipped, "runs": self.runs}
+                "errors": self.errors, "skipped": self.skipped, "runs": self.runs,
+                "host_ms": self.host_ms}
 
     @staticmethod
     def from_json(d: dict) -> "Decision":
         return Decision(choice=str(d["choice"]), source="file", reason=str(d.get("reason", "")),
                         times_ms=dict(d.get("times_ms", {})), errors=dict(d.get("errors", {})),
-                        skipped=dict(d.get("skipped", {})), runs=dict(d.get("runs", {})))
+                        skipped=dict(d.get("skipped", {})), runs=dict(d.get("runs", {})),
+                        host_ms=dict(d.get("host_ms", {})))
 
 
 Measure = Callable[[object, str, torch.device], Decision]

@@ -1,8 +1,10 @@
 """Measuring candidates: the accuracy guard, the step-cost timer, the budget loop and the win margin.
 
 A candidate's figure is what a training step pays for it: the wall time of calls enqueued back to
-back, host and device together, divided by the number of calls. Device time alone would let a
-candidate with a fast kernel and a slow host path win a step it loses.
+back, host and device together, divided by the number of calls, plus any host time per call it
+takes beyond the baseline's. Device time alone would let a candidate with a fast kernel and a slow
+host path win a step it loses; wall time alone hides host time behind the device's, which a
+host-bound step (small layers, autocast) pays in full.
 
 The first candidate is the baseline (PyTorch's own path): it is always measured, its error sets
 the tolerance, and another candidate replaces it only when measurably faster.
@@ -68,8 +70,11 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def step_timer(device: torch.device):
-    """run(fn, args, calls) -> milliseconds per call of `calls` calls enqueued back to back, from
-    an idle device to the last call's completion (host and device together)."""
+    """run(fn, args, calls) -> (wall, host): milliseconds per call of `calls` calls enqueued back
+    to back, from an idle device to the last call's completion (host and device together), and
+    to the last call's return (the host's own time: at most MAX_CALLS calls of a few launches each
+    stay far below the depth of the launch queue, so no call waits for the device unless it
+    synchronises, which a step pays too). On a CPU the two are the same."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def run(fn, args, calls=1):
@@ -77,9 +82,19 @@ def step_timer(device: torch.device):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn(*args)
+        t1 = time.perf_counter()
         sync()
-        return (time.perf_counter() - t0) * 1e3 / calls
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e3 / calls, (t1 - t0) * 1e3 / calls
     return run
+
+
+def step_cost(wall: float, host: float, baseline_host: float) -> float:
+    """What a step pays for a candidate: its wall time, plus the host time it takes beyond the
+    baseline's. In a step whose host is the bottleneck the excess adds in full; where the device
+    is, it hid behind the device in the wall time: counting it once more keeps a candidate that
+    wins by less than its extra host time on the baseline."""
+    return wall + max(0.0, host - baseline_host)
 
 
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
@@ -95,8 +110,9 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     skipped with the reason, as is one whose `workspace` exceeds the bound (the check calls run
     inside `check_context()`). Time: every other
     candidate is warmed up and timed once on `args` (the problem's size), then the budget buys
-    rounds for those within DROP_FACTOR of the best; the fastest median wins if it is below
-    WIN_MARGIN x the baseline's."""
+    rounds for those within DROP_FACTOR of the best; each candidate's figure is step_cost of its
+    median wall and host times, and the lowest wins if it is below WIN_MARGIN x the
+    baseline's."""
     t_start = time.perf_counter()
     limit = workspace_limit(device)
     run = step_timer(device)
@@ -104,6 +120,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     errors: Dict[str, float] = {}
     skipped: Dict[str, str] = {}
     samples: Dict[str, List[float]] = {}
+    hosts: Dict[str, List[float]] = {}
     runs: Dict[str, int] = {}
     fns: Dict[str, Callable] = {}
     tol = None
@@ -126,7 +143,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                 skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
                 continue
             fn(*args)  # warm-up at the problem's size (plans, allocator)
-            samples[label] = [run(fn, args)]
+            wall, host = run(fn, args)
+            samples[label], hosts[label] = [wall], [host]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
             why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             if device.type == "cuda":
@@ -146,11 +164,15 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     while len(race) > 1 and rounds < ROUNDS and time.perf_counter() < deadline:
         for label in race:  # interleaved: drift of the machine hits every candidate alike
             calls = max(1, min(MAX_CALLS, int(ROUND_MS / max(samples[label][0], 1e-3))))
-            samples[label].append(run(fns[label], args, calls))
+            wall, host = run(fns[label], args, calls)
+            samples[label].append(wall)
+            hosts[label].append(host)
             runs[label] += calls
         rounds += 1
 
-    times = {lab: statistics.median(s) for lab, s in samples.items()}
+    host_ms = {lab: statistics.median(h) for lab, h in hosts.items()}
+    times = {lab: step_cost(statistics.median(s), host_ms[lab], host_ms[baseline])
+             for lab, s in samples.items()}
     best = min(race, key=times.get)
     spent = time.perf_counter() - t_start
     out_of_race = [lab for lab in samples if lab not in race]
@@ -164,4 +186,4 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             best, 100 * (1 - WIN_MARGIN), baseline, baseline, rounds, spent)
         best = baseline
     return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
-                    skipped=skipped, runs=runs)
+                    skipped=skipped, runs=runs, host_ms=host_ms)

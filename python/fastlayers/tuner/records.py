@@ -30,10 +30,12 @@ def decisions() -> List[dict]:
         for key, d in _state.memory.items():
             rows.append({"key": key, "choice": d.choice, "source": d.source, "reason": d.reason,
                          "times_ms": dict(d.times_ms), "errors": dict(d.errors),
-                         "skipped": dict(d.skipped), "runs": dict(d.runs)})
+                         "skipped": dict(d.skipped), "runs": dict(d.runs),
+                         "host_ms": dict(d.host_ms)})
         for what, reason in _state.fallbacks.items():
             rows.append({"key": what, "choice": "native", "source": "unsupported", "reason": reason,
-                         "times_ms": {}, "errors": {}, "skipped": {}, "runs": {}})
+                         "times_ms": {}, "errors": {}, "skipped": {}, "runs": {},
+                         "host_ms": {}})
     return rows
 
 
@@ -68,8 +70,12 @@ def report() -> str:
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
-            lines.append("      ms:  " + ", ".join(  # per call, back to back; calls timed
-                "%s %.4g (%s)" % (k, v, r["runs"].get(k, "?")) for k, v in r["times_ms"].items()))
+            # per call: the step cost (back to back, plus host time beyond native's), the calls
+            # timed and the host's own time
+            lines.append("      ms:  " + ", ".join(
+                "%s %.4g (%s%s)" % (k, v, r["runs"].get(k, "?"),
+                                    ", host %.3g" % r["host_ms"][k] if k in r["host_ms"] else "")
+                for k, v in r["times_ms"].items()))
         if r["errors"]:
             lines.append("      err: " + ", ".join("%s %.2e" % kv for kv in r["errors"].items()))
         for label, why in r["skipped"].items():

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Is a network's training step host-bound, and where do the plain and converted steps differ?
+(a diagnosis, not a result.)
+
+    python3 benchmarks/probe_network_host.py [--nets resnet50] [--modes bf16] [--steps 3]
+
+Per network and mode, for the plain model, the converted one (tuned) and the converted one with
+every pass forced to PyTorch's path, interleaved over rounds (medians):
+  host    ms from a step's start to its return, one step issued on an idle device (a host-bound
+          step never fills the launch queue, so this is the host's own time; a device-bound one
+          blocks once the queue is full, and then host nears wall)
+  wall    ms per step, STEPS steps back to back to the device's completion (bench_networks' figure)
+then a torch.profiler table of the device time per step by kernel name, plain against converted:
+the total and the kernels whose time differs most.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log, torch  # noqa: E402
+
+import bench_networks as bn  # noqa: E402
+import fastlayers  # noqa: E402
+from fastlayers import tuner  # noqa: E402
+
+
+def host_and_wall(step, steps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    step()
+    host = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return host, (time.perf_counter() - t0) * 1e3 / steps
+
+
+def device_by_kernel(step, steps):
+    """{kernel name: device ms per step} over `steps` steps, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+        if t > 0:
+            out[e.key] = out.get(e.key, 0.0) + t / 1e3 / steps
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nets", default="resnet50")
+    ap.add_argument("--modes", default="bf16")
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    if not common.require_cuda("probe_network_host"):
+        return 0
+    torch.backends.cudnn.benchmark = True
+    for name in args.nets.split(","):
+        for mode in args.modes.split(","):
+            common.set_precision("tf32" if mode == "tf32" else "fp32")
+            N, side = bn.NETWORKS[name]
+            torch.manual_seed(0)
+            plain = bn.build(name)
+            conv = fastlayers.convert(copy.deepcopy(plain))
+            nat = fastlayers.convert(copy.deepcopy(plain))
+            with warnings.catch_warnings():  # (stride-2 layers: pinned but PyTorch's anyway)
+                warnings.simplefilter("ignore")
+                for m in nat.modules():
+                    if isinstance(m, (fastlayers.Conv2d, fastlayers.Conv1d)):
+                        m.force_algorithms("native", "native", "native")
+            x = torch.randn(N, 3, side, side, device="cuda")
+            target = torch.randint(0, 1000, (N,), device="cuda")
+            models = {"plain": plain, "converted": conv, "all-native": nat}
+            steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
+            tuner.clear()
+            for s in steps.values():
+                for _ in range(3):
+                    s()
+            torch.cuda.synchronize()
+            res = {k: [] for k in steps}
+            for r in range(7):  # interleaved rounds
+                order = list(steps) if r % 2 == 0 else list(reversed(list(steps)))
+                for k in order:
+                    res[k].append(host_and_wall(steps[k], args.steps))
+            for k, rows in res.items():
+                log("%-8s %-4s %-10s host %6.2f ms  wall %6.2f ms" % (
+                    name, mode, k, statistics.median(r[0] for r in rows),
+                    statistics.median(r[1] for r in rows)))
+            dev = {k: device_by_kernel(steps[k], args.steps) for k in ("plain", "converted")}
+            log("device ms per step: plain %.2f, converted %.2f" % (
+                sum(dev["plain"].values()), sum(dev["converted"].values())))
+            names = set(dev["plain"]) | set(dev["converted"])
+            diff = sorted(names, key=lambda n: -abs(dev["converted"].get(n, 0) - dev["plain"].get(n, 0)))
+            for n in diff[:12]:
+                log("   %+7.3f ms  plain %6.3f  converted %6.3f  %s" % (
+                    dev["converted"].get(n, 0) - dev["plain"].get(n, 0), dev["plain"].get(n, 0),
+                    dev["converted"].get(n, 0), n[:110]))
+            for dec in tuner.decisions():
+                if dec["choice"] != "native" and dec["source"] == "tuned":
+                    log("   %s -> %s %s" % (dec["key"].split("|")[0:2], dec["choice"],
+                                            {a: round(b, 4) for a, b in
+                                             (dec.get("times_ms") or {}).items()}))
+            del plain, conv, nat, steps, models
+            common.release()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
