@@ -11,6 +11,7 @@
 #include "conv_module.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -247,9 +248,55 @@ PassCall parse_pass(const py::tuple& t, int index) {
   return c;
 }
 
+// Everything a module's route depends on besides its own attributes, packed for a byte
+// comparison: the input's sizes, dtype, device and contiguity, the weight's sizes and dtype,
+// whether a bias is given, autocast's dtype on the input's device (-1: off), grad mode and which
+// operands need gradients, deterministic mode, PyTorch's TF32 switch for convolution, and the
+// tuner's generation and transforms switch (passed in). The module asks on every eager call:
+// built in Python, the same signature cost several microseconds of host time a layer, which a
+// host-bound step (autocast, small layers) pays in full.
+py::bytes conv_signature(const at::Tensor& input, const at::Tensor& weight,
+                         const std::optional<at::Tensor>& bias, int64_t generation,
+                         bool transforms) {
+  std::array<int64_t, 32> v{};
+  size_t n = 0;
+  const auto put = [&](int64_t x) {
+    TORCH_CHECK(n < v.size(), "conv_signature: too many dimensions");
+    v[n++] = x;
+  };
+  put(input.dim());
+  for (const auto s : input.sizes()) put(s);
+  put(weight.dim());
+  for (const auto s : weight.sizes()) put(s);
+  const auto dev = input.device();
+  put(static_cast<int64_t>(input.scalar_type()));
+  put(static_cast<int64_t>(dev.type()));
+  put(dev.index());
+  put(static_cast<int64_t>(weight.scalar_type()));
+  const bool has_bias = bias.has_value() && bias->defined();
+  int64_t autocast = -1;
+  if (at::autocast::is_autocast_available(dev.type()) &&
+      at::autocast::is_autocast_enabled(dev.type()))
+    autocast = static_cast<int64_t>(at::autocast::get_autocast_dtype(dev.type()));
+  put(autocast);
+  const int64_t flags = int64_t(input.is_contiguous()) | int64_t(has_bias) << 1 |
+                        int64_t(c10::GradMode::is_enabled()) << 2 |
+                        int64_t(input.requires_grad()) << 3 |
+                        int64_t(weight.requires_grad()) << 4 |
+                        int64_t(has_bias && bias->requires_grad()) << 5 |
+                        int64_t(at::globalContext().deterministicAlgorithms()) << 6 |
+                        int64_t(at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) << 7 |
+                        int64_t(transforms) << 8;
+  put(flags);
+  put(generation);
+  return py::bytes(reinterpret_cast<const char*>(v.data()), n * sizeof(int64_t));
+}
+
 }  // namespace
 
 void bind(py::module_& m) {
+  m.def("conv_signature", &conv_signature, py::arg("input"), py::arg("weight"), py::arg("bias"),
+        py::arg("generation"), py::arg("transforms"));
   py::class_<Plan, c10::intrusive_ptr<Plan>>(m, "Conv2dPlan",
       "A convolution module's three passes as the C++ autograd node runs them; see "
       "fastlayers.algorithms.conv2d_cpp_plan.")

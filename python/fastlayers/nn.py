@@ -320,23 +320,19 @@ class _TunedConv:
         if torch.compiler.is_compiling():
             return self._fl_run(self._fl_decide(input, w, b), input, w, b, autocast=True,
                                 eager=False)
-        # The autocast dtype of the input's device, or None where autocast is off there.
-        autocast = None
-        if torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(input.device.type):
-            autocast = torch.get_autocast_dtype(input.device.type)
-        # Everything _fl_decide reads that a layer attribute does not hold: the input's shape,
-        # dtype, device and layout, the weight's shape and dtype, autocast, grad mode and which
-        # operands need gradients, deterministic mode, PyTorch's TF32 switch for convolution, the
-        # tuner's generation (mode switches, clear, set_transforms) and its transforms switch.
-        sig = (input.shape, input.dtype, input.device, input.is_contiguous(), w.shape, w.dtype,
-               autocast, torch.is_grad_enabled(), input.requires_grad, w.requires_grad,
-               b is not None and b.requires_grad, torch._C._get_deterministic_algorithms(),
-               _tf32_switch(), _tuner._state.generation, _tuner._state.transforms)
+        # Everything _fl_decide reads that a layer attribute does not hold, in one C++ call
+        # (csrc/conv_module: the input's shape, dtype, device and layout, the weight's, autocast,
+        # grad mode and which operands need gradients, deterministic mode, PyTorch's TF32 switch
+        # for convolution, the tuner's generation and transforms switch).
+        try:
+            sig = _signature(input, w, b, _tuner._state.generation, _tuner._state.transforms)
+        except TypeError:  # not a tensor: nn.Conv*d's own error
+            return self._conv_forward(input, w, b)
         route = self._fl_route
         if route is None or route[0] != sig:
             route = (sig, self._fl_decide(input, w, b))
             self.__dict__["_fl_route"] = route
-        return self._fl_run(route[1], input, w, b, autocast=autocast is not None, eager=True)
+        return self._fl_run(route[1], input, w, b, autocast=True, eager=True)
 
     def _fl_decide(self, input: torch.Tensor, w, b) -> "_Route":
         """What a call with this input does: PyTorch's own forward (a fallback, recorded for
@@ -423,9 +419,7 @@ class _Route(NamedTuple):
 _SUPER = _Route(_ALL_NATIVE, None, (0, 0), False, False)  # nn.Conv*d's own forward
 
 
-def _tf32_switch() -> bool:
-    """PyTorch's TF32 switch for convolution, read directly (the fast path's signature)."""
-    return _C.conv_tf32_allowed()
+_signature = _C.conv_signature
 
 
 class Conv2d(_TunedConv, nn.Conv2d):
