@@ -45,6 +45,22 @@ def host_and_wall(step, steps):
     return host, (time.perf_counter() - t0) * 1e3 / steps
 
 
+def host_by_op(step, steps):
+    """{op name: the host's self ms per step} over `steps` steps, from torch.profiler (CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        t = e.self_cpu_time_total
+        if t > 0:
+            out[e.key] = out.get(e.key, 0.0) + t / 1e3 / steps
+    return out
+
+
 def device_by_kernel(step, steps):
     """{kernel name: device ms per step} over `steps` steps, from torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
@@ -101,6 +117,18 @@ def main() -> int:
                 log("%-8s %-4s %-10s host %6.2f ms  wall %6.2f ms" % (
                     name, mode, k, statistics.median(r[0] for r in rows),
                     statistics.median(r[1] for r in rows)))
+            host_ops = {k: host_by_op(steps[k], args.steps) for k in ("plain", "all-native", "converted")}
+            log("host ms per step by the profiler (CPU self time, all threads): plain %.2f, "
+                "all-native %.2f, converted %.2f" % tuple(sum(host_ops[k].values()) for k in
+                                                          ("plain", "all-native", "converted")))
+            for other in ("all-native", "converted"):
+                names = set(host_ops["plain"]) | set(host_ops[other])
+                diff = sorted(names, key=lambda n: -abs(host_ops[other].get(n, (0))
+                                                         - host_ops["plain"].get(n, 0)))
+                for n in diff[:14]:
+                    log("   %-10s %+7.3f ms  plain %6.3f  %6.3f  %s" % (
+                        other, host_ops[other].get(n, 0) - host_ops["plain"].get(n, 0),
+                        host_ops["plain"].get(n, 0), host_ops[other].get(n, 0), n[:90]))
             dev = {k: device_by_kernel(steps[k], args.steps) for k in ("plain", "converted")}
             log("device ms per step: plain %.2f, converted %.2f" % (
                 sum(dev["plain"].values()), sum(dev["converted"].values())))

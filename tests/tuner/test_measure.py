@@ -108,7 +108,7 @@ def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
     if device != "cuda":
         pytest.skip("on a CPU the host's time is the wall time: nothing hides behind a device")
     tuner.set_budget(0.5)
-    p = problem(device, S=32, C=512, K=512, H=96, W=96)
+    p = problem(device, S=32, C=1024, K=1024, H=96, W=96)
     x = torch.randn(p.S, p.C, p.H, p.W, device=device)
     w = torch.randn(p.K, p.C, 1, 1, device=device)
     torch.nn.functional.conv2d(x, w)
@@ -118,17 +118,18 @@ def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
         torch.nn.functional.conv2d(x, w)
     torch.cuda.synchronize()
     W = (time.perf_counter() - t0) * 1e3 / 10
-    assert W > 0.5, "the layer is too small to be device-bound: %.3f ms" % W
+    assert W > 1.5, "the layer is too small to be device-bound: %.3f ms" % W
     del x, w
     lose, win = "timed:spin=%.3f" % (0.65 * W), "timed:spin=%.3f" % (0.25 * W)
     family = timed(lose)
-    assert tuner.choose_conv2d(p, "forward") == "native", tuner.report()
+    choice = tuner.choose_conv2d(p, "forward")
     row = row_of(p)
+    assert row["host_ms"]["native"] < 0.2 * W, tuner.report()  # the premise: device-bound
     assert row["host_ms"][lose] >= 0.6 * W
-    assert row["host_ms"]["native"] < 0.2 * W  # the premise: PyTorch's path is device-bound
+    assert choice == "native", tuner.report()
     assert row["times_ms"][lose] >= 2 * row["host_ms"][lose] - row["host_ms"]["native"] - 1e-9
     algorithms.unregister(family)
-    tuner.clear()
+    tuner.clear(file=True)
     timed(win)
     assert tuner.choose_conv2d(p, "forward") == win, tuner.report()
     assert ", host " in tuner.report()
