@@ -10,8 +10,9 @@ every pass forced to PyTorch's path, interleaved over rounds (medians):
           step never fills the launch queue, so this is the host's own time; a device-bound one
           blocks once the queue is full, and then host nears wall)
   wall    ms per step, STEPS steps back to back to the device's completion (bench_networks' figure)
-then a torch.profiler table of the device time per step by kernel name, plain against converted:
-the total and the kernels whose time differs most.
+then torch.profiler tables per step: the host's ops (CPU self time, every thread) of the plain
+model against the other two, and the device's kernels of plain against converted; each with its
+total and the names whose time differs most.
 """
 from __future__ import annotations
 
@@ -45,33 +46,18 @@ def host_and_wall(step, steps):
     return host, (time.perf_counter() - t0) * 1e3 / steps
 
 
-def host_by_op(step, steps):
-    """{op name: the host's self ms per step} over `steps` steps, from torch.profiler (CPU)."""
+def profile_ms(step, steps, device: bool):
+    """{name: self ms per step} over `steps` steps from torch.profiler: the device's kernels
+    (device=True) or the host's ops (CPU self time, every thread)."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA if device else ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
-        t = e.self_cpu_time_total
-        if t > 0:
-            out[e.key] = out.get(e.key, 0.0) + t / 1e3 / steps
-    return out
-
-
-def device_by_kernel(step, steps):
-    """{kernel name: device ms per step} over `steps` steps, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+        t = e.self_device_time_total if device else e.self_cpu_time_total
         if t > 0:
             out[e.key] = out.get(e.key, 0.0) + t / 1e3 / steps
     return out
@@ -117,7 +103,8 @@ def main() -> int:
                 log("%-8s %-4s %-10s host %6.2f ms  wall %6.2f ms" % (
                     name, mode, k, statistics.median(r[0] for r in rows),
                     statistics.median(r[1] for r in rows)))
-            host_ops = {k: host_by_op(steps[k], args.steps) for k in ("plain", "all-native", "converted")}
+            host_ops = {k: profile_ms(steps[k], args.steps, device=False)
+                        for k in ("plain", "all-native", "converted")}
             log("host ms per step by the profiler (CPU self time, all threads): plain %.2f, "
                 "all-native %.2f, converted %.2f" % tuple(sum(host_ops[k].values()) for k in
                                                           ("plain", "all-native", "converted")))
@@ -129,11 +116,12 @@ def main() -> int:
                     log("   %-10s %+7.3f ms  plain %6.3f  %6.3f  %s" % (
                         other, host_ops[other].get(n, 0) - host_ops["plain"].get(n, 0),
                         host_ops["plain"].get(n, 0), host_ops[other].get(n, 0), n[:90]))
-            dev = {k: device_by_kernel(steps[k], args.steps) for k in ("plain", "converted")}
+            dev = {k: profile_ms(steps[k], args.steps, device=True) for k in ("plain", "converted")}
             log("device ms per step: plain %.2f, converted %.2f" % (
                 sum(dev["plain"].values()), sum(dev["converted"].values())))
             names = set(dev["plain"]) | set(dev["converted"])
-            diff = sorted(names, key=lambda n: -abs(dev["converted"].get(n, 0) - dev["plain"].get(n, 0)))
+            diff = sorted(names, key=lambda n: -abs(dev["converted"].get(n, 0)
+                                                    - dev["plain"].get(n, 0)))
             for n in diff[:12]:
                 log("   %+7.3f ms  plain %6.3f  converted %6.3f  %s" % (
                     dev["converted"].get(n, 0) - dev["plain"].get(n, 0), dev["plain"].get(n, 0),
