@@ -15,6 +15,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/SmallVector.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor, intrusive_ptr holders
@@ -258,12 +259,10 @@ PassCall parse_pass(const py::tuple& t, int index) {
 py::bytes conv_signature(const at::Tensor& input, const at::Tensor& weight,
                          const std::optional<at::Tensor>& bias, int64_t generation,
                          bool transforms) {
-  std::array<int64_t, 32> v{};
-  size_t n = 0;
-  const auto put = [&](int64_t x) {
-    TORCH_CHECK(n < v.size(), "conv_signature: too many dimensions");
-    v[n++] = x;
-  };
+  // Inline storage for 4-D operands; an input of any rank (nn.Conv*d's own error comes later)
+  // only grows it.
+  c10::SmallVector<int64_t, 24> v;
+  const auto put = [&](int64_t x) { v.push_back(x); };
   put(input.dim());
   for (const auto s : input.sizes()) put(s);
   put(weight.dim());
@@ -289,7 +288,7 @@ py::bytes conv_signature(const at::Tensor& input, const at::Tensor& weight,
                         int64_t(transforms) << 8;
   put(flags);
   put(generation);
-  return py::bytes(reinterpret_cast<const char*>(v.data()), n * sizeof(int64_t));
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
 }
 
 }  // namespace

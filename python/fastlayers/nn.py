@@ -318,8 +318,7 @@ class _TunedConv:
             w = self.weight
         b = params["bias"] if "bias" in params else self.bias
         if torch.compiler.is_compiling():
-            return self._fl_run(self._fl_decide(input, w, b), input, w, b, autocast=True,
-                                eager=False)
+            return self._fl_run(self._fl_decide(input, w, b), input, w, b, eager=False)
         # Everything _fl_decide reads that a layer attribute does not hold, in one C++ call
         # (csrc/conv_module: the input's shape, dtype, device and layout, the weight's, autocast,
         # grad mode and which operands need gradients, deterministic mode, PyTorch's TF32 switch
@@ -332,7 +331,7 @@ class _TunedConv:
         if route is None or route[0] != sig:
             route = (sig, self._fl_decide(input, w, b))
             self.__dict__["_fl_route"] = route
-        return self._fl_run(route[1], input, w, b, autocast=True, eager=True)
+        return self._fl_run(route[1], input, w, b, eager=True)
 
     def _fl_decide(self, input: torch.Tensor, w, b) -> "_Route":
         """What a call with this input does: PyTorch's own forward (a fallback, recorded for
@@ -370,19 +369,17 @@ class _TunedConv:
         plan = self._plan(xp, w, padding, tf32, need_backward)
         return _Route(plan, pad, padding, unbatched, need_backward)
 
-    def _fl_run(self, route: "_Route", input: torch.Tensor, w, b, autocast: bool,
-                eager: bool) -> torch.Tensor:
-        """Runs `route`; `autocast`: autocast may be on (False: known to be off); `eager`: not
-        traced by torch.compile (which traces the ops, not the C++ node)."""
+    def _fl_run(self, route: "_Route", input: torch.Tensor, w, b, eager: bool) -> torch.Tensor:
+        """Runs `route`; `eager`: not traced by torch.compile (which traces the ops, not the C++
+        node)."""
         if route.plan.native:
             # nn.Conv*d's own forward (a fallback, or every pass on PyTorch's path): its padding,
             # unbatched input and autocast casts in C++, at nn.Conv*d's host cost
             return self._conv_forward(input, w, b)
         x = input.unsqueeze(0) if route.unbatched else input
-        if autocast:
-            # Under autocast the operands take the autocast dtype (its casts in the ops are then
-            # no-ops); _fl_decide sent a cast dtype the device does not serve to _SUPER.
-            x, w, b = _autocast_operands(x, w, b, x.device.type)
+        # Under autocast the operands take the autocast dtype (its casts in the ops are then
+        # no-ops); _fl_decide sent a cast dtype the device does not serve to _SUPER.
+        x, w, b = _autocast_operands(x, w, b, x.device.type)
         if route.pad is not None:
             x = F.pad(x, *route.pad)
         plan = route.plan
