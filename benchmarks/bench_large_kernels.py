@@ -108,21 +108,15 @@ def time_calls(calls):
 
 
 def rotating(fns: dict, time_one, rounds: int) -> dict:
-    """Each round times every function once, the order rotated round by round; per function the
-    median ms, and per other function its median per-round ratio over 'fastlayers'."""
-    names = list(fns)
-    per = {n: [] for n in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for n in order:
-            per[n].append(time_one(fns[n]))
+    """common.rotating; per function the median ms, and per other function its median per-round
+    ratio over 'fastlayers'."""
+    per = common.rotating(fns, time_one, rounds)
     out = {n: {"ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v)}
            for n, v in per.items()}
-    for n in names:
+    for n in per:
         if n != "fastlayers":
-            rs = [a / b for a, b in zip(per[n], per["fastlayers"])]
-            out[n]["ratio"] = statistics.median(rs)
-            out[n]["ratio_min"], out[n]["ratio_max"] = min(rs), max(rs)
+            r = common.ratio_of(per[n], per["fastlayers"])
+            out[n].update(ratio=r["ratio"], ratio_min=r["ratio_min"], ratio_max=r["ratio_max"])
     return out
 
 

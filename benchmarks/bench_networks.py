@@ -13,9 +13,10 @@ autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's 
               model: the converted model gets a ratio only within max(2 x the plain model's
               error, floor)
   steps       forward, loss, backward and an SGD step, STEPS steps back to back (wall clock to the
-              last one's completion, host and device together); plain and converted interleaved
-              round by round, the ratio the median of per-round ratios; beside it, the same for
-              two plain copies (A/A: the noise floor of the ratio)
+              last one's completion, host and device together); plain, converted and a second
+              plain copy in an order rotated round by round; the ratio plain / converted is the
+              median of per-round ratios, with its quartiles; beside it, plain / the copy from
+              the same rounds (A/A: the noise floor of the ratio)
 The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
 """
 from __future__ import annotations
@@ -155,17 +156,19 @@ def run_network(doc, res, stats, name, mode, args):
             for _ in range(2):
                 s()
         row["steps_per_trial"] = args.steps
-        row["ab"] = common.interleaved(timed(steps["plain"], args.steps),
-                                       timed(steps["converted"], args.steps),
-                                       lambda fn: fn(), args.rounds)
-        row["aa"] = common.interleaved(timed(steps["plain"], args.steps),
-                                       timed(steps["twin"], args.steps),
-                                       lambda fn: fn(), args.rounds)
+        # The three models in one rotation: A/B and A/A come from the same rounds, so the A/A
+        # spread is the noise the A/B ratio saw (a host-bound step's host is shared and bursty).
+        per = common.rotating({k: timed(s, args.steps) for k, s in steps.items()},
+                              lambda fn: fn()["ms"], args.rounds)
+        row["ab"] = common.ratio_of(per["plain"], per["converted"])
+        row["aa"] = common.ratio_of(per["plain"], per["twin"])
         row["ratio"] = row["ab"]["ratio"]
-        log("  %-8s %-4s plain %.2f ms, converted %.2f ms: x%.3f (%.3f-%.3f); A/A x%.3f "
-            "(%.3f-%.3f)" % (name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],
-                             row["ab"]["ratio_min"], row["ab"]["ratio_max"], row["aa"]["ratio"],
-                             row["aa"]["ratio_min"], row["aa"]["ratio_max"]))
+        log("  %-8s %-4s plain %.2f ms, converted %.2f ms: x%.3f (quartiles %.3f-%.3f, %.3f-%.3f);"
+            " A/A x%.3f (quartiles %.3f-%.3f, %.3f-%.3f)" % (
+                name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],
+                row["ab"]["ratio_q1"], row["ab"]["ratio_q3"], row["ab"]["ratio_min"],
+                row["ab"]["ratio_max"], row["aa"]["ratio"], row["aa"]["ratio_q1"],
+                row["aa"]["ratio_q3"], row["aa"]["ratio_min"], row["aa"]["ratio_max"]))
     del plain, conv, twin
     common.release()
 
@@ -180,10 +183,10 @@ def main(argv=None) -> int:
     ap.add_argument("--nets", default=",".join(NETWORKS), help="comma-separated: " + ", ".join(NETWORKS))
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
     ap.add_argument("--steps", type=int, default=None, help="steps per timed trial (default 10, quick 4)")
-    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 7, quick 3)")
+    ap.add_argument("--rounds", type=int, default=None, help="rotated rounds (default 15, quick 3)")
     args = ap.parse_args(argv)
     args.steps = args.steps or (4 if args.quick else 10)
-    args.rounds = args.rounds or (3 if args.quick else 7)
+    args.rounds = args.rounds or (3 if args.quick else 15)
     if not common.require_cuda("whole-network training steps"):
         return 0
     # A fresh tuner cache: the first steps measure what a new user's would.

@@ -323,6 +323,29 @@ def interleaved(a, b, time_one, rounds: int = 5) -> dict:
             "rounds": rounds}
 
 
+def rotating(fns: dict, time_one, rounds: int) -> dict:
+    """Each round times every function once, in an order rotated round by round (every function
+    takes every position equally often), so pairs compared afterwards saw the same conditions.
+    `time_one(fn)` returns ms. Returns name -> list of per-round ms (see ratio_of)."""
+    names = list(fns)
+    per = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            per[n].append(time_one(fns[n]))
+    return per
+
+
+def ratio_of(num, den) -> dict:
+    """Per-round ratios num / den of two lists of ms from the same rounds: their median, min, max
+    and quartiles, and each side's median ms."""
+    rs = sorted(a / b for a, b in zip(num, den))
+    q = statistics.quantiles(rs, n=4) if len(rs) > 1 else [rs[0]] * 3
+    return {"a_ms": statistics.median(num), "b_ms": statistics.median(den),
+            "ratio": statistics.median(rs), "ratio_min": rs[0], "ratio_max": rs[-1],
+            "ratio_q1": q[0], "ratio_q3": q[2], "rounds": len(rs)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Precision modes
 

@@ -316,8 +316,17 @@ def _merged_note(doc: dict) -> list:
     return ["", "This document joins %s." % merged] if merged else []
 
 
+def _spread(r: dict) -> str:
+    """A ratio with its quartiles (where recorded) and range."""
+    if "ratio_q1" in r:
+        return "%.3f (%.3f-%.3f; %.3f-%.3f)" % (r["ratio"], r["ratio_q1"], r["ratio_q3"],
+                                                r["ratio_min"], r["ratio_max"])
+    return "%.3f (%.3f-%.3f)" % (r["ratio"], r["ratio_min"], r["ratio_max"])
+
+
 def networks(doc: dict) -> str:
-    out = ["| network | mode | N | step plain ms | converted ms | x (min-max) | A/A x (min-max) "
+    out = ["| network | mode | N | step plain ms | converted ms | x (quartiles; min-max) "
+           "| A/A x (quartiles; min-max) "
            "| first step plain / converted s | passes on fastlayers |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in doc.get("rows", []):
@@ -326,13 +335,15 @@ def networks(doc: dict) -> str:
             out.append(head + " failed: %s | | | | | |" % r["failed"][:160])
             continue
         ab, aa, fs = r["ab"], r["aa"], r["first_step_s"]
-        out.append(head + " %.2f | %.2f | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.1f / %.1f | %d of %d |" % (
-            ab["a_ms"], ab["b_ms"], r["ratio"], ab["ratio_min"], ab["ratio_max"], aa["ratio"],
-            aa["ratio_min"], aa["ratio_max"], fs["plain"], fs["converted"],
+        out.append(head + " %.2f | %.2f | %s | %s | %.1f / %.1f | %d of %d |" % (
+            ab["a_ms"], ab["b_ms"], _spread(ab), _spread(aa), fs["plain"], fs["converted"],
             r["passes_on_fastlayers"], r["passes_tuned"]))
     out += ["", "Training steps (forward, loss, backward, SGD) back to back, wall clock; x = plain / "
-            "converted, the median of per-round ratios of interleaved trials; A/A: two plain copies "
-            "the same way. First step: on a fresh tuner cache (the converted model tunes there)."]
+            "converted, the median of per-round ratios, its quartiles where the row has them; "
+            "A/A: plain over a second plain copy. Rows with quartiles timed the three models in "
+            "one rotation (A/A from the same rounds); rows without, A/B and A/A in two "
+            "interleaved runs. First step: on a fresh tuner cache (the converted model tunes "
+            "there)."]
     out += _merged_note(doc)
     return "\n".join(out)
 
