@@ -163,6 +163,38 @@ def winograd_cases(dev):
                                   % (pass_, tile, dtype, err, bound), flush=True)
         print("winograd S=%d C=%d K=%d %dx%d pad=%s: worst (scaled to fp32) so far %.2e"
               % (S, C, K, H, W, pad, worst), flush=True)
+    if dev == "cuda":
+        worst = max(worst, winograd_fused_cases(g))
+    return worst
+
+
+def winograd_fused_cases(g):
+    """The fused kernel (forward and input gradient, fp16 and bf16): partial blocks of result
+    channels, tiles and reduction chunks, padding 0..3."""
+    worst = 0.0
+    fl = torch.ops.fastlayers
+    for S, C, K, H, W, pad in ((2, 17, 65, 9, 7, (1, 1)), (3, 33, 18, 6, 11, (0, 3)),
+                               (1, 2, 3, 2, 3, (2, 1))):
+        x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
+        w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
+        b = torch.randn(K, generator=g, dtype=torch.float64)
+        gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
+                         dtype=torch.float64)
+        ref = (F.conv2d(x, w, b, 1, pad), torch.ops.aten.convolution_backward(
+            gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1,
+            [True, False, False])[0])
+        for dtype, bound in ((torch.float16, 5e-3), (torch.bfloat16, 4e-2)):
+            xd, wd, bd, gyd = (t.to("cuda", dtype) for t in (x, w, b, gy))
+            outs = (fl.winograd_conv2d(xd, wd, bd, list(pad), 2, False, True),
+                    fl.winograd_conv2d_input_grad(gyd, wd, list(pad), 2, False, True))
+            for pass_, (out, r) in enumerate(zip(outs, ref)):
+                err = ((out.double().cpu() - r).norm() / r.norm()).item()
+                worst = max(worst, err / bound * 1e-5)
+                if err > bound:
+                    print("winograd fused pass %d %s: rel err %.2e > %.0e"
+                          % (pass_, dtype, err, bound), flush=True)
+        print("winograd fused S=%d C=%d K=%d %dx%d pad=%s: worst (scaled to fp32) so far %.2e"
+              % (S, C, K, H, W, pad, worst), flush=True)
     return worst
 
 

@@ -25,7 +25,8 @@ constexpr int64_t kMaxPlane = kConvMaxPlane;
 }  // namespace
 
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
-            const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile) {
+            const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
+            bool fused) {
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
@@ -43,6 +44,15 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               pass == Pass::WeightGrad ? "2 or 4 (grad_output tiles of F(3x3, tile x tile))"
                                        : "2, 4 or 6 (output tiles of F(tile x tile, 3x3))",
               ", got ", tile);
+  if (fused) {
+    TORCH_CHECK(winograd::fused_ok(pass, tile), op, ": `fused` takes `tile` ",
+                winograd::kFusedTile, " (the fused kernel computes F(2x2, 3x3)), got ", tile);
+    TORCH_CHECK(a.is_cuda(), op, ": `fused` runs on CUDA tensors, got ", a.device(),
+                " (pass fused=False)");
+    TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16, op,
+                ": `fused` takes float16 and bfloat16 (tensor-core products), got ",
+                a.scalar_type(), " (pass fused=False)");
+  }
   constexpr int64_t k = winograd::kKernel;
   Shape s{};
   s.ph = padding[0];
@@ -113,13 +123,13 @@ at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
   TORCH_CHECK(chunk_bytes > 0, op_name(pass), ": the chunk bound must be > 0");
   if (a.is_cuda()) {
 #ifdef FASTLAYERS_WITH_CUDA
-    return DeviceOps<&run_cuda>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes);
+    return DeviceOps<&run_cuda>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, false);
 #else
     TORCH_CHECK(false, op_name(pass), ": fastlayers was built without CUDA");
 #endif
   }
   TORCH_CHECK(a.is_cpu(), op_name(pass), ": runs on CPU and CUDA tensors, got ", a.device());
-  return DeviceOps<&run_cpu>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes);
+  return DeviceOps<&run_cpu>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, false);
 }
 
 size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,

@@ -13,13 +13,29 @@ namespace fastlayers {
 namespace winograd_host {
 
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
-                    const std::optional<at::Tensor>& bias_in, bool tf32, int64_t chunk_bytes) {
+                    const std::optional<at::Tensor>& bias_in, bool tf32, int64_t chunk_bytes,
+                    bool fused) {
   c10::cuda::CUDAGuard guard(a_in.device());
   const auto a = a_in.contiguous();
   const auto b = b_in.contiguous();
   at::Tensor bias;
   if (bias_in.has_value()) bias = bias_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
+  if (fused) {  // float16 or bfloat16 (check())
+    const size_t bytes = winograd::fused_workspace_bytes(s, static_cast<int>(a.element_size()));
+    auto ws = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    AT_DISPATCH_REDUCED_FLOATING_TYPES(a.scalar_type(), "winograd_fused", [&] {
+      using T = typename DeviceType<scalar_t>::type;
+      winograd::run_fused<T>(
+          pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+          reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
+          bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
+          reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(), bytes,
+          stream);
+    });
+    return out;
+  }
   const int store = static_cast<int>(a.element_size());
   const int acc = a.scalar_type() == at::kDouble ? 8 : 4;
   const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);

@@ -32,6 +32,12 @@ inline bool tile_ok(Pass pass, int64_t tile) {
   return pass == Pass::WeightGrad ? weight_tile_ok(tile) : forward_tile_ok(tile);
 }
 
+// The fused kernel (fused.cuh): F(2x2, 3x3), forward and input gradient (float16, bfloat16).
+constexpr int64_t kFusedTile = 2;
+inline bool fused_ok(Pass pass, int64_t tile) {
+  return pass != Pass::WeightGrad && tile == kFusedTile;
+}
+
 struct Shape {
   int64_t S, C, K;  // batch, input channels, output channels
   int64_t H, W;     // input image
@@ -117,6 +123,12 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
   b.m = b.v + align256(v);
   b.total = b.m + align256(m);
   return b;
+}
+
+// Workspace of the fused kernel: the transformed filters U [alpha^2, K, C] alone.
+inline size_t fused_workspace_bytes(const Shape& s, int store_bytes) {
+  const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
+  return alpha * alpha * static_cast<size_t>(s.K) * static_cast<size_t>(s.C) * store_bytes;
 }
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.

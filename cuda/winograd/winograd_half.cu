@@ -1,4 +1,6 @@
-// Winograd pipelines for float16 and bfloat16 storage (pipeline.cuh).
+// Winograd pipelines for float16 and bfloat16 storage (pipeline.cuh) and the fused kernel
+// (fused.cuh).
+#include "fused.cuh"
 #include "pipeline.cuh"
 
 namespace fastlayers {
@@ -9,6 +11,12 @@ template void run<__half>(Pass, const Shape&, const __half*, const __half*, cons
 template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
                                  const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                                  void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool);
+
+template void run_fused<__half>(Pass, const Shape&, const __half*, const __half*, const __half*,
+                                __half*, void*, size_t, cudaStream_t);
+template void run_fused<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
+                                       const __nv_bfloat16*, const __nv_bfloat16*,
+                                       __nv_bfloat16*, void*, size_t, cudaStream_t);
 
 }  // namespace winograd
 }  // namespace fastlayers

@@ -4,7 +4,10 @@ passes).
 
 3x3 filters, stride 1. `tile` is the output tile m of F(m x m, 3x3) for the forward and input
 gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
-Every op is a pure function of its arguments: the tile and the TF32 switch are explicit.
+`fused` (forward and input gradient, tile 2, float16 and bfloat16 on CUDA) runs the fused kernel:
+the data transform, the products on tensor cores and the inverse transform in one kernel.
+Every op is a pure function of its arguments: the tile, the TF32 switch and the kernel are
+explicit.
 """
 from __future__ import annotations
 
@@ -27,22 +30,25 @@ KERNEL = 3
 
 
 def winograd_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
-                    padding: IntPair = 0, tile: int = 2, tf32: Optional[bool] = None) -> Tensor:
+                    padding: IntPair = 0, tile: int = 2, tf32: Optional[bool] = None,
+                    fused: bool = False) -> Tensor:
     """Forward Winograd convolution (cross-correlation, stride 1) with F(tile x tile, 3x3):
     [S,C,H,W] x [K,C,3,3] -> [S,K,H+2ph-2,W+2pw-2]. `tf32` None: PyTorch's switch for
-    convolution."""
+    convolution. `fused`: the fused kernel (tile 2, float16/bfloat16, CUDA)."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d(input, weight, bias, pair(padding, "padding"),
-                                                int(tile), tf32)
+                                                int(tile), tf32, bool(fused))
 
 
 def winograd_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair = 0,
-                               tile: int = 2, tf32: Optional[bool] = None) -> Tensor:
+                               tile: int = 2, tf32: Optional[bool] = None,
+                               fused: bool = False) -> Tensor:
     """Gradient of winograd_conv2d with respect to its input, F(tile x tile, 3x3) on grad_output
-    with the filters turned 180 degrees: [S,K,oh,ow] x [K,C,3,3] -> [S,C,oh+2-2ph,ow+2-2pw]."""
+    with the filters turned 180 degrees: [S,K,oh,ow] x [K,C,3,3] -> [S,C,oh+2-2ph,ow+2-2pw].
+    `fused`: the fused kernel (tile 2, float16/bfloat16, CUDA)."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d_input_grad(
-        grad_output, weight, pair(padding, "padding"), int(tile), tf32)
+        grad_output, weight, pair(padding, "padding"), int(tile), tf32, bool(fused))
 
 
 def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair = 0,
@@ -65,7 +71,7 @@ def _check(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d")
-def _forward_fake(input, weight, bias, padding, tile=2, tf32=False):
+def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False):
     _check("winograd_conv2d", input, "input", weight, "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
     ph, pw = padding
@@ -74,7 +80,7 @@ def _forward_fake(input, weight, bias, padding, tile=2, tf32=False):
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_input_grad")
-def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False):
+def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False, fused=False):
     _check("winograd_conv2d_input_grad", grad_output, "grad_output", weight, "weight")
     ph, pw = padding
     return grad_output.new_empty((grad_output.shape[0], weight.shape[1],
@@ -92,47 +98,53 @@ def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
 # Autograd. The three passes are each other's adjoints, so every backward is made of the ops. A
 # forward-type pass (forward, input gradient) hands its tile on to the other forward-type pass;
 # weight gradients use WEIGHT_GRAD_TILES[0], and a weight gradient's backward the smallest forward
-# tile (its own tile names another algorithm's).
+# tile (its own tile names another algorithm's), and `fused` (which both forward-type passes take).
 
 
 def _setup_fwd(ctx, inputs, output):
-    input, weight, bias, padding, tile, tf32 = inputs
+    input, weight, bias, padding, tile, tf32, fused = inputs
     ctx.save_for_backward(input, weight)
-    ctx.args = (padding, tile, tf32)
+    ctx.args = (padding, tile, tf32, fused)
     ctx.has_bias = bias is not None
 
 
 def _backward_fwd(ctx, grad):
     input, weight = ctx.saved_tensors
-    padding, tile, tf32 = ctx.args
+    padding, tile, tf32, fused = ctx.args
     fl = torch.ops.fastlayers
     gi = gw = gb = None
     if ctx.needs_input_grad[0]:
-        gi = fl.winograd_conv2d_input_grad(grad, weight, padding, tile, tf32)
+        gi = fl.winograd_conv2d_input_grad(grad, weight, padding, tile, tf32, fused)
     if ctx.needs_input_grad[1]:
         gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad.sum((0, 2, 3))
-    return gi, gw, gb, None, None, None
+    return gi, gw, gb, None, None, None, None
+
+
+def _setup_input_grad(ctx, inputs, output):
+    a, b, padding, tile, tf32, fused = inputs
+    ctx.save_for_backward(a, b)
+    ctx.args = (padding, tile, tf32, fused)
+
+
+def _backward_input_grad(ctx, gg):
+    # gx = IG(gy, w):  <gg, IG(gy, w)> = <F(gg, w), gy>
+    grad_output, weight = ctx.saved_tensors
+    padding, tile, tf32, fused = ctx.args
+    fl = torch.ops.fastlayers
+    d_gy = d_w = None
+    if ctx.needs_input_grad[0]:
+        d_gy = fl.winograd_conv2d(gg, weight, None, padding, tile, tf32, fused)
+    if ctx.needs_input_grad[1]:
+        d_w = fl.winograd_conv2d_weight_grad(grad_output, gg, padding, WEIGHT_GRAD_TILES[0], tf32)
+    return d_gy, d_w, None, None, None, None
 
 
 def _setup_grad(ctx, inputs, output):
     a, b, padding, tile, tf32 = inputs
     ctx.save_for_backward(a, b)
     ctx.args = (padding, tile, tf32)
-
-
-def _backward_input_grad(ctx, gg):
-    # gx = IG(gy, w):  <gg, IG(gy, w)> = <F(gg, w), gy>
-    grad_output, weight = ctx.saved_tensors
-    padding, tile, tf32 = ctx.args
-    fl = torch.ops.fastlayers
-    d_gy = d_w = None
-    if ctx.needs_input_grad[0]:
-        d_gy = fl.winograd_conv2d(gg, weight, None, padding, tile, tf32)
-    if ctx.needs_input_grad[1]:
-        d_w = fl.winograd_conv2d_weight_grad(grad_output, gg, padding, WEIGHT_GRAD_TILES[0], tf32)
-    return d_gy, d_w, None, None, None
 
 
 def _backward_weight_grad(ctx, gg):
@@ -151,6 +163,6 @@ def _backward_weight_grad(ctx, gg):
 torch.library.register_autograd("fastlayers::winograd_conv2d", _backward_fwd,
                                 setup_context=_setup_fwd)
 torch.library.register_autograd("fastlayers::winograd_conv2d_input_grad", _backward_input_grad,
-                                setup_context=_setup_grad)
+                                setup_context=_setup_input_grad)
 torch.library.register_autograd("fastlayers::winograd_conv2d_weight_grad", _backward_weight_grad,
                                 setup_context=_setup_grad)

@@ -86,7 +86,7 @@ def test_parsed_parameters():
                                  "fft:16x16,tile=4x4,tile=2x2", "fft:16x16,tile=",
                                  "fft:16x16,tile=0x4", "fbfft:8", "fft:16x16,tiles=4x4",
                                  "fft:8x8,tile=axb", "winograd:3", "winograd", "winograd:",
-                                 "winograd:2,fused", "winograd:8"])
+                                 "winograd:2,fast", "winograd:4,fused", "winograd:8"])
 def test_bad_labels_name_themselves(bad):
     with pytest.raises(ValueError, match=re.escape(repr(bad))):
         algorithms.parse(bad)

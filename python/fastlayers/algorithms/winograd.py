@@ -1,5 +1,6 @@
 """Winograd convolution: ``winograd:T``, T the op's tile: F(T x T, 3x3) in the forward and input
-gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4). 3x3 filters at stride 1,
+gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4); ``winograd:2,fused``: the
+fused kernel (forward and input gradient, float16 and bfloat16 on CUDA). 3x3 filters at stride 1,
 any padding."""
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ HALF_DTYPES = ("float16", "bfloat16")
 
 class WinogradParams(NamedTuple):
     tile: int
+    fused: bool = False
+
+
+FUSED_TILE = 2  # the fused kernel's F(2x2, 3x3) (cuda/winograd/layout.h: kFusedTile)
 
 
 # The largest alpha offered for float16 (see Winograd.candidates).
@@ -34,20 +39,24 @@ class Winograd(Family):
     transform_based = True
 
     def parse(self, name, params, label):
+        head, sep, variant = params.partition(",")
         try:
-            tile = int(params)
+            tile = int(head)
         except ValueError:
             tile = 0
-        if tile not in FORWARD_TILES + WEIGHT_GRAD_TILES or params != str(tile):
-            raise ValueError(f"bad tile {params!r} in algorithm label {label!r} (winograd:T, T one "
+        if tile not in FORWARD_TILES + WEIGHT_GRAD_TILES or head != str(tile):
+            raise ValueError(f"bad tile {head!r} in algorithm label {label!r} (winograd:T, T one "
                              f"of {sorted(set(FORWARD_TILES + WEIGHT_GRAD_TILES))})")
-        return WinogradParams(tile)
+        if sep and (variant != "fused" or tile != FUSED_TILE):
+            raise ValueError(f"bad variant {variant!r} in algorithm label {label!r} (the one "
+                             f"variant is winograd:{FUSED_TILE},fused)")
+        return WinogradParams(tile, bool(sep))
 
     def format(self, name, params):
-        return "winograd:%d" % params.tile
+        return "winograd:%d%s" % (params.tile, ",fused" if params.fused else "")
 
-    def make(self, tile: int):
-        return self.choice("winograd", WinogradParams(int(tile)))
+    def make(self, tile: int, fused: bool = False):
+        return self.choice("winograd", WinogradParams(int(tile), bool(fused)))
 
     def candidates(self, p, pass_):
         if self._layer_fits(p) is not None:
@@ -82,28 +91,37 @@ class Winograd(Family):
         if tile not in _tiles(pass_):
             return "the %s pass takes Winograd tiles %s, not %d" % (
                 pass_, "/".join(map(str, _tiles(pass_))), tile)
+        if choice.params.fused:
+            if pass_ == "weight_grad":
+                return "the fused Winograd kernel serves the forward and the input gradient"
+            if p.device_type != "cuda" or p.dtype not in HALF_DTYPES:
+                return "the fused Winograd kernel takes float16 and bfloat16 on CUDA, not %s on %s" % (
+                    p.dtype, p.device_type)
         return None
 
     def conv2d_call(self, choice, pass_, padding, tf32):
-        tile = choice.params.tile
+        tile, fused = choice.params
         fl = torch.ops.fastlayers
         if pass_ == "forward":
             op = fl.winograd_conv2d
-            return lambda x, w, b, gy: op(x, w, b, padding, tile, tf32)
+            return lambda x, w, b, gy: op(x, w, b, padding, tile, tf32, fused)
         if pass_ == "input_grad":
             op = fl.winograd_conv2d_input_grad
-            return lambda x, w, b, gy: op(gy, w, padding, tile, tf32)
+            return lambda x, w, b, gy: op(gy, w, padding, tile, tf32, fused)
         op = fl.winograd_conv2d_weight_grad
         return lambda x, w, b, gy: op(gy, x, padding, tile, tf32)
 
     def cpp_pass(self, choice, pass_):
         t = choice.params.tile
-        return (2, "", (0, 0), (t, t))
+        return (2, "fused" if choice.params.fused else "", (0, 0), (t, t))
 
     def workspace_bytes(self, choice, p, pass_):
         """The transformed operands and products of one chunk of samples (the ops bound a chunk;
         chunk_samples in cuda/winograd/layout.h)."""
         store = torch.tensor([], dtype=p.torch_dtype).element_size()
+        if choice.params.fused:  # the transformed filters alone (fused_workspace_bytes)
+            alpha = FUSED_TILE + KERNEL - 1
+            return alpha * alpha * p.K * p.C * store
         acc = 8 if p.dtype == "float64" else 4
         return int(_C.winograd_conv2d_workspace_bytes(
             CONV2D_PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.ph, p.pw, choice.params.tile,
@@ -111,6 +129,8 @@ class Winograd(Family):
 
     def describe(self, choice):
         t = choice.params.tile
+        if choice.params.fused:
+            return "Winograd F(2x2,3x3), fused kernel (transforms and tensor-core products in one)"
         what = []
         if t in FORWARD_TILES:
             what.append("F(%dx%d,3x3)" % (t, t))

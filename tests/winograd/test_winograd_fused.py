@@ -1,0 +1,189 @@
+"""The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient, float16 and
+bfloat16 on CUDA) against PyTorch in float64 within the tolerance rule of conv_samples, as the
+non-fused ops are (test_winograd_values.py), on the shape matrix and on shapes that cross the
+kernel's blocks (64 result channels x 32 tiles, chunks of 16 reduction channels) at every edge;
+its autograd, opcheck, and the errors for what it does not take."""
+import pytest
+import torch
+
+from conv_samples import (assert_mutation_rejected, assert_within_bound, cudnn_tf32, rel_err,
+                          torch_passes)
+from winograd_samples import (PASS_NAMES, SHAPES, SMALL_SHAPES, float64_passes, run_pass,
+                              shape_id, tensors, winograd_reference)
+
+fl = torch.ops.fastlayers
+HALF = [torch.float16, torch.bfloat16]
+# Blocks: K or C of 64 + 1 and 16 + 1 (a partial block and a partial chunk), tiles 32 + 1, more
+# than one block each way; padding 3 (input-gradient windows start inside grad_output).
+BLOCK_SHAPES = [
+    (1, 17, 65, 10, 14, 1, 1),
+    (3, 33, 130, 11, 9, 1, 1),
+    (2, 130, 17, 8, 8, 0, 0),
+    (5, 48, 64, 14, 14, 1, 1),
+    (2, 16, 16, 7, 12, 3, 2),
+    (1, 64, 64, 28, 28, 1, 1),
+]
+# The passes whose every comparison also proves the rule rejects the output scaled by
+# (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
+MUTATED = {torch.float16: (0, 1)}
+
+
+def fused_pass(pass_, x, w, b, gy, padding):
+    pad = list(padding)
+    if pass_ == 0:
+        return fl.winograd_conv2d(x, w, b, pad, 2, False, True)
+    return fl.winograd_conv2d_input_grad(gy, w, pad, 2, False, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("pass_", (0, 1), ids=lambda p: PASS_NAMES[p])
+@pytest.mark.parametrize("shape", SHAPES + BLOCK_SHAPES, ids=shape_id)
+def test_fused_matches_pytorch_within_its_error(shape, pass_, dtype):
+    x, w, b, gy = tensors(shape, dtype, "cuda")
+    padding = shape[5:]
+    out = fused_pass(pass_, x, w, b, gy, padding)
+    assert out.device == x.device and out.dtype == dtype
+    ref = float64_passes(x, w, b, gy, padding)[pass_].cpu()
+    with cudnn_tf32(False):
+        native = torch_passes(x, w, b, gy, padding)[pass_].cpu()
+    same = winograd_reference(pass_, *(t.cpu() for t in (x, w, b, gy)), padding, 2,
+                              kernels="cuda")
+    what = "%s %s fused" % (shape_id(shape), PASS_NAMES[pass_])
+    bound = assert_within_bound(out.cpu(), ref, native, same, str(dtype).replace("torch.", ""),
+                                what=what)
+    if pass_ in MUTATED.get(dtype, ()):
+        assert_mutation_rejected(out.cpu(), ref, bound, str(dtype).replace("torch.", ""), what)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
+    """The same transforms and stored operands as the non-fused F(2x2,3x3): the two differ only in
+    the order of the float32 sums of products, far below either's error against float64."""
+    shape = (4, 96, 80, 13, 15, 1, 1)
+    x, w, b, gy = tensors(shape, dtype, "cuda")
+    ref = float64_passes(x, w, b, gy, shape[5:])
+    for pass_ in (0, 1):
+        a = fused_pass(pass_, x, w, b, gy, shape[5:]).cpu()
+        n = run_pass(pass_, x, w, b, gy, shape[5:], 2).cpu()
+        gap, err = rel_err(a, n.double()), rel_err(n, ref[pass_].cpu())
+        assert gap < 0.5 * err, (PASS_NAMES[pass_], gap, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_fused_autograd_uses_the_fused_passes(dtype):
+    """Backward of a fused forward: the input gradient fused, the weight gradient by its own op;
+    the gradients match PyTorch's within the rule."""
+    from conv_samples import RecordOps
+    shape = (2, 24, 40, 9, 10, 1, 1)
+    x, w, b, gy = tensors(shape, dtype, "cuda")
+    leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    with RecordOps() as rec:
+        y = fl.winograd_conv2d(*leaves, [1, 1], 2, False, True)
+        y.backward(gy)
+    calls = [(name, args) for name, args in rec.calls if name.startswith("winograd")]
+    names = [name for name, _ in calls]
+    assert names == ["winograd_conv2d", "winograd_conv2d_input_grad",
+                     "winograd_conv2d_weight_grad"], names
+    assert calls[1][1][-1] is True, calls[1]  # the input gradient ran fused
+    ref = float64_passes(x, w, b, gy, (1, 1))
+    with cudnn_tf32(False):
+        native = torch_passes(x, w, b, gy, (1, 1))
+    for i, leaf in ((1, leaves[0]), (2, leaves[1])):
+        assert_within_bound(leaf.grad.cpu(), ref[i].cpu(), native[i].cpu(),
+                            precision=str(dtype).replace("torch.", ""), what=PASS_NAMES[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ("forward", "input_grad"))
+def test_fused_opcheck(op):
+    x, w, b, gy = tensors(SMALL_SHAPES[2], torch.float16, "cuda")
+    pad = list(SMALL_SHAPES[2][5:])
+    for t in (x, w, b, gy):
+        t.requires_grad_()
+    if op == "forward":
+        torch.library.opcheck(fl.winograd_conv2d.default, (x, w, b, pad, 2, False, True))
+    else:
+        torch.library.opcheck(fl.winograd_conv2d_input_grad.default, (gy, w, pad, 2, False, True))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_fused_refuses_what_it_does_not_take(device):
+    shape = (2, 3, 4, 8, 8, 1, 1)
+    x, w, b, gy = tensors(shape, torch.float16, device)
+    if device == "cpu":
+        with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` runs on CUDA tensors"):
+            fl.winograd_conv2d(x, w, b, [1, 1], 2, False, True)
+        with pytest.raises(RuntimeError,
+                           match=r"winograd_conv2d_input_grad: `fused` runs on CUDA tensors"):
+            fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, False, True)
+    x32, w32 = x.float(), w.float()
+    with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` takes `tile` 2 .*got 4"):
+        fl.winograd_conv2d(x, w, b, [1, 1], 4, False, True)
+    if device == "cuda":
+        with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16.*Float"):
+            fl.winograd_conv2d(x32, w32, None, [1, 1], 2, False, True)
+    # The weight gradient has no fused kernel: its schema takes no `fused`.
+    with pytest.raises(RuntimeError, match="expected at most 5 argument"):
+        fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 2, False, True)
+
+
+def test_fused_label():
+    from fastlayers import algorithms
+    from fastlayers.algorithms.winograd import FAMILY
+    c = algorithms.parse("winograd:2,fused")
+    assert c.params.fused and c.params.tile == 2 and c.label == "winograd:2,fused"
+    assert not algorithms.parse("winograd:2").params.fused
+    for bad in ("winograd:4,fused", "winograd:2,fast", "winograd:2,"):
+        with pytest.raises(ValueError, match="bad variant"):
+            algorithms.parse(bad)
+    p = _problem(dtype="float16", device_type="cuda")
+    assert FAMILY.fits(c, p, "forward") is None and FAMILY.fits(c, p, "input_grad") is None
+    assert "forward and the input gradient" in FAMILY.fits(c, p, "weight_grad")
+    assert "float16 and bfloat16 on CUDA" in FAMILY.fits(c, _problem("float32", "cuda"), "forward")
+    assert "float16 and bfloat16 on CUDA" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
+    assert FAMILY.workspace_bytes(c, p, "forward") == 16 * p.K * p.C * 2
+
+
+def _problem(dtype, device_type):
+    from fastlayers import tuner
+    return tuner.ConvProblem(S=2, C=8, K=16, H=10, W=10, kh=3, kw=3, ph=1, pw=1, dtype=dtype,
+                             device_type=device_type, device_name="x", capability="9.0",
+                             layout="contiguous", tf32=False, deterministic=False, transforms=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_module_runs_a_pinned_fused_label(dtype):
+    """fastlayers.Conv2d with 'winograd:2,fused' pinned on the forward and the input gradient
+    (its C++ plan): the fused ops run, and output and gradients match nn.Conv2d's within the
+    rule."""
+    import fastlayers
+    from conv_samples import RecordOps
+    torch.manual_seed(3)
+    ref = torch.nn.Conv2d(24, 40, 3, padding=1).cuda().to(dtype)
+    m = fastlayers.Conv2d(24, 40, 3, padding=1).cuda().to(dtype)
+    m.load_state_dict(ref.state_dict())
+    m.force_algorithms(forward="winograd:2,fused", input_grad="winograd:2,fused")
+    x = torch.randn(3, 24, 11, 13, device="cuda", dtype=dtype)
+    gy = torch.randn(3, 40, 11, 13, device="cuda", dtype=dtype)
+    xs = [x.clone().requires_grad_() for _ in range(3)]
+    with RecordOps() as rec:
+        m(xs[0]).backward(gy)
+    fused = [(n, a[-1]) for n, a in rec.calls if n.startswith("winograd_conv2d")]
+    assert fused == [("winograd_conv2d", True), ("winograd_conv2d_input_grad", True)], fused
+    ref(xs[1]).backward(gy)
+    r64 = torch.nn.Conv2d(24, 40, 3, padding=1).cuda().double()
+    r64.load_state_dict(ref.state_dict())
+    x2 = xs[2].detach().double().requires_grad_()
+    y64 = r64(x2)
+    y64.backward(gy.double())
+    prec = str(dtype).replace("torch.", "")
+    assert_within_bound(m(xs[0].detach()).cpu(), y64.detach().cpu(),
+                        ref(xs[1].detach()).detach().cpu(), precision=prec, what="output")
+    assert_within_bound(xs[0].grad.cpu(), x2.grad.cpu(), xs[1].grad.cpu(), precision=prec,
+                        what="input gradient")
+    assert_within_bound(m.weight.grad.cpu(), r64.weight.grad.cpu(), ref.weight.grad.cpu(),
+                        precision=prec, what="weight gradient")
