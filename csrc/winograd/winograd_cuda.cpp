@@ -22,7 +22,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   if (bias_in.has_value()) bias = bias_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
   if (fused) {  // float16 or bfloat16 (check())
-    const size_t bytes = winograd::fused_workspace_bytes(s, static_cast<int>(a.element_size()));
+    const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
     auto ws = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(a.scalar_type(), "winograd_fused", [&] {

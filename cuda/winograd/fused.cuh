@@ -4,7 +4,9 @@
 // the products in registers, so no V or M buffer goes through global memory (the non-fused
 // pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2, 3x3), which
 // bounds it below cuDNN's implicit GEMM on tensor cores). The filter transform stays its own
-// kernel (U [alpha^2, K, C] in the workspace).
+// kernel (U [alpha^2, result channels, reduction channels] padded to whole blocks, in the
+// workspace); filter chunks arrive by cp.async and the next chunk's windows load while the
+// current chunk multiplies (two stages).
 //
 // A block computes BM result channels x BP tiles for all alpha^2 points, looping over the
 // reduction channels in chunks of BK: it loads U's chunk and transforms the data windows of its
@@ -31,9 +33,57 @@ constexpr int kThreads = 256;  // 8 warps
 constexpr int kBM = 64;        // result channels per block (4 warps of 16)
 constexpr int kBP = 32;        // tiles per block (2 warps of 16)
 constexpr int kBK = 16;        // reduction channels per chunk: one mma k-step
-// Shared rows of 16 values padded to 24: the fragment loads (row g, column pair t) of a warp
-// fall in 32 distinct banks.
+// Shared rows of 16 values padded to 24 (48 bytes: 16-byte aligned for cp.async): the fragment
+// loads (row g, column pair t) of a warp fall in 32 distinct banks.
 constexpr int kRow = 24;
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The padded filter layout the kernel reads: U [alpha^2, Mo_pad, R_pad], result channels
+// rounded up to kBM and reduction channels to kBK, zeros in the padding, so every chunk is
+// whole 16-byte rows (no bounds checks, no partial vectors).
+struct FilterDims {
+  int64_t Mo, R, Mo_pad, R_pad;
+};
+inline FilterDims filter_dims(Pass pass, const Shape& s) {
+  const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
+  return {Mo, R, round_up(Mo, kBM), round_up(R, kBK)};
+}
+
+// U[xi, o, r] = (G g G^T)[xi] of filter g: w[o, r] (forward) or w[r, o] turned 180 degrees
+// (input gradient); zero in the padding. One thread per padded (o, r), r fastest.
+template <typename T, typename Mat>
+__global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FilterDims f,
+                                        int64_t C, bool input_grad) {
+  using F = compute_t<T>;
+  constexpr int A = Mat::kAlpha, R = Mat::kR;
+  const int64_t n = f.Mo_pad * f.R_pad;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = i / f.R_pad, r = i - o * f.R_pad;
+    F out[A][A];
+    if (o < f.Mo && r < f.R) {
+      // forward: w[k = o, c = r]; input gradient: w[k = r, c = o], turned
+      const T* g = w + (input_grad ? r * C + o : o * C + r) * R * R;
+      F d[R][R];
+#pragma unroll
+      for (int u = 0; u < R; ++u)
+#pragma unroll
+        for (int v = 0; v < R; ++v)
+          d[u][v] = to_compute(input_grad ? g[(R - 1 - u) * R + (R - 1 - v)] : g[u * R + v]);
+      two_sided<UseG<Mat>>(d, out);
+    } else {
+#pragma unroll
+      for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int b = 0; b < A; ++b) out[a][b] = F(0);
+    }
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
+  }
+}
 
 // D += A B, A 16x16 row-major, B 16x8 column-major, D float 16x8 (PTX mma.m16n8k16).
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
@@ -53,30 +103,44 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n"); }
+
 template <typename T>
 struct Args {
   const T* data;  // the data operand [n, R, ih, iw] (src)
-  const T* U;     // transformed filters, element (xi, out, red) at xi u_xi + out u_out + red u_red
+  const T* U;     // padded transformed filters [alpha^2, Mo_pad, R_pad]
   const T* bias;  // [Mo] or null
   T* out;         // [n, Mo, oh, ow] (dst)
-  int64_t R, Mo;  // reduction and result channels
-  int64_t u_xi, u_out, u_red;
+  FilterDims f;
   TileSource src;
   TileTarget dst;
 };
 
-// Shared memory of a block: U's chunk [a2][BM][kRow] and the transformed tiles [a2][BP][kRow].
+// Shared memory of a block, two stages: U's chunk [a2][BM][kRow] and the transformed tiles
+// [a2][BP][kRow] of each.
 template <typename T, int A2>
 constexpr size_t smem_bytes() {
-  return sizeof(T) * A2 * (kBM + kBP) * kRow;
+  return 2 * sizeof(T) * A2 * (kBM + kBP) * kRow;
 }
+
+// The data windows of one thread for one chunk: 2 adjacent channels of one tile.
+template <typename T, int A>
+struct Windows {
+  T v[2][A][A];
+};
 
 template <typename T, typename Mat>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   constexpr int A = Mat::kAlpha, A2 = A * A, m = Mat::kM;
+  constexpr int kUStage = A2 * kBM * kRow, kVStage = A2 * kBP * kRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* Us = reinterpret_cast<T*>(smem_raw);  // [A2][kBM][kRow]
-  T* Vs = Us + A2 * kBM * kRow;            // [A2][kBP][kRow]
+  T* Us = reinterpret_cast<T*>(smem_raw);  // [2][A2][kBM][kRow]
+  T* Vs = Us + 2 * kUStage;                // [2][A2][kBP][kRow]
 
   const TileSource& src = g.src;
   const int64_t tiles = src.th * src.tw, P = src.n * tiles;
@@ -85,9 +149,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const int gr = lane >> 2, tq = lane & 3;  // mma fragment row group and column pair
   const int wm = (warp & 3) * 16, wp = (warp >> 2) * 16;
 
-  // The tile this thread transforms (with channels (tid / BP) + 8 j of each chunk).
+  // The tile this thread transforms, with channels 2 cl and 2 cl + 1 of each chunk.
   const int pl = tid % kBP, cl = tid / kBP;
-  constexpr int kChPerThread = kBK / (kThreads / kBP);  // 2
   const int64_t pg = p0 + pl;
   const bool p_in = pg < P;
   int64_t y0 = 0, x0 = 0;
@@ -99,6 +162,63 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     x0 = tx * src.step - src.ox;
     plane0 = g.data + s * src.ch * src.ih * src.iw;
   }
+  const int64_t plane_size = src.ih * src.iw;
+  const T zero = from_compute<T>(0.f);
+
+  // U's chunk c0 into stage `st`: 16-byte rows, 8 per thread.
+  auto load_u = [&](int st, int64_t c0) {
+    constexpr int kVecs = A2 * kBM * (kBK / 8);
+#pragma unroll
+    for (int q = 0; q < kVecs / kThreads; ++q) {
+      const int i = tid + q * kThreads;
+      const int half = i & 1, row = i >> 1;  // row = xi * kBM + mm
+      const int xi = row / kBM, mm = row - xi * kBM;
+      const T* gsrc = g.U + (xi * g.f.Mo_pad + m0 + mm) * g.f.R_pad + c0 + 8 * half;
+      cp_async16(Us + st * kUStage + row * kRow + 8 * half, gsrc);
+    }
+    cp_async_commit();
+  };
+  // The windows of chunk c0 into registers, zeros outside.
+  auto load_windows = [&](Windows<T, A>& wv, int64_t c0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t c = c0 + 2 * cl + j;
+      const bool in = p_in && c < g.f.R;
+      const T* plane = plane0 + (in ? c : 0) * plane_size;
+#pragma unroll
+      for (int u = 0; u < A; ++u) {
+        const int64_t y = y0 + u;
+        const bool row_in = in && y >= 0 && y < src.ih;
+#pragma unroll
+        for (int v = 0; v < A; ++v) {
+          const int64_t x = x0 + v;
+          wv.v[j][u][v] = row_in && x >= 0 && x < src.iw ? plane[y * src.iw + x] : zero;
+        }
+      }
+    }
+  };
+  // B^T d B of both channels into stage `st`, the two channels as one 32-bit store per point.
+  auto store_windows = [&](const Windows<T, A>& wv, int st) {
+    float tv[2][A][A];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float d[A][A];
+#pragma unroll
+      for (int u = 0; u < A; ++u)
+#pragma unroll
+        for (int v = 0; v < A; ++v) d[u][v] = to_compute(wv.v[j][u][v]);
+      two_sided<UseBT<Mat>>(d, tv[j]);
+    }
+    T* base = Vs + st * kVStage + pl * kRow + 2 * cl;
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int b = 0; b < A; ++b) {
+        T pair[2] = {from_compute<T>(tv[0][a][b]), from_compute<T>(tv[1][a][b])};
+        *reinterpret_cast<uint32_t*>(base + (a * A + b) * kBP * kRow) =
+            *reinterpret_cast<const uint32_t*>(pair);
+      }
+  };
 
   float acc[A2][2][4];
 #pragma unroll
@@ -108,53 +228,30 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[xi][j][r] = 0.f;
 
-  const T zero = from_compute<T>(0.f);
-  for (int64_t c0 = 0; c0 < g.R; c0 += kBK) {
-    // U's chunk, zero outside [Mo] x [R]; consecutive threads on U's contiguous side.
-    for (int i = tid; i < A2 * kBM * kBK; i += kThreads) {
-      int mm, cc;
-      const int xi = i / (kBM * kBK), rest = i - xi * (kBM * kBK);
-      if (g.u_red == 1) {
-        mm = rest / kBK;
-        cc = rest - mm * kBK;
-      } else {
-        cc = rest / kBM;
-        mm = rest - cc * kBM;
-      }
-      const int64_t o = m0 + mm, c = c0 + cc;
-      Us[(xi * kBM + mm) * kRow + cc] =
-          o < g.Mo && c < g.R ? g.U[xi * g.u_xi + o * g.u_out + c * g.u_red] : zero;
-    }
-    // The data windows of this chunk's channels, transformed (B^T d B), zero outside.
-#pragma unroll
-    for (int j = 0; j < kChPerThread; ++j) {
-      const int cc = cl + j * (kThreads / kBP);
-      const int64_t c = c0 + cc;
-      float d[A][A];
-      const bool in = p_in && c < g.R;
-      const T* plane = plane0 + (in ? c : 0) * src.ih * src.iw;
-#pragma unroll
-      for (int u = 0; u < A; ++u) {
-        const int64_t y = y0 + u;
-        const bool row_in = in && y >= 0 && y < src.ih;
-#pragma unroll
-        for (int v = 0; v < A; ++v) {
-          const int64_t x = x0 + v;
-          d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : 0.f;
-        }
-      }
-      float tv[A][A];
-      two_sided<UseBT<Mat>>(d, tv);
-#pragma unroll
-      for (int a = 0; a < A; ++a)
-#pragma unroll
-        for (int b = 0; b < A; ++b)
-          Vs[((a * A + b) * kBP + pl) * kRow + cc] = from_compute<T>(tv[a][b]);
-    }
+  // Two stages: while the warps multiply chunk k, chunk k + 1's filters arrive by cp.async and
+  // its windows by loads issued before the products; one barrier per chunk.
+  {
+    Windows<T, A> wv;
+    load_u(0, 0);
+    load_windows(wv, 0);
+    store_windows(wv, 0);
+    cp_async_wait_all();
     __syncthreads();
+  }
+  const int64_t chunks = g.f.R_pad / kBK;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int st = static_cast<int>(k & 1);
+    const bool more = k + 1 < chunks;
+    Windows<T, A> wv;
+    if (more) {
+      load_u(st ^ 1, (k + 1) * kBK);
+      load_windows(wv, (k + 1) * kBK);
+    }
+    const T* us = Us + st * kUStage;
+    const T* vs = Vs + st * kVStage;
 #pragma unroll
     for (int xi = 0; xi < A2; ++xi) {
-      const T* ua = Us + (xi * kBM + wm + gr) * kRow + 2 * tq;
+      const T* ua = us + (xi * kBM + wm + gr) * kRow + 2 * tq;
       uint32_t af[4];
       af[0] = *reinterpret_cast<const uint32_t*>(ua);
       af[1] = *reinterpret_cast<const uint32_t*>(ua + 8 * kRow);
@@ -162,12 +259,16 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       af[3] = *reinterpret_cast<const uint32_t*>(ua + 8 * kRow + 8);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const T* vb = Vs + (xi * kBP + wp + 8 * j + gr) * kRow + 2 * tq;
+        const T* vb = vs + (xi * kBP + wp + 8 * j + gr) * kRow + 2 * tq;
         uint32_t bf[2];
         bf[0] = *reinterpret_cast<const uint32_t*>(vb);
         bf[1] = *reinterpret_cast<const uint32_t*>(vb + 8);
         mma(acc[xi][j], af, bf, T{});
       }
+    }
+    if (more) {
+      store_windows(wv, st ^ 1);
+      cp_async_wait_all();
     }
     __syncthreads();
   }
@@ -181,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     for (int r = 0; r < 4; ++r) {
       const int64_t o = m0 + wm + gr + (r >= 2 ? 8 : 0);
       const int64_t p = p0 + wp + 8 * j + 2 * tq + (r & 1);
-      if (o >= g.Mo || p >= P) continue;
+      if (o >= g.f.Mo || p >= P) continue;
       const int64_t s = p / tiles, t = p - s * tiles;
       const int64_t ty = t / dst.tw, tx = t - ty * dst.tw;
       float t1[m][A];  // A^T M
@@ -191,8 +292,9 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
         for (int b = 0; b < A; ++b) {
           float sum = 0.f;
 #pragma unroll
-          for (int k = 0; k < A; ++k)
-            if (Mat::AT(a, k) != 0.0) sum += static_cast<float>(Mat::AT(a, k)) * acc[k * A + b][j][r];
+          for (int kk = 0; kk < A; ++kk)
+            if (Mat::AT(a, kk) != 0.0)
+              sum += static_cast<float>(Mat::AT(a, kk)) * acc[kk * A + b][j][r];
           t1[a][b] = sum;
         }
       }
@@ -208,8 +310,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
           if (x >= dst.ow) break;
           float sum = bv;
 #pragma unroll
-          for (int k = 0; k < A; ++k)
-            if (Mat::AT(b, k) != 0.0) sum += t1[a][k] * static_cast<float>(Mat::AT(b, k));
+          for (int kk = 0; kk < A; ++kk)
+            if (Mat::AT(b, kk) != 0.0) sum += t1[a][kk] * static_cast<float>(Mat::AT(b, kk));
           plane[y * dst.ow + x] = from_compute<T>(sum);
         }
       }
@@ -227,12 +329,13 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   if (!fused_ok(pass, s.tile))
     throw std::invalid_argument("fastlayers: the fused Winograd kernel takes F(2x2,3x3) for the "
                                 "forward and the input gradient");
-  if (workspace_size < fused_workspace_bytes(s, sizeof(T)))
+  if (workspace_size < fused_workspace_bytes(pass, s, sizeof(T)))
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
   const Tiling t = tiling(pass, s);
+  const fused::FilterDims f = fused::filter_dims(pass, s);
   T* U = static_cast<T*>(workspace);
-  filter_transform<T, Mat><<<blocks_for(s.K * s.C), kThreads, 0, stream>>>(
-      b, U, s.K, s.C, pass == Pass::InputGrad);
+  fused::filter_transform_padded<T, Mat><<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(
+      b, U, f, s.C, pass == Pass::InputGrad);
   FL_LAUNCH_CHECK();
 
   fused::Args<T> g{};
@@ -240,17 +343,12 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.U = U;
   g.bias = pass == Pass::Forward ? bias : nullptr;
   g.out = out;
-  g.u_xi = s.K * s.C;
-  if (pass == Pass::Forward) {  // M [K, P] = U [K, C] V [C, P]
-    g.R = s.C; g.Mo = s.K; g.u_out = s.C; g.u_red = 1;
-  } else {  // M [C, P] = U^T [C, K] V [K, P]
-    g.R = s.K; g.Mo = s.C; g.u_out = 1; g.u_red = s.C;
-  }
+  g.f = f;
   g.src = TileSource{s.S, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
   g.dst = TileTarget{s.S, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
   const int64_t P = s.S * t.tiles();
   const dim3 grid(static_cast<unsigned>((P + fused::kBP - 1) / fused::kBP),
-                  static_cast<unsigned>((g.Mo + fused::kBM - 1) / fused::kBM));
+                  static_cast<unsigned>(f.Mo_pad / fused::kBM));
   constexpr size_t smem = fused::smem_bytes<T, A2>();
   auto k = fused::kernel<T, Mat>;
   // The shared-memory opt-in once per device (a per-call attribute set costs host time).

@@ -125,10 +125,14 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
   return b;
 }
 
-// Workspace of the fused kernel: the transformed filters U [alpha^2, K, C] alone.
-inline size_t fused_workspace_bytes(const Shape& s, int store_bytes) {
+// Workspace of the fused kernel: the transformed filters U [alpha^2, Mo, R] alone, result
+// channels Mo rounded up to 64 and reduction channels R to 16 (its blocks, fused.cuh).
+inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
   const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
-  return alpha * alpha * static_cast<size_t>(s.K) * static_cast<size_t>(s.C) * store_bytes;
+  const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
+  const size_t mo = static_cast<size_t>(ceil_div(Mo, 64) * 64);
+  const size_t r = static_cast<size_t>(ceil_div(R, 16) * 16);
+  return alpha * alpha * mo * r * store_bytes;
 }
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.
