@@ -383,7 +383,7 @@ def parse_args(argv=None):
     ap.add_argument("--modes", default="", help="comma-separated subset of " + ",".join(MODES))
     ap.add_argument("--passes", default="", help="comma-separated subset of fprop,bprop,accGrad")
     ap.add_argument("--labels", default="", help="the Winograd labels to run (default: all, "
-                    "winograd:2,winograd:4,winograd:6,winograd:2,fused,winograd:2,fused-products)")
+                    "winograd:2,winograd:4,winograd:6,winograd:2,fused)")
     ap.add_argument("--sections", default="", help="comma-separated subset of " +
                     ",".join(SECTIONS))
     ap.add_argument("--trials", type=int, default=None, help="timed trials per measurement")
@@ -401,7 +401,7 @@ def parse_args(argv=None):
         if bad:
             ap.error("unknown %s %s" % (what, ", ".join(bad)))
     labels = (["winograd:%d" % t for t in sorted(set(FORWARD_TILES + WEIGHT_GRAD_TILES))]
-              + ["winograd:2,fused", "winograd:2,fused-products"])
+              + ["winograd:2,fused"])
     if any(lb not in labels for lb in args.labels):
         ap.error("--labels takes %s" % ",".join(labels))
     try:

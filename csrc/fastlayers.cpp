@@ -31,15 +31,14 @@ TORCH_LIBRARY(fastlayers, m) {
   // F(3x3, r x r) for the weight gradient (2 or 4); alpha = tile + 2 points per side. The
   // transformed operands are stored in the input dtype, products accumulate in float32 (float64
   // for float64); `tf32` lets float32 products use TF32 (cuda/winograd/layout.h). `fused` (forward
-  // and input gradient, tile 2, float16 and bfloat16 on CUDA; cuda/winograd/fused.cuh): 1 the
-  // whole algorithm in one kernel, no buffers beyond the transformed filters; 2 the data
-  // transform into a buffer, then the products and the inverse transform in one kernel; 0 none.
+  // and input gradient, tile 2, float16 and bfloat16 on CUDA): the fused kernel, transforms and
+  // products in one kernel with no transformed buffers in global memory (cuda/winograd/fused.cuh).
   // input [S, C, H, W], weight [K, C, 3, 3], bias [K]  ->  [S, K, H+2ph-2, W+2pw-2]
   m.def("winograd_conv2d(Tensor input, Tensor weight, Tensor? bias, SymInt[2] padding, "
-        "int tile=2, bool tf32=False, int fused=0) -> Tensor");
+        "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
   // grad_output [S, K, oh, ow], weight [K, C, 3, 3]  ->  grad_input [S, C, oh+2-2ph, ow+2-2pw]
   m.def("winograd_conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[2] padding, "
-        "int tile=2, bool tf32=False, int fused=0) -> Tensor");
+        "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
   // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, 3, 3]
   m.def("winograd_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
         "int tile=2, bool tf32=False) -> Tensor");

@@ -35,13 +35,12 @@ using torch::autograd::variable_list;
 
 // One pass's algorithm. Native: PyTorch's convolution (at::convolution, convolution_backward).
 // Fft: fastlayers::fft_conv2d* with `backend`, `basis`, `tile`. Winograd: winograd_conv2d* with
-// tile `tile[0]`, the fused variant `fused` (the op's argument; Family.cpp_pass passes it as
-// `basis[0]`).
+// tile `tile[0]`, the fused kernel where `backend` is "fused".
 enum class Algo : int64_t { Native = 0, Fft = 1, Winograd = 2 };
 
 struct PassCall {
   Algo algo = Algo::Native;
-  std::string backend;  // Fft: "cufft" or "fbfft"
+  std::string backend;  // Fft: "cufft" or "fbfft"; Winograd: "fused" or ""
   std::array<int64_t, 2> basis{0, 0};
   std::array<int64_t, 2> tile{0, 0};
 };
@@ -63,9 +62,9 @@ using FftGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArra
                            c10::SymIntArrayRef, bool, c10::string_view, c10::SymIntArrayRef);
 using WinogradForward = at::Tensor(const at::Tensor&, const at::Tensor&,
                                    const std::optional<at::Tensor>&, c10::SymIntArrayRef, int64_t,
-                                   bool, int64_t);
+                                   bool, bool);
 using WinogradInputGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
-                                     int64_t, bool, int64_t);
+                                     int64_t, bool, bool);
 using WinogradGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef, int64_t,
                                 bool);
 
@@ -119,7 +118,7 @@ at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
       y = ops().fft.call(x, w, b, sym(p.padding), sym(c.basis), p.tf32, c.backend, sym(c.tile));
       break;
     case Algo::Winograd:
-      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.basis[0]);
+      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.backend == "fused");
       break;
   }
   if ((channels_last(x) || channels_last(w)) && !(x.scalar_type() == at::kDouble && x.is_cuda()))
@@ -154,7 +153,8 @@ std::pair<at::Tensor, at::Tensor> run_grads(const Plan& p, const at::Tensor& x,
                                   sym(ci.tile));
         break;
       case Algo::Winograd:
-        gx = ops().wino_igrad.call(gy, w, sym(p.padding), ci.tile[0], p.tf32, ci.basis[0]);
+        gx = ops().wino_igrad.call(gy, w, sym(p.padding), ci.tile[0], p.tf32,
+                                   ci.backend == "fused");
         break;
     }
   }

@@ -15,11 +15,5 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
                               int64_t ph, int64_t pw, int64_t tile, int store_bytes,
                               int acc_bytes);
 
-// Workspace bytes of a fused variant (1 whole, 2 products) of the forward (0) or input gradient (1)
-// on CUDA, chunks of samples under the ops' bound.
-size_t python_fused_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H,
-                                    int64_t W, int64_t ph, int64_t pw, int store_bytes,
-                                    int64_t fused);
-
 }  // namespace winograd_host
 }  // namespace fastlayers

@@ -22,10 +22,10 @@ constexpr int64_t kChunkBytes = int64_t{512} << 20;
 
 // Checks the arguments of one pass and derives its shape. `a`, `b` are the pass's two tensor
 // arguments in schema order: (input, weight), (grad_output, weight), (grad_output, input).
-// `fused`: the fused variant asked for (winograd::Fused; fused_ok, CUDA, float16 or bfloat16).
+// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16).
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
-            int64_t fused = 0);
+            bool fused = false);
 
 // The result's shape: [S, K, oh, ow], [S, C, H, W] or [K, C, 3, 3].
 std::vector<int64_t> output_shape(Pass pass, const Shape& s);
@@ -35,14 +35,14 @@ std::vector<int64_t> output_shape(Pass pass, const Shape& s);
 // kernel (CUDA; check() refuses it elsewhere).
 using Kernel = at::Tensor (*)(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
                               const std::optional<at::Tensor>& bias, bool tf32,
-                              int64_t chunk_bytes, int64_t fused);
+                              int64_t chunk_bytes, bool fused);
 
 at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
                    const std::optional<at::Tensor>& bias, bool tf32, int64_t chunk_bytes,
-                   int64_t fused);
+                   bool fused);
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, bool tf32, int64_t chunk_bytes,
-                    int64_t fused);
+                    bool fused);
 
 // A pass with an empty batch or channel count: zeros (and the bias, forward).
 at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
@@ -54,18 +54,18 @@ struct DeviceOps {
   static at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
                         int64_t tile, bool tf32, int64_t chunk_bytes = kChunkBytes,
-                        int64_t fused = 0) {
+                        bool fused = false) {
     const Shape s = check(pass, a, b, bias, padding, tile, fused);
     if (s.S == 0 || s.C == 0 || s.K == 0) return empty_result(pass, s, a, bias);
     return Run(pass, s, a, b, bias, tf32, chunk_bytes, fused);
   }
   static at::Tensor forward(const at::Tensor& input, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                            int64_t tile, bool tf32, int64_t fused) {
+                            int64_t tile, bool tf32, bool fused) {
     return run(Pass::Forward, input, weight, bias, padding, tile, tf32, kChunkBytes, fused);
   }
   static at::Tensor input_grad(const at::Tensor& grad_output, const at::Tensor& weight,
-                               at::IntArrayRef padding, int64_t tile, bool tf32, int64_t fused) {
+                               at::IntArrayRef padding, int64_t tile, bool tf32, bool fused) {
     return run(Pass::InputGrad, grad_output, weight, std::nullopt, padding, tile, tf32,
                kChunkBytes, fused);
   }

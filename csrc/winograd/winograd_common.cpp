@@ -26,7 +26,7 @@ constexpr int64_t kMaxPlane = kConvMaxPlane;
 
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
-            int64_t fused) {
+            bool fused) {
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
@@ -44,10 +44,7 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               pass == Pass::WeightGrad ? "2 or 4 (grad_output tiles of F(3x3, tile x tile))"
                                        : "2, 4 or 6 (output tiles of F(tile x tile, 3x3))",
               ", got ", tile);
-  TORCH_CHECK(fused >= 0 && fused <= 2, op, ": `fused` must be 0 (none), 1 (the whole algorithm "
-              "in one kernel) or 2 (the products and the inverse transform in one kernel), got ",
-              fused);
-  if (fused != 0) {
+  if (fused) {
     TORCH_CHECK(winograd::fused_ok(pass, tile), op, ": `fused` takes `tile` ",
                 winograd::kFusedTile, " (the fused kernel computes F(2x2, 3x3)), got ", tile);
     TORCH_CHECK(a.is_cuda(), op, ": `fused` runs on CUDA tensors, got ", a.device(),
@@ -126,13 +123,13 @@ at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
   TORCH_CHECK(chunk_bytes > 0, op_name(pass), ": the chunk bound must be > 0");
   if (a.is_cuda()) {
 #ifdef FASTLAYERS_WITH_CUDA
-    return DeviceOps<&run_cuda>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, 0);
+    return DeviceOps<&run_cuda>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, false);
 #else
     TORCH_CHECK(false, op_name(pass), ": fastlayers was built without CUDA");
 #endif
   }
   TORCH_CHECK(a.is_cpu(), op_name(pass), ": runs on CPU and CUDA tensors, got ", a.device());
-  return DeviceOps<&run_cpu>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, 0);
+  return DeviceOps<&run_cpu>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, false);
 }
 
 size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,
@@ -144,21 +141,6 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
   const Shape s{S, C, K, H, W, ph, pw, tile};
   const int64_t chunk = winograd::chunk_samples(p, s, store_bytes, acc_bytes, kChunkBytes);
   return winograd::buffers(p, s, chunk, store_bytes, acc_bytes).total;
-}
-
-size_t python_fused_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H,
-                                    int64_t W, int64_t ph, int64_t pw, int store_bytes,
-                                    int64_t fused) {
-  TORCH_CHECK(pass == 0 || pass == 1,
-              "winograd_fused_workspace_bytes: `pass_` must be 0 or 1 (forward, input gradient)");
-  TORCH_CHECK(fused == 1 || fused == 2, "winograd_fused_workspace_bytes: `fused` must be 1 or 2");
-  const Pass p = static_cast<Pass>(pass);
-  const Shape s{S, C, K, H, W, ph, pw, winograd::kFusedTile};
-  const auto variant = static_cast<winograd::Fused>(fused);
-  const int64_t chunk = variant == winograd::Fused::Products
-                            ? winograd::fused_chunk_samples(p, s, store_bytes, kChunkBytes)
-                            : S;
-  return winograd::fused_workspace_bytes(p, s, store_bytes, variant, chunk);
 }
 
 }  // namespace winograd_host

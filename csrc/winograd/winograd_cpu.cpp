@@ -77,7 +77,7 @@ at::Tensor output_transform(const at::Tensor& M, const at::Tensor& AT, int64_t n
 
 at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
                    const std::optional<at::Tensor>& bias, bool /*tf32*/, int64_t chunk_bytes,
-                   int64_t /*fused: check() refuses it on CPU*/) {
+                   bool /*fused: check() refuses it on CPU*/) {
   const auto ct = a_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const auto a = a_in.to(ct), b = b_in.to(ct);
   const Mats mt = mats(pass, s.tile, ct);

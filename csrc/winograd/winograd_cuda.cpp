@@ -14,20 +14,15 @@ namespace winograd_host {
 
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
                     const std::optional<at::Tensor>& bias_in, bool tf32, int64_t chunk_bytes,
-                    int64_t fused) {
+                    bool fused) {
   c10::cuda::CUDAGuard guard(a_in.device());
   const auto a = a_in.contiguous();
   const auto b = b_in.contiguous();
   at::Tensor bias;
   if (bias_in.has_value()) bias = bias_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
-  if (fused != 0) {  // float16 or bfloat16 (check())
-    const auto variant = static_cast<winograd::Fused>(fused);
-    const int store = static_cast<int>(a.element_size());
-    const int64_t chunk = variant == winograd::Fused::Products
-                              ? winograd::fused_chunk_samples(pass, s, store, chunk_bytes)
-                              : s.S;
-    const size_t bytes = winograd::fused_workspace_bytes(pass, s, store, variant, chunk);
+  if (fused) {  // float16 or bfloat16 (check())
+    const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
     auto ws = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(a.scalar_type(), "winograd_fused", [&] {
@@ -36,8 +31,8 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
           pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
           reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
           bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
-          reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), variant, ws.mutable_data_ptr(),
-          bytes, chunk, stream);
+          reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(), bytes,
+          stream);
     });
     return out;
   }

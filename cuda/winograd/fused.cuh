@@ -37,10 +37,18 @@ constexpr int kBK = 16;        // reduction channels per chunk: one mma k-step
 // loads (row g, column pair t) of a warp fall in 32 distinct banks.
 constexpr int kRow = 24;
 
-// The padded filter layout the kernels read: U [alpha^2, Mo_pad, R_pad] (fused_dims,
-// layout.h), zeros in the padding, so every chunk is whole 16-byte rows (no bounds checks, no
-// partial vectors).
-using FilterDims = FusedDims;
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The padded filter layout the kernel reads: U [alpha^2, Mo_pad, R_pad], result channels
+// rounded up to kBM and reduction channels to kBK, zeros in the padding, so every chunk is
+// whole 16-byte rows (no bounds checks, no partial vectors).
+struct FilterDims {
+  int64_t Mo, R, Mo_pad, R_pad;
+};
+inline FilterDims filter_dims(Pass pass, const Shape& s) {
+  const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
+  return {Mo, R, round_up(Mo, kBM), round_up(R, kBK)};
+}
 
 // U[xi, o, r] = (G g G^T)[xi] of filter g: w[o, r] (forward) or w[r, o] turned 180 degrees
 // (input gradient); zero in the padding. One thread per padded (o, r), r fastest.
@@ -77,56 +85,6 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
   }
 }
 
-// V[xi, p, r] = (B^T d B)[xi] of tile p's window of channel r (zero for r >= R or p >= P):
-// the transformed data in the layout the products read by cp.async, reduction channels
-// contiguous and padded to R_pad. One thread per (tile, 8 channels): 16-byte stores.
-template <typename T, typename Mat>
-__global__ void data_transform_padded(const T* __restrict__ in, T* __restrict__ V,
-                                      TileSource src, int64_t R, int64_t R_pad, int64_t P_pad) {
-  constexpr int A = Mat::kAlpha;
-  const int64_t groups = R_pad / 8, n = P_pad * groups, tiles = src.th * src.tw,
-                P = src.n * tiles;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = i / groups, r0 = (i - p * groups) * 8;
-    T vals[A * A][8];
-    int64_t y0 = 0, x0 = 0, s = 0;
-    if (p < P) {
-      s = p / tiles;
-      const int64_t t = p - s * tiles, ty = t / src.tw, tx = t - ty * src.tw;
-      y0 = ty * src.step - src.oy;
-      x0 = tx * src.step - src.ox;
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int64_t r = r0 + j;
-      const bool in_ = p < P && r < R;
-      const T* plane = in + (in_ ? (s * src.ch + r) * src.ih * src.iw : 0);
-      float d[A][A];
-#pragma unroll
-      for (int u = 0; u < A; ++u) {
-        const int64_t y = y0 + u;
-        const bool row_in = in_ && y >= 0 && y < src.ih;
-#pragma unroll
-        for (int v = 0; v < A; ++v) {
-          const int64_t x = x0 + v;
-          d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : 0.f;
-        }
-      }
-      float tv[A][A];
-      two_sided<UseBT<Mat>>(d, tv);
-#pragma unroll
-      for (int a = 0; a < A; ++a)
-#pragma unroll
-        for (int b = 0; b < A; ++b) vals[a * A + b][j] = from_compute<T>(tv[a][b]);
-    }
-#pragma unroll
-    for (int xi = 0; xi < A * A; ++xi)
-      *reinterpret_cast<uint4*>(V + (xi * P_pad + p) * R_pad + r0) =
-          *reinterpret_cast<const uint4*>(vals[xi]);
-  }
-}
-
 // D += A B, A 16x16 row-major, B 16x8 column-major, D float 16x8 (PTX mma.m16n8k16).
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                                     __half) {
@@ -156,11 +114,9 @@ template <typename T>
 struct Args {
   const T* data;  // the data operand [n, R, ih, iw] (src)
   const T* U;     // padded transformed filters [alpha^2, Mo_pad, R_pad]
-  const T* V;     // products kernel: transformed data [alpha^2, P_pad, R_pad]; else unused
   const T* bias;  // [Mo] or null
   T* out;         // [n, Mo, oh, ow] (dst)
   FilterDims f;
-  int64_t P_pad;
   TileSource src;
   TileTarget dst;
 };
@@ -178,9 +134,7 @@ struct Windows {
   T v[2][A][A];
 };
 
-// kPreV false: the whole algorithm in one kernel (windows loaded and transformed per chunk);
-// true: the products and the inverse transform, the transformed data read from g.V.
-template <typename T, typename Mat, bool kPreV>
+template <typename T, typename Mat>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   constexpr int A = Mat::kAlpha, A2 = A * A, m = Mat::kM;
   constexpr int kUStage = A2 * kBM * kRow, kVStage = A2 * kBP * kRow;
@@ -222,18 +176,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       const T* gsrc = g.U + (xi * g.f.Mo_pad + m0 + mm) * g.f.R_pad + c0 + 8 * half;
       cp_async16(Us + st * kUStage + row * kRow + 8 * half, gsrc);
     }
-  };
-  // The transformed data's chunk c0 into stage `st` (kPreV): 16-byte rows, 4 per thread.
-  auto load_v = [&](int st, int64_t c0) {
-    constexpr int kVecs = A2 * kBP * (kBK / 8);
-#pragma unroll
-    for (int q = 0; q < kVecs / kThreads; ++q) {
-      const int i = tid + q * kThreads;
-      const int half = i & 1, row = i >> 1;  // row = xi * kBP + pp
-      const int xi = row / kBP, pp = row - xi * kBP;
-      const T* gsrc = g.V + (xi * g.P_pad + p0 + pp) * g.f.R_pad + c0 + 8 * half;
-      cp_async16(Vs + st * kVStage + row * kRow + 8 * half, gsrc);
-    }
+    cp_async_commit();
   };
   // The windows of chunk c0 into registers, zeros outside.
   auto load_windows = [&](Windows<T, A>& wv, int64_t c0) {
@@ -287,16 +230,9 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 
   // Two stages: while the warps multiply chunk k, chunk k + 1's filters arrive by cp.async and
   // its windows by loads issued before the products; one barrier per chunk.
-  if constexpr (kPreV) {
-    load_u(0, 0);
-    load_v(0, 0);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-  } else {
+  {
     Windows<T, A> wv;
     load_u(0, 0);
-    cp_async_commit();
     load_windows(wv, 0);
     store_windows(wv, 0);
     cp_async_wait_all();
@@ -309,12 +245,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     Windows<T, A> wv;
     if (more) {
       load_u(st ^ 1, (k + 1) * kBK);
-      if constexpr (kPreV) {
-        load_v(st ^ 1, (k + 1) * kBK);
-      } else {
-        load_windows(wv, (k + 1) * kBK);
-      }
-      cp_async_commit();
+      load_windows(wv, (k + 1) * kBK);
     }
     const T* us = Us + st * kUStage;
     const T* vs = Vs + st * kVStage;
@@ -336,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       }
     }
     if (more) {
-      if constexpr (!kPreV) store_windows(wv, st ^ 1);
+      store_windows(wv, st ^ 1);
       cp_async_wait_all();
     }
     __syncthreads();
@@ -392,67 +323,46 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 
 template <typename T>
 void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
-               Fused variant, void* workspace, size_t workspace_size, int64_t chunk,
-               cudaStream_t stream) {
+               void* workspace, size_t workspace_size, cudaStream_t stream) {
   using Mat = Matrices<2, 3>;
   constexpr int A2 = Mat::kAlpha * Mat::kAlpha;
-  if (!fused_ok(pass, s.tile) || (variant != Fused::Whole && variant != Fused::Products))
-    throw std::invalid_argument("fastlayers: the fused Winograd kernels take F(2x2,3x3) for the "
+  if (!fused_ok(pass, s.tile))
+    throw std::invalid_argument("fastlayers: the fused Winograd kernel takes F(2x2,3x3) for the "
                                 "forward and the input gradient");
-  if (variant == Fused::Whole) chunk = s.S;
-  if (chunk < 1 || chunk > s.S)
-    throw std::invalid_argument("fastlayers: fused Winograd chunk out of range");
-  if (workspace_size < fused_workspace_bytes(pass, s, sizeof(T), variant, chunk))
+  if (workspace_size < fused_workspace_bytes(pass, s, sizeof(T)))
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
   const Tiling t = tiling(pass, s);
-  const FusedDims f = fused_dims(pass, s);
+  const fused::FilterDims f = fused::filter_dims(pass, s);
   T* U = static_cast<T*>(workspace);
-  const size_t u_bytes = kFusedAlpha2 * f.Mo_pad * f.R_pad * sizeof(T);
-  T* V = reinterpret_cast<T*>(static_cast<char*>(workspace) + align256(u_bytes));
   fused::filter_transform_padded<T, Mat><<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(
       b, U, f, s.C, pass == Pass::InputGrad);
   FL_LAUNCH_CHECK();
 
+  fused::Args<T> g{};
+  g.data = a;
+  g.U = U;
+  g.bias = pass == Pass::Forward ? bias : nullptr;
+  g.out = out;
+  g.f = f;
+  g.src = TileSource{s.S, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
+  g.dst = TileTarget{s.S, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
+  const int64_t P = s.S * t.tiles();
+  const dim3 grid(static_cast<unsigned>((P + fused::kBP - 1) / fused::kBP),
+                  static_cast<unsigned>(f.Mo_pad / fused::kBM));
   constexpr size_t smem = fused::smem_bytes<T, A2>();
-  auto k = variant == Fused::Whole ? fused::kernel<T, Mat, false> : fused::kernel<T, Mat, true>;
-  // The shared-memory opt-in once per device and kernel (a per-call attribute set costs host
-  // time).
-  static std::atomic<uint64_t> opted[2];
-  const int which = variant == Fused::Whole ? 0 : 1;
+  auto k = fused::kernel<T, Mat>;
+  // The shared-memory opt-in once per device (a per-call attribute set costs host time).
+  static std::atomic<uint64_t> opted{0};
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((opted[which].load(std::memory_order_acquire) & bit) == 0) {
+  if ((opted.load(std::memory_order_acquire) & bit) == 0) {
     FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    opted[which].fetch_or(bit, std::memory_order_acq_rel);
+    opted.fetch_or(bit, std::memory_order_acq_rel);
   }
-  const int64_t data_sample = t.data_ch * t.data_h * t.data_w;
-  const int64_t res_sample = t.res_ch * t.res_h * t.res_w;
-  for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
-    const int64_t n = std::min(chunk, s.S - s0);
-    fused::Args<T> g{};
-    g.data = a + s0 * data_sample;
-    g.U = U;
-    g.V = V;
-    g.bias = pass == Pass::Forward ? bias : nullptr;
-    g.out = out + s0 * res_sample;
-    g.f = f;
-    g.src = TileSource{n, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
-    g.dst = TileTarget{n, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
-    const int64_t P = n * t.tiles();
-    g.P_pad = (P + fused::kBP - 1) / fused::kBP * fused::kBP;
-    if (variant == Fused::Products) {
-      fused::data_transform_padded<T, Mat>
-          <<<blocks_for(g.P_pad * (f.R_pad / 8)), kThreads, 0, stream>>>(g.data, V, g.src, f.R,
-                                                                          f.R_pad, g.P_pad);
-      FL_LAUNCH_CHECK();
-    }
-    const dim3 grid(static_cast<unsigned>(g.P_pad / fused::kBP),
-                    static_cast<unsigned>(f.Mo_pad / fused::kBM));
-    k<<<grid, fused::kThreads, smem, stream>>>(g);
-    FL_LAUNCH_CHECK();
-  }
+  k<<<grid, fused::kThreads, smem, stream>>>(g);
+  FL_LAUNCH_CHECK();
 }
 
 }  // namespace winograd

@@ -32,11 +32,7 @@ inline bool tile_ok(Pass pass, int64_t tile) {
   return pass == Pass::WeightGrad ? weight_tile_ok(tile) : forward_tile_ok(tile);
 }
 
-// The fused kernels (fused.cuh): F(2x2, 3x3), forward and input gradient (float16, bfloat16).
-//   Whole     one kernel: the data transform, the products on tensor cores, the inverse.
-//   Products  the data transform into a buffer, then one kernel for the products and the
-//             inverse transform (no product buffer).
-enum class Fused : int64_t { None = 0, Whole = 1, Products = 2 };
+// The fused kernel (fused.cuh): F(2x2, 3x3), forward and input gradient (float16, bfloat16).
 constexpr int64_t kFusedTile = 2;
 inline bool fused_ok(Pass pass, int64_t tile) {
   return pass != Pass::WeightGrad && tile == kFusedTile;
@@ -129,46 +125,14 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
   return b;
 }
 
-// The fused kernels' padded sizes: result channels Mo rounded up to 64, reduction channels R
-// to 16, tiles per chunk to 32 (their blocks, fused.cuh).
-struct FusedDims {
-  int64_t Mo, R, Mo_pad, R_pad;
-};
-inline FusedDims fused_dims(Pass pass, const Shape& s) {
+// Workspace of the fused kernel: the transformed filters U [alpha^2, Mo, R] alone, result
+// channels Mo rounded up to 64 and reduction channels R to 16 (its blocks, fused.cuh).
+inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
+  const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
   const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
-  return {Mo, R, ceil_div(Mo, 64) * 64, ceil_div(R, 16) * 16};
-}
-constexpr size_t kFusedAlpha2 = (kFusedTile + kKernel - 1) * (kFusedTile + kKernel - 1);
-
-// Workspace of a fused variant for chunks of `samples` samples: the transformed filters
-// U [alpha^2, Mo_pad, R_pad], and for Products the transformed data V [alpha^2, P_pad, R_pad]
-// of one chunk (P_pad: its tiles rounded up to 32); V starts on a 256-byte boundary.
-inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes, Fused variant,
-                                    int64_t samples) {
-  const FusedDims f = fused_dims(pass, s);
-  const size_t u = kFusedAlpha2 * f.Mo_pad * f.R_pad * store_bytes;
-  if (variant != Fused::Products) return u;
-  const int64_t P_pad = ceil_div(samples * tiling(pass, s).tiles(), 32) * 32;
-  return align256(u) + kFusedAlpha2 * P_pad * f.R_pad * store_bytes;
-}
-
-// Samples per chunk of the Products variant: the most (at least 1) whose workspace fits `bound`.
-inline int64_t fused_chunk_samples(Pass pass, const Shape& s, int store_bytes, int64_t bound) {
-  if (s.S <= 1) return std::max<int64_t>(s.S, 1);
-  const size_t all = fused_workspace_bytes(pass, s, store_bytes, Fused::Products, s.S);
-  if (all <= static_cast<size_t>(bound)) return s.S;
-  const size_t one = fused_workspace_bytes(pass, s, store_bytes, Fused::Products, 1);
-  if (one >= static_cast<size_t>(bound)) return 1;
-  int64_t lo = 1, hi = s.S;  // largest n with bytes(n) <= bound
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (fused_workspace_bytes(pass, s, store_bytes, Fused::Products, mid) <=
-        static_cast<size_t>(bound))
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
+  const size_t mo = static_cast<size_t>(ceil_div(Mo, 64) * 64);
+  const size_t r = static_cast<size_t>(ceil_div(R, 16) * 16);
+  return alpha * alpha * mo * r * store_bytes;
 }
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.

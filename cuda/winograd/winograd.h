@@ -36,16 +36,14 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
          size_t workspace_size, int64_t chunk, cudaStream_t stream, cublasHandle_t blas,
          bool tf32);
 
-// The fused kernels (fused.cuh), float16 and bfloat16, F(2x2, 3x3): the filter transform into
-// `workspace`, then (Whole) one kernel for the data transform, the products on tensor cores
-// (float32 accumulation) and the inverse transform, or (Products) per chunk of `chunk` samples
-// the data transform into the workspace and one kernel for the products and the inverse.
-// Workspace: fused_workspace_bytes (layout.h). Forward (a = x, b = w, bias) or InputGrad
-// (a = grad_y, b = w); s.tile must satisfy fused_ok (throws otherwise).
+// The fused kernel (fused.cuh), float16 and bfloat16: the filter transform into `workspace`
+// (fused_workspace_bytes, layout.h), then one kernel for the data transform, the products on
+// tensor cores (float32 accumulation) and the inverse transform, all samples at once. Forward
+// (a = x, b = w, bias) or InputGrad (a = grad_y, b = w); s.tile must satisfy fused_ok (throws
+// otherwise).
 template <typename T>
 void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
-               Fused variant, void* workspace, size_t workspace_size, int64_t chunk,
-               cudaStream_t stream);
+               void* workspace, size_t workspace_size, cudaStream_t stream);
 
 }  // namespace winograd
 }  // namespace fastlayers

@@ -13,11 +13,10 @@ template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
                                  void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool);
 
 template void run_fused<__half>(Pass, const Shape&, const __half*, const __half*, const __half*,
-                                __half*, Fused, void*, size_t, int64_t, cudaStream_t);
+                                __half*, void*, size_t, cudaStream_t);
 template void run_fused<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
                                        const __nv_bfloat16*, const __nv_bfloat16*,
-                                       __nv_bfloat16*, Fused, void*, size_t, int64_t,
-                                       cudaStream_t);
+                                       __nv_bfloat16*, void*, size_t, cudaStream_t);
 
 }  // namespace winograd
 }  // namespace fastlayers

@@ -4,10 +4,8 @@ passes).
 
 3x3 filters, stride 1. `tile` is the output tile m of F(m x m, 3x3) for the forward and input
 gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
-`fused` (forward and input gradient, tile 2, float16 and bfloat16 on CUDA) picks a fused variant:
-1 (or True) the data transform, the products on tensor cores and the inverse transform in one
-kernel; 2 the data transform into a buffer, then the products and the inverse in one kernel;
-0 (False) the pipeline of separate kernels.
+`fused` (forward and input gradient, tile 2, float16 and bfloat16 on CUDA) runs the fused kernel:
+the data transform, the products on tensor cores and the inverse transform in one kernel.
 Every op is a pure function of its arguments: the tile, the TF32 switch and the kernel are
 explicit.
 """
@@ -33,24 +31,24 @@ KERNEL = 3
 
 def winograd_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                     padding: IntPair = 0, tile: int = 2, tf32: Optional[bool] = None,
-                    fused: int = 0) -> Tensor:
+                    fused: bool = False) -> Tensor:
     """Forward Winograd convolution (cross-correlation, stride 1) with F(tile x tile, 3x3):
     [S,C,H,W] x [K,C,3,3] -> [S,K,H+2ph-2,W+2pw-2]. `tf32` None: PyTorch's switch for
-    convolution. `fused`: 1 or 2, a fused variant (tile 2, float16/bfloat16, CUDA)."""
+    convolution. `fused`: the fused kernel (tile 2, float16/bfloat16, CUDA)."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d(input, weight, bias, pair(padding, "padding"),
-                                                int(tile), tf32, int(fused))
+                                                int(tile), tf32, bool(fused))
 
 
 def winograd_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair = 0,
                                tile: int = 2, tf32: Optional[bool] = None,
-                               fused: int = 0) -> Tensor:
+                               fused: bool = False) -> Tensor:
     """Gradient of winograd_conv2d with respect to its input, F(tile x tile, 3x3) on grad_output
     with the filters turned 180 degrees: [S,K,oh,ow] x [K,C,3,3] -> [S,C,oh+2-2ph,ow+2-2pw].
-    `fused`: 1 or 2, a fused variant (tile 2, float16/bfloat16, CUDA)."""
+    `fused`: the fused kernel (tile 2, float16/bfloat16, CUDA)."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d_input_grad(
-        grad_output, weight, pair(padding, "padding"), int(tile), tf32, int(fused))
+        grad_output, weight, pair(padding, "padding"), int(tile), tf32, bool(fused))
 
 
 def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair = 0,
@@ -73,7 +71,7 @@ def _check(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d")
-def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=0):
+def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False):
     _check("winograd_conv2d", input, "input", weight, "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
     ph, pw = padding
@@ -82,7 +80,7 @@ def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=0):
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_input_grad")
-def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False, fused=0):
+def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False, fused=False):
     _check("winograd_conv2d_input_grad", grad_output, "grad_output", weight, "weight")
     ph, pw = padding
     return grad_output.new_empty((grad_output.shape[0], weight.shape[1],

@@ -1,6 +1,5 @@
-"""The fused Winograd variants (`fused` 1: the whole algorithm in one kernel; 2: the data
-transform, then the products and the inverse in one kernel; F(2x2,3x3), forward and input
-gradient, float16 and bfloat16 on CUDA) against PyTorch in float64 within the tolerance rule of conv_samples, as the
+"""The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient, float16 and
+bfloat16 on CUDA) against PyTorch in float64 within the tolerance rule of conv_samples, as the
 non-fused ops are (test_winograd_values.py), on the shape matrix and on shapes that cross the
 kernel's blocks (64 result channels x 32 tiles, chunks of 16 reduction channels) at every edge;
 its autograd, opcheck, and the errors for what it does not take."""
@@ -29,32 +28,28 @@ BLOCK_SHAPES = [
 MUTATED = {torch.float16: (0, 1)}
 
 
-VARIANTS = (1, 2)
-
-
-def fused_pass(pass_, x, w, b, gy, padding, variant):
+def fused_pass(pass_, x, w, b, gy, padding):
     pad = list(padding)
     if pass_ == 0:
-        return fl.winograd_conv2d(x, w, b, pad, 2, False, variant)
-    return fl.winograd_conv2d_input_grad(gy, w, pad, 2, False, variant)
+        return fl.winograd_conv2d(x, w, b, pad, 2, False, True)
+    return fl.winograd_conv2d_input_grad(gy, w, pad, 2, False, True)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("pass_", (0, 1), ids=lambda p: PASS_NAMES[p])
 @pytest.mark.parametrize("shape", SHAPES + BLOCK_SHAPES, ids=shape_id)
-def test_fused_matches_pytorch_within_its_error(shape, pass_, dtype, variant):
+def test_fused_matches_pytorch_within_its_error(shape, pass_, dtype):
     x, w, b, gy = tensors(shape, dtype, "cuda")
     padding = shape[5:]
-    out = fused_pass(pass_, x, w, b, gy, padding, variant)
+    out = fused_pass(pass_, x, w, b, gy, padding)
     assert out.device == x.device and out.dtype == dtype
     ref = float64_passes(x, w, b, gy, padding)[pass_].cpu()
     with cudnn_tf32(False):
         native = torch_passes(x, w, b, gy, padding)[pass_].cpu()
     same = winograd_reference(pass_, *(t.cpu() for t in (x, w, b, gy)), padding, 2,
                               kernels="cuda")
-    what = "%s %s fused %d" % (shape_id(shape), PASS_NAMES[pass_], variant)
+    what = "%s %s fused" % (shape_id(shape), PASS_NAMES[pass_])
     bound = assert_within_bound(out.cpu(), ref, native, same, str(dtype).replace("torch.", ""),
                                 what=what)
     if pass_ in MUTATED.get(dtype, ()):
@@ -62,25 +57,23 @@ def test_fused_matches_pytorch_within_its_error(shape, pass_, dtype, variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_fused_is_the_same_algorithm_as_the_pipeline(dtype, variant):
+def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
     """The same transforms and stored operands as the non-fused F(2x2,3x3): the two differ only in
     the order of the float32 sums of products, far below either's error against float64."""
     shape = (4, 96, 80, 13, 15, 1, 1)
     x, w, b, gy = tensors(shape, dtype, "cuda")
     ref = float64_passes(x, w, b, gy, shape[5:])
     for pass_ in (0, 1):
-        a = fused_pass(pass_, x, w, b, gy, shape[5:], variant).cpu()
+        a = fused_pass(pass_, x, w, b, gy, shape[5:]).cpu()
         n = run_pass(pass_, x, w, b, gy, shape[5:], 2).cpu()
         gap, err = rel_err(a, n.double()), rel_err(n, ref[pass_].cpu())
         assert gap < 0.5 * err, (PASS_NAMES[pass_], gap, err)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_fused_autograd_uses_the_fused_passes(dtype, variant):
+def test_fused_autograd_uses_the_fused_passes(dtype):
     """Backward of a fused forward: the input gradient fused, the weight gradient by its own op;
     the gradients match PyTorch's within the rule."""
     from conv_samples import RecordOps
@@ -88,13 +81,13 @@ def test_fused_autograd_uses_the_fused_passes(dtype, variant):
     x, w, b, gy = tensors(shape, dtype, "cuda")
     leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
     with RecordOps() as rec:
-        y = fl.winograd_conv2d(*leaves, [1, 1], 2, False, variant)
+        y = fl.winograd_conv2d(*leaves, [1, 1], 2, False, True)
         y.backward(gy)
     calls = [(name, args) for name, args in rec.calls if name.startswith("winograd")]
     names = [name for name, _ in calls]
     assert names == ["winograd_conv2d", "winograd_conv2d_input_grad",
                      "winograd_conv2d_weight_grad"], names
-    assert calls[1][1][-1] == variant, calls[1]  # the input gradient ran the same variant
+    assert calls[1][1][-1] is True, calls[1]  # the input gradient ran fused
     ref = float64_passes(x, w, b, gy, (1, 1))
     with cudnn_tf32(False):
         native = torch_passes(x, w, b, gy, (1, 1))
@@ -106,18 +99,16 @@ def test_fused_autograd_uses_the_fused_passes(dtype, variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("op", ("forward", "input_grad"))
-def test_fused_opcheck(op, variant):
+def test_fused_opcheck(op):
     x, w, b, gy = tensors(SMALL_SHAPES[2], torch.float16, "cuda")
     pad = list(SMALL_SHAPES[2][5:])
     for t in (x, w, b, gy):
         t.requires_grad_()
     if op == "forward":
-        torch.library.opcheck(fl.winograd_conv2d.default, (x, w, b, pad, 2, False, variant))
+        torch.library.opcheck(fl.winograd_conv2d.default, (x, w, b, pad, 2, False, True))
     else:
-        torch.library.opcheck(fl.winograd_conv2d_input_grad.default,
-                              (gy, w, pad, 2, False, variant))
+        torch.library.opcheck(fl.winograd_conv2d_input_grad.default, (gy, w, pad, 2, False, True))
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -126,18 +117,16 @@ def test_fused_refuses_what_it_does_not_take(device):
     x, w, b, gy = tensors(shape, torch.float16, device)
     if device == "cpu":
         with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` runs on CUDA tensors"):
-            fl.winograd_conv2d(x, w, b, [1, 1], 2, False, 1)
+            fl.winograd_conv2d(x, w, b, [1, 1], 2, False, True)
         with pytest.raises(RuntimeError,
                            match=r"winograd_conv2d_input_grad: `fused` runs on CUDA tensors"):
-            fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, False, 2)
+            fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, False, True)
     x32, w32 = x.float(), w.float()
     with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` takes `tile` 2 .*got 4"):
-        fl.winograd_conv2d(x, w, b, [1, 1], 4, False, 2)
+        fl.winograd_conv2d(x, w, b, [1, 1], 4, False, True)
     if device == "cuda":
         with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16.*Float"):
-            fl.winograd_conv2d(x32, w32, None, [1, 1], 2, False, 1)
-    with pytest.raises(RuntimeError, match=r"`fused` must be 0 \(none\), 1 .* or 2 .*got 3"):
-        fl.winograd_conv2d(x, w, b, [1, 1], 2, False, 3)
+            fl.winograd_conv2d(x32, w32, None, [1, 1], 2, False, True)
     # The weight gradient has no fused kernel: its schema takes no `fused`.
     with pytest.raises(RuntimeError, match="expected at most 5 argument"):
         fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 2, False, True)
@@ -149,9 +138,7 @@ def test_fused_label():
     c = algorithms.parse("winograd:2,fused")
     assert c.params.fused and c.params.tile == 2 and c.label == "winograd:2,fused"
     assert not algorithms.parse("winograd:2").params.fused
-    c2 = algorithms.parse("winograd:2,fused-products")
-    assert c2.params.fused == 2 and c2.label == "winograd:2,fused-products"
-    for bad in ("winograd:4,fused", "winograd:2,fast", "winograd:2,", "winograd:4,fused-products"):
+    for bad in ("winograd:4,fused", "winograd:2,fast", "winograd:2,"):
         with pytest.raises(ValueError, match="bad variant"):
             algorithms.parse(bad)
     p = _problem(dtype="float16", device_type="cuda")
@@ -159,11 +146,9 @@ def test_fused_label():
     assert "forward and the input gradient" in FAMILY.fits(c, p, "weight_grad")
     assert "float16 and bfloat16 on CUDA" in FAMILY.fits(c, _problem("float32", "cuda"), "forward")
     assert "float16 and bfloat16 on CUDA" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
-    # U [16, result channels rounded up to 64, reduction channels rounded up to 16], float16;
-    # fused-products adds V [16, tiles (S 2 x 5 x 5 = 50) rounded up to 32, 16] after U
+    # U [16, result channels rounded up to 64, reduction channels rounded up to 16], float16
     assert FAMILY.workspace_bytes(c, p, "forward") == 16 * 64 * 16 * 2  # K 16, C 8
     assert FAMILY.workspace_bytes(c, p, "input_grad") == 16 * 64 * 16 * 2  # C 8, K 16
-    assert FAMILY.workspace_bytes(c2, p, "forward") == 16 * 64 * 16 * 2 + 16 * 64 * 16 * 2
 
 
 def _problem(dtype, device_type):
@@ -174,9 +159,8 @@ def _problem(dtype, device_type):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_module_runs_a_pinned_fused_label(dtype, variant):
+def test_module_runs_a_pinned_fused_label(dtype):
     """fastlayers.Conv2d with 'winograd:2,fused' pinned on the forward and the input gradient
     (its C++ plan): the fused ops run, and output and gradients match nn.Conv2d's within the
     rule."""
@@ -187,14 +171,14 @@ def test_module_runs_a_pinned_fused_label(dtype, variant):
     m = fastlayers.Conv2d(24, 40, 3, padding=1).cuda().to(dtype)
     with torch.no_grad():
         m.weight.copy_(w), m.bias.copy_(b)
-    label = "winograd:2,fused" if variant == 1 else "winograd:2,fused-products"
-    m.force_algorithms(forward=label, input_grad=label, weight_grad="native")
+    m.force_algorithms(forward="winograd:2,fused", input_grad="winograd:2,fused",
+                       weight_grad="native")
     xg = x.clone().requires_grad_()
     with RecordOps() as rec:
         y = m(xg)
         y.backward(gy)
     fused = [(n, a[-1]) for n, a in rec.calls if n.startswith("winograd_conv2d")]
-    assert fused == [("winograd_conv2d", variant), ("winograd_conv2d_input_grad", variant)], fused
+    assert fused == [("winograd_conv2d", True), ("winograd_conv2d_input_grad", True)], fused
     ref = float64_passes(x, w, b, gy, (1, 1))
     with cudnn_tf32(False):
         native = torch_passes(x, w, b, gy, (1, 1))

@@ -1,8 +1,7 @@
 """Winograd convolution: ``winograd:T``, T the op's tile: F(T x T, 3x3) in the forward and input
-gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4). Fused variants of
-F(2x2,3x3) (forward and input gradient, float16 and bfloat16 on CUDA): ``winograd:2,fused``, the
-whole algorithm in one kernel; ``winograd:2,fused-products``, the data transform then one kernel
-for the products and the inverse transform. 3x3 filters at stride 1, any padding."""
+gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4); ``winograd:2,fused``: the
+fused kernel (forward and input gradient, float16 and bfloat16 on CUDA). 3x3 filters at stride 1,
+any padding."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -19,11 +18,10 @@ HALF_DTYPES = ("float16", "bfloat16")
 
 class WinogradParams(NamedTuple):
     tile: int
-    fused: int = 0  # the ops' `fused`: 0 none, 1 whole, 2 products (cuda/winograd/layout.h)
+    fused: bool = False
 
 
-FUSED_TILE = 2  # the fused kernels' F(2x2, 3x3) (cuda/winograd/layout.h: kFusedTile)
-FUSED_VARIANTS = {"fused": 1, "fused-products": 2}
+FUSED_TILE = 2  # the fused kernel's F(2x2, 3x3) (cuda/winograd/layout.h: kFusedTile)
 
 
 # The largest alpha offered for float16 (see Winograd.candidates).
@@ -49,19 +47,16 @@ class Winograd(Family):
         if tile not in FORWARD_TILES + WEIGHT_GRAD_TILES or head != str(tile):
             raise ValueError(f"bad tile {head!r} in algorithm label {label!r} (winograd:T, T one "
                              f"of {sorted(set(FORWARD_TILES + WEIGHT_GRAD_TILES))})")
-        if sep and (variant not in FUSED_VARIANTS or tile != FUSED_TILE):
-            raise ValueError(f"bad variant {variant!r} in algorithm label {label!r} (the "
-                             f"variants: " + ", ".join("winograd:%d,%s" % (FUSED_TILE, v)
-                                                       for v in FUSED_VARIANTS) + ")")
-        return WinogradParams(tile, FUSED_VARIANTS[variant] if sep else 0)
+        if sep and (variant != "fused" or tile != FUSED_TILE):
+            raise ValueError(f"bad variant {variant!r} in algorithm label {label!r} (the one "
+                             f"variant is winograd:{FUSED_TILE},fused)")
+        return WinogradParams(tile, bool(sep))
 
     def format(self, name, params):
-        names = {v: k for k, v in FUSED_VARIANTS.items()}
-        return "winograd:%d%s" % (params.tile,
-                                  "," + names[params.fused] if params.fused else "")
+        return "winograd:%d%s" % (params.tile, ",fused" if params.fused else "")
 
-    def make(self, tile: int, fused: int = 0):
-        return self.choice("winograd", WinogradParams(int(tile), int(fused)))
+    def make(self, tile: int, fused: bool = False):
+        return self.choice("winograd", WinogradParams(int(tile), bool(fused)))
 
     def candidates(self, p, pass_):
         if self._layer_fits(p) is not None:
@@ -118,17 +113,18 @@ class Winograd(Family):
 
     def cpp_pass(self, choice, pass_):
         t = choice.params.tile
-        # (the C++ plan reads the fused variant from basis[0])
-        return (2, "", (choice.params.fused, 0), (t, t))
+        return (2, "fused" if choice.params.fused else "", (0, 0), (t, t))
 
     def workspace_bytes(self, choice, p, pass_):
         """The transformed operands and products of one chunk of samples (the ops bound a chunk;
         chunk_samples in cuda/winograd/layout.h)."""
         store = torch.tensor([], dtype=p.torch_dtype).element_size()
         if choice.params.fused:
-            return int(_C.winograd_fused_workspace_bytes(
-                CONV2D_PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.ph, p.pw, store,
-                choice.params.fused))
+            # The transformed filters alone, result channels rounded up to 64 and reduction
+            # channels to 16 (fused_workspace_bytes, cuda/winograd/layout.h).
+            alpha = FUSED_TILE + KERNEL - 1
+            mo, r = (p.K, p.C) if pass_ == "forward" else (p.C, p.K)
+            return alpha * alpha * (-(-mo // 64) * 64) * (-(-r // 16) * 16) * store
         acc = 8 if p.dtype == "float64" else 4
         return int(_C.winograd_conv2d_workspace_bytes(
             CONV2D_PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.ph, p.pw, choice.params.tile,
@@ -136,11 +132,8 @@ class Winograd(Family):
 
     def describe(self, choice):
         t = choice.params.tile
-        if choice.params.fused == 1:
-            return "Winograd F(2x2,3x3), fused: transforms and tensor-core products in one kernel"
-        if choice.params.fused == 2:
-            return ("Winograd F(2x2,3x3), fused products: the data transform, then the "
-                    "tensor-core products and the inverse transform in one kernel")
+        if choice.params.fused:
+            return "Winograd F(2x2,3x3), fused kernel (transforms and tensor-core products in one)"
         what = []
         if t in FORWARD_TILES:
             what.append("F(%dx%d,3x3)" % (t, t))
