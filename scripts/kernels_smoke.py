@@ -208,7 +208,10 @@ def lstm_cases(dev):
     for T, B, I, H, R, lengths, reverse in ((4, 3, 5, 6, 0, None, False),
                                             (5, 3, 4, 8, 3, (5, 3, 1), True),
                                             (3, 2, 2, 4, 0, (3, 2), True),
-                                            (1, 1, 3, 5, 2, None, False)):
+                                            (1, 1, 3, 5, 2, None, False),
+                                            # batch > 8: the persistent kernel's tensor cores
+                                            # (fp16), H padded to 16
+                                            (3, 17, 4, 12, 0, None, True)):
         x = torch.randn(T, B, I, generator=g, dtype=torch.float64)
         Rr = R or H
         args = [torch.randn(B, Rr, generator=g, dtype=torch.float64),

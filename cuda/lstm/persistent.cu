@@ -141,6 +141,186 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
   }
 }
 
+// Half types at batches above kMmaMinBatch: the gate products on tensor cores. A block's
+// products are h_{t-1} [B, H] times its rows of w_hh^T [H, 4U]: mma.sync m16n8k16 tiles (16 batch
+// rows x 8 gate rows, float32 accumulation), a warp per tile looping over H, operands in shared
+// memory as T (h_{t-1} is stored in T anyway, so the products read the same values). Below it,
+// the per-warp dot products above are faster (the few tiles leave most warps idle).
+constexpr int kMmaMinBatch = 8;
+
+// Shared rows of H padded to a multiple of 16 plus 8 halves: the fragment loads of a warp (rows
+// g, column pairs t) fall in distinct banks.
+__host__ __device__ inline int mma_pad_h(int H) { return (H + 15) / 16 * 16; }
+__host__ __device__ inline int mma_stride(int H) { return mma_pad_h(H) + 8; }
+__host__ __device__ inline int mma_rows(int U) { return (4 * U + 7) / 8 * 8; }
+__host__ __device__ inline int mma_batch(int B) { return (B + 15) / 16 * 16; }
+
+template <typename T>
+size_t mma_smem_bytes(int64_t B, int64_t H, int units) {
+  // w_s [rows, stride] T | h_s [B pad 16, stride] T | pre_s [B, 4 units] float | c_s [B, units]
+  const int st = mma_stride(static_cast<int>(H));
+  return (static_cast<size_t>(mma_rows(units)) * st * sizeof(T) + 15) / 16 * 16 +
+         (static_cast<size_t>(mma_batch(static_cast<int>(B))) * st * sizeof(T) + 15) / 16 * 16 +
+         B * 4 * units * 4 + B * units * 4;
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2], __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2], __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// persistent_forward_kernel with the gate products on tensor cores (T: __half, __nv_bfloat16).
+template <typename T>
+__global__ void __launch_bounds__(kPThreads)
+persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
+                              const float* __restrict__ xp, const T* __restrict__ b_ih,
+                              const T* __restrict__ b_hh, const T* __restrict__ w_hh,
+                              const T* __restrict__ h0, const T* __restrict__ c0, T* hbuf, T* out,
+                              T* __restrict__ h_n, T* __restrict__ c_n,
+                              float* __restrict__ reserve, T* __restrict__ reserve_h) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int st = mma_stride(H), hp16 = mma_pad_h(H), rows = mma_rows(U), bp = mma_batch(B);
+  T* w_s = reinterpret_cast<T*>(smem);
+  T* h_s = reinterpret_cast<T*>(smem + (static_cast<size_t>(rows) * st * sizeof(T) + 15) / 16 * 16);
+  float* pre_s = reinterpret_cast<float*>(
+      reinterpret_cast<unsigned char*>(h_s) +
+      (static_cast<size_t>(bp) * st * sizeof(T) + 15) / 16 * 16);
+  float* c_s = pre_s + B * 4 * U;
+  cg::grid_group grid = cg::this_grid();
+  const int u0 = blockIdx.x * U;
+  const int nu = min(U, H - u0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gr = lane >> 2, tq = lane & 3;
+  const T zero = from_compute<T>(0.f);
+
+  // w_s row q U + u: gate q of unit u0 + u; rows past 4 nu and columns past H are zeros.
+  for (int k = tid; k < rows * st; k += kPThreads) {
+    const int r = k / st, col = k - r * st, q = r / U, u = r - q * U;
+    w_s[k] = q < 4 && u < nu && col < H
+                 ? w_hh[(static_cast<int64_t>(q) * H + u0 + u) * H + col]
+                 : zero;
+  }
+  for (int k = tid; k < bp * st; k += kPThreads) h_s[k] = zero;  // padding stays zero
+  for (int k = tid; k < B * nu; k += kPThreads) {
+    const int b = k / nu, u = k - b * nu;
+    c_s[b * U + u] = to_compute(c0[static_cast<int64_t>(b) * H + u0 + u]);
+  }
+  __syncthreads();
+
+  const int mt = bp / 16, nt = rows / 8, tiles = mt * nt;
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t t = reverse ? steps - 1 - step : step;
+    const T* hp = step == 0 ? h0 : hbuf + ((step - 1) & 1) * static_cast<int64_t>(B) * H;
+    T* hn = hbuf + (step & 1) * static_cast<int64_t>(B) * H;
+    // h_{t-1} through L2 (other blocks wrote it): 16 bytes a load where rows allow (h0 may be a
+    // view at any element offset).
+    if (H % 8 == 0 && (reinterpret_cast<uintptr_t>(hp) & 15) == 0) {
+      const int per_row = H / 8;
+      for (int k = tid; k < B * per_row; k += kPThreads) {
+        const int b = k / per_row, c = (k - b * per_row) * 8;
+        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hp + static_cast<int64_t>(b) * H + c));
+        *reinterpret_cast<uint4*>(h_s + b * st + c) = v;
+      }
+    } else {
+      for (int k = tid; k < B * H; k += kPThreads) {
+        const int b = k / H, c = k - b * H;
+        h_s[b * st + c] = from_compute<T>(load_cg(hp + k));
+      }
+    }
+    __syncthreads();
+    // pre_s[b, r] = h_{t-1}[b] . w_s[r]: tile (m, n) = batch rows 16 m.., gate rows 8 n..
+    for (int tile = warp; tile < tiles; tile += kWarps) {
+      const int m = tile / nt, n = tile - m * nt;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      const T* ha = h_s + (m * 16 + gr) * st + 2 * tq;
+      const T* wb = w_s + (n * 8 + gr) * st + 2 * tq;
+      for (int k0 = 0; k0 < hp16; k0 += 16) {
+        uint32_t af[4], bf[2];
+        af[0] = *reinterpret_cast<const uint32_t*>(ha + k0);
+        af[1] = *reinterpret_cast<const uint32_t*>(ha + 8 * st + k0);
+        af[2] = *reinterpret_cast<const uint32_t*>(ha + k0 + 8);
+        af[3] = *reinterpret_cast<const uint32_t*>(ha + 8 * st + k0 + 8);
+        bf[0] = *reinterpret_cast<const uint32_t*>(wb + k0);
+        bf[1] = *reinterpret_cast<const uint32_t*>(wb + k0 + 8);
+        mma16816(acc, af, bf, T{});
+      }
+      // acc: (batch m 16 + gr (+8 for 2, 3), gate row n 8 + 2 tq (+1 for 1, 3))
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int b = m * 16 + gr + (i >= 2 ? 8 : 0), r = n * 8 + 2 * tq + (i & 1);
+        const int q = r / U, u = r - q * U;
+        if (b < B && q < 4 && u < nu) pre_s[b * 4 * U + q * U + u] = acc[i];
+      }
+    }
+    __syncthreads();
+    for (int k = tid; k < B * nu; k += kPThreads) {
+      const int b = k / nu, u = k - b * nu, j = u0 + u;
+      const int64_t row = t * B + b;
+      float v[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float x = xp[row * 4 * H + q * H + j] + pre_s[b * 4 * U + q * U + u];
+        if (b_ih != nullptr) x += to_compute(b_ih[q * H + j]);
+        if (b_hh != nullptr) x += to_compute(b_hh[q * H + j]);
+        v[q] = x;
+      }
+      const float i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanhf(v[2]), o = sigmoid(v[3]);
+      const float cp = c_s[b * U + u];
+      const float cn = f * cp + i * g;
+      const float ht = o * tanhf(cn);
+      float* rr = reserve + row * 5 * H + j;
+      rr[0] = i;
+      rr[H] = f;
+      rr[2 * H] = g;
+      rr[3 * H] = o;
+      rr[4 * H] = cp;
+      c_s[b * U + u] = cn;
+      reserve_h[row * H + j] = h_s[b * st + j];  // h_{t-1}
+      const T hv = from_compute<T>(ht);
+      out[row * H + j] = hv;
+      hn[static_cast<int64_t>(b) * H + j] = hv;
+      if (step == steps - 1) {
+        h_n[static_cast<int64_t>(b) * H + j] = hv;
+        c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(cn);
+      }
+    }
+    grid.sync();  // h_t of every unit written before any block reads it
+  }
+}
+
+// The kernel a (T, B) runs and its shared memory.
+template <typename T> constexpr bool has_mma() { return false; }
+template <> constexpr bool has_mma<__half>() { return true; }
+template <> constexpr bool has_mma<__nv_bfloat16>() { return true; }
+
+template <typename T>
+const void* kernel_for(int64_t B) {
+  if constexpr (has_mma<T>()) {
+    if (B > kMmaMinBatch) return reinterpret_cast<const void*>(persistent_forward_mma_kernel<T>);
+  }
+  return reinterpret_cast<const void*>(persistent_forward_kernel<T>);
+}
+
+template <typename T>
+size_t kernel_smem(int64_t B, int64_t H, int units) {
+  if constexpr (has_mma<T>()) {
+    if (B > kMmaMinBatch) return mma_smem_bytes<T>(B, H, units);
+  }
+  return smem_bytes<T>(B, H, units);
+}
+
 std::mutex plan_mutex;
 // (device, kernel, B, H): each instantiation has its own shared-memory attribute to set
 std::map<std::tuple<int, const void*, int64_t, int64_t>, Geometry> plans;
@@ -149,8 +329,8 @@ template <typename T>
 bool plan(int64_t B, int64_t H, Geometry* out) {
   int device = 0;
   FL_CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(
-      device, reinterpret_cast<const void*>(persistent_forward_kernel<T>), B, H);
+  const void* kernel = kernel_for<T>(B);
+  const auto key = std::make_tuple(device, kernel, B, H);
   std::lock_guard<std::mutex> lock(plan_mutex);
   auto it = plans.find(key);
   if (it == plans.end()) {
@@ -161,11 +341,10 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
     FL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
     if (coop && B > 0 && H > 0 && H <= (int64_t{1} << 20) && B <= 4096) {
       const int units = static_cast<int>((H + sms - 1) / sms);
-      const size_t smem = smem_bytes<T>(B, H, units);
+      const size_t smem = kernel_smem<T>(B, H, units);
       if (smem <= static_cast<size_t>(optin)) {
         // The attribute is the kernel's, not the shape's: set to the device's limit, so that a
         // plan made later for a smaller shape does not lower it under an earlier plan's need.
-        auto kernel = persistent_forward_kernel<T>;
         FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            optin));
         int per_sm = 0;
@@ -225,9 +404,8 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   float* res = static_cast<float*>(reserve);
   void* args[] = {&steps, &B, &Hi, &U, &reverse, &xp, &b_ih, &b_hh, &w_hh, &h0, &c0,
                   &hbuf, &out, &h_n, &c_n, &res, &reserve_h};
-  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(
-      reinterpret_cast<const void*>(persistent_forward_kernel<T>), dim3(g.blocks),
-      dim3(kPThreads), args, g.smem, stream));
+  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for<T>(s.B), dim3(g.blocks), dim3(kPThreads),
+                                            args, g.smem, stream));
 }
 
 #define FL_LSTM_PERSISTENT(T)                                                                  \

@@ -19,7 +19,9 @@ fl = torch.ops.fastlayers
 # Padded, no projection (what the kernel takes): lstm's cases of that kind, and the kernel's own
 # geometry: hidden sizes below and above the SM count (one unit per block; several, the last
 # block with fewer), batches not a multiple of the rows a warp shares a weight load across, and
-# a batch of 64.
+# a batch of 64. Batches above 8 in float16 and bfloat16 run the gate products on tensor cores
+# (16 batch rows x 8 gate rows a tile): batches and gate rows that fill no tile, hidden sizes not
+# a multiple of 16 (padded) or of 8 (h_{t-1} loaded element by element).
 # On the CPU the op is lstm's kernel: there the geometry cases check it at larger H.
 PADDED_CASES = [c for c in CASES if c.lengths is None and c.P == 0]
 GEOMETRY_CASES = [
@@ -27,6 +29,10 @@ GEOMETRY_CASES = [
     Case(5, 3, 9, 300, 0, None, False, False),
     Case(3, 64, 8, 64, 0, None, False, True),
     Case(9, 1, 16, 512, 0, None, True, True),
+    Case(4, 17, 5, 133, 0, None, True, False),
+    Case(3, 40, 6, 300, 0, None, False, True),
+    Case(3, 24, 8, 72, 0, None, True, True),
+    Case(5, 64, 32, 512, 0, None, True, False),
 ]
 PERSISTENT_CASES = PADDED_CASES + GEOMETRY_CASES
 
@@ -158,3 +164,23 @@ def test_opcheck(device, grads):
         if t is not None:
             t.requires_grad_(grads)
     torch.library.opcheck(fl.lstm_persistent.default, (x, h0, c0, *w, None, True, False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_tensor_core_products_with_an_unaligned_state(dtype):
+    """A batch above 8 in a half type (the gate products on tensor cores) with h0 a view one
+    element into its storage (not 16-byte aligned: loaded element by element) gives exactly the
+    results of an aligned h0, and the reserve lstm_backward reads."""
+    case = Case(4, 24, 8, 64, 0, None, False, True)
+    m = reference_module(case, dtype, "cuda")
+    x, h0, c0 = inputs(case, dtype, "cuda")
+    w = weights(m, case.reverse)
+    store = torch.empty(h0.numel() + 1, device="cuda", dtype=dtype)
+    h0u = store[1:].view_as(h0)
+    h0u.copy_(h0)
+    assert h0u.data_ptr() % 16 != 0
+    a = fl.lstm_persistent(x, h0, c0, *w, None, case.reverse, False)
+    b = fl.lstm_persistent(x, h0u, c0, *w, None, case.reverse, False)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(v, u, rtol=0, atol=0)
