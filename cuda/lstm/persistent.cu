@@ -40,11 +40,106 @@ struct Geometry {
   size_t smem;
 };
 
+// Shared memory both kernels end with: pre_s [B, 4 units] (the gate products), xs_s [B, 4 units]
+// (the step's input products), c_s [B, units] (the cell state), bias_s [2, 4 units] (b_ih, b_hh).
+inline size_t tail_bytes(int64_t B, int units) {
+  return (2 * B * 4 * units + B * units + 2 * 4 * units) * sizeof(float);
+}
+
 template <typename T>
 size_t smem_bytes(int64_t B, int64_t H, int units) {
-  // w_s [4 units, H] T | h_s [B, H] float | pre_s [B, 4 units] float | c_s [B, units] float
-  return (4 * units * H * sizeof(T) + 15) / 16 * 16 + B * H * 4 + B * 4 * units * 4 +
-         B * units * 4;
+  // w_s [4 units, H] T | h_s [B, H] float | the tail
+  return (4 * units * H * sizeof(T) + 15) / 16 * 16 + B * H * 4 + tail_bytes(B, units);
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
+}
+
+// The block's view of one layer: its units u0 .. u0 + nu of H, U per block.
+struct Slice {
+  int B, H, U, u0, nu;
+};
+
+// The tail of shared memory (tail_bytes) at `base`.
+struct Tail {
+  float *pre, *xs, *c, *bias;
+  __device__ Tail(float* base, const Slice& sl)
+      : pre(base), xs(base + sl.B * 4 * sl.U), c(xs + sl.B * 4 * sl.U), bias(c + sl.B * sl.U) {}
+};
+
+// Before the first step: the cell state from c0 and the biases (zeros where absent) of the
+// block's units.
+template <typename T>
+__device__ void load_state(const Slice& sl, const Tail& tl, const T* c0, const T* b_ih,
+                           const T* b_hh) {
+  for (int k = threadIdx.x; k < sl.B * sl.nu; k += kPThreads) {
+    const int b = k / sl.nu, u = k - b * sl.nu;
+    tl.c[b * sl.U + u] = to_compute(c0[static_cast<int64_t>(b) * sl.H + sl.u0 + u]);
+  }
+  for (int k = threadIdx.x; k < 2 * 4 * sl.nu; k += kPThreads) {
+    const int which = k / (4 * sl.nu), r = k - which * 4 * sl.nu, q = r / sl.nu, u = r - q * sl.nu;
+    const T* bias = which == 0 ? b_ih : b_hh;
+    tl.bias[which * 4 * sl.U + q * sl.U + u] =
+        bias != nullptr ? to_compute(bias[q * sl.H + sl.u0 + u]) : 0.f;
+  }
+}
+
+// Step t's input products of the block's units, xp[t B + b, q H + u0 + u] -> xs[b, q U + u], by
+// cp.async: issued at the step's start, they arrive while h_{t-1} loads and multiplies (a global
+// round trip off each step's critical path). Waited for before the barrier ahead of the cell.
+__device__ __forceinline__ void stage_inputs(const Slice& sl, const Tail& tl, const float* xp,
+                                             int64_t t) {
+  const int per_b = 4 * sl.nu;
+  for (int k = threadIdx.x; k < sl.B * per_b; k += kPThreads) {
+    const int b = k / per_b, r = k - b * per_b, q = r / sl.nu, u = r - q * sl.nu;
+    cp_async4(tl.xs + b * 4 * sl.U + q * sl.U + u,
+              xp + (t * sl.B + b) * 4 * sl.H + q * sl.H + sl.u0 + u);
+  }
+  asm volatile("cp.async.commit_group;\n");
+}
+__device__ __forceinline__ void inputs_arrived() { asm volatile("cp.async.wait_group 0;\n"); }
+
+// The cell of the block's units at step `step` (time t), as cell_forward: the input and gate
+// products, then the biases, then the gates; writes the reserve, h_t (out, the exchange buffer
+// hn, h_n at the last step) and c. `h_prev(b, j)`: h_{t-1}[b, j] in T (exact).
+template <typename T, typename HPrev>
+__device__ void cell_step(const Slice& sl, const Tail& tl, int64_t step, int64_t steps, int64_t t,
+                          bool has_b_ih, bool has_b_hh, HPrev h_prev, T* out, T* hn, T* h_n,
+                          T* c_n, float* reserve, T* reserve_h) {
+  const int B = sl.B, H = sl.H, U = sl.U, nu = sl.nu;
+  for (int k = threadIdx.x; k < B * nu; k += kPThreads) {
+    const int b = k / nu, u = k - b * nu, j = sl.u0 + u;
+    const int64_t row = t * B + b;
+    float v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float x = tl.xs[b * 4 * U + q * U + u] + tl.pre[b * 4 * U + q * U + u];
+      if (has_b_ih) x += tl.bias[q * U + u];
+      if (has_b_hh) x += tl.bias[4 * U + q * U + u];
+      v[q] = x;
+    }
+    const float i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanhf(v[2]), o = sigmoid(v[3]);
+    const float cp = tl.c[b * U + u];
+    const float cn = f * cp + i * g;
+    const float ht = o * tanhf(cn);
+    float* rr = reserve + row * 5 * H + j;
+    rr[0] = i;
+    rr[H] = f;
+    rr[2 * H] = g;
+    rr[3 * H] = o;
+    rr[4 * H] = cp;
+    tl.c[b * U + u] = cn;
+    reserve_h[row * H + j] = h_prev(b, j);
+    const T hv = from_compute<T>(ht);
+    out[row * H + j] = hv;
+    hn[static_cast<int64_t>(b) * H + j] = hv;
+    if (step == steps - 1) {
+      h_n[static_cast<int64_t>(b) * H + j] = hv;
+      c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(cn);
+    }
+  }
 }
 
 // xp [T B, 4H] (the input GEMM's products), w_hh [4H, H]; hbuf [2, B, H]; out [T, B, H];
@@ -60,27 +155,25 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
   extern __shared__ __align__(16) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
   float* h_s = reinterpret_cast<float*>(smem + (4 * U * H * sizeof(T) + 15) / 16 * 16);
-  float* pre_s = h_s + B * H;
-  float* c_s = pre_s + B * 4 * U;
+  const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U)};
+  const Tail tl(h_s + B * H, sl);
+  float* pre_s = tl.pre;
   cg::grid_group grid = cg::this_grid();
-  const int u0 = blockIdx.x * U;
-  const int nu = min(U, H - u0);
+  const int u0 = sl.u0, nu = sl.nu;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   for (int k = tid; k < 4 * nu * H; k += kPThreads) {  // rows q U + u: gate q of unit u0 + u
     const int r = k / H, col = k - r * H, q = r / nu, u = r - q * nu;
     w_s[(q * U + u) * H + col] = w_hh[(static_cast<int64_t>(q) * H + u0 + u) * H + col];
   }
-  for (int k = tid; k < B * nu; k += kPThreads) {
-    const int b = k / nu, u = k - b * nu;
-    c_s[b * U + u] = to_compute(c0[static_cast<int64_t>(b) * H + u0 + u]);
-  }
+  load_state(sl, tl, c0, b_ih, b_hh);
 
   const int groups = (B + kRowBatch - 1) / kRowBatch;
   for (int64_t step = 0; step < steps; ++step) {
     const int64_t t = reverse ? steps - 1 - step : step;
     const T* hp = step == 0 ? h0 : hbuf + ((step - 1) & 1) * static_cast<int64_t>(B) * H;
     T* hn = hbuf + (step & 1) * static_cast<int64_t>(B) * H;
+    stage_inputs(sl, tl, xp, t);
     for (int k = tid; k < B * H; k += kPThreads) h_s[k] = load_cg(hp + k);
     __syncthreads();
     // pre_s[b, q U + u] = h_{t-1}[b] . w_hh[q H + u0 + u]: a warp per (row, group of batch rows),
@@ -104,39 +197,11 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
         if (lane == 0 && b0 + j < B) pre_s[(b0 + j) * 4 * U + q * U + u] = v;
       }
     }
+    inputs_arrived();
     __syncthreads();
-    // The cell, as cell_forward: biases after the products, then the gates.
-    for (int k = tid; k < B * nu; k += kPThreads) {
-      const int b = k / nu, u = k - b * nu, j = u0 + u;
-      const int64_t row = t * B + b;
-      float v[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float x = xp[row * 4 * H + q * H + j] + pre_s[b * 4 * U + q * U + u];
-        if (b_ih != nullptr) x += to_compute(b_ih[q * H + j]);
-        if (b_hh != nullptr) x += to_compute(b_hh[q * H + j]);
-        v[q] = x;
-      }
-      const float i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanhf(v[2]), o = sigmoid(v[3]);
-      const float cp = c_s[b * U + u];
-      const float cn = f * cp + i * g;
-      const float ht = o * tanhf(cn);
-      float* rr = reserve + row * 5 * H + j;
-      rr[0] = i;
-      rr[H] = f;
-      rr[2 * H] = g;
-      rr[3 * H] = o;
-      rr[4 * H] = cp;
-      c_s[b * U + u] = cn;
-      reserve_h[row * H + j] = from_compute<T>(h_s[b * H + j]);  // h_{t-1}, exact in T
-      const T hv = from_compute<T>(ht);
-      out[row * H + j] = hv;
-      hn[static_cast<int64_t>(b) * H + j] = hv;
-      if (step == steps - 1) {
-        h_n[static_cast<int64_t>(b) * H + j] = hv;
-        c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(cn);
-      }
-    }
+    cell_step(sl, tl, step, steps, t, b_ih != nullptr, b_hh != nullptr,
+              [&](int b, int j) { return from_compute<T>(h_s[b * H + j]); }, out, hn, h_n, c_n,
+              reserve, reserve_h);
     grid.sync();  // h_t of every unit written before any block reads it
   }
 }
@@ -157,11 +222,11 @@ __host__ __device__ inline int mma_batch(int B) { return (B + 15) / 16 * 16; }
 
 template <typename T>
 size_t mma_smem_bytes(int64_t B, int64_t H, int units) {
-  // w_s [rows, stride] T | h_s [B pad 16, stride] T | pre_s [B, 4 units] float | c_s [B, units]
+  // w_s [rows, stride] T | h_s [B pad 16, stride] T | the tail
   const int st = mma_stride(static_cast<int>(H));
   return (static_cast<size_t>(mma_rows(units)) * st * sizeof(T) + 15) / 16 * 16 +
          (static_cast<size_t>(mma_batch(static_cast<int>(B))) * st * sizeof(T) + 15) / 16 * 16 +
-         B * 4 * units * 4 + B * units * 4;
+         tail_bytes(B, units);
 }
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
@@ -194,13 +259,13 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
   const int st = mma_stride(H), hp16 = mma_pad_h(H), rows = mma_rows(U), bp = mma_batch(B);
   T* w_s = reinterpret_cast<T*>(smem);
   T* h_s = reinterpret_cast<T*>(smem + (static_cast<size_t>(rows) * st * sizeof(T) + 15) / 16 * 16);
-  float* pre_s = reinterpret_cast<float*>(
-      reinterpret_cast<unsigned char*>(h_s) +
-      (static_cast<size_t>(bp) * st * sizeof(T) + 15) / 16 * 16);
-  float* c_s = pre_s + B * 4 * U;
+  const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U)};
+  const Tail tl(reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(h_s) +
+                                         (static_cast<size_t>(bp) * st * sizeof(T) + 15) / 16 * 16),
+                sl);
+  float* pre_s = tl.pre;
   cg::grid_group grid = cg::this_grid();
-  const int u0 = blockIdx.x * U;
-  const int nu = min(U, H - u0);
+  const int u0 = sl.u0, nu = sl.nu;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gr = lane >> 2, tq = lane & 3;
   const T zero = from_compute<T>(0.f);
@@ -213,10 +278,7 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
                  : zero;
   }
   for (int k = tid; k < bp * st; k += kPThreads) h_s[k] = zero;  // padding stays zero
-  for (int k = tid; k < B * nu; k += kPThreads) {
-    const int b = k / nu, u = k - b * nu;
-    c_s[b * U + u] = to_compute(c0[static_cast<int64_t>(b) * H + u0 + u]);
-  }
+  load_state(sl, tl, c0, b_ih, b_hh);
   __syncthreads();
 
   const int mt = bp / 16, nt = rows / 8, tiles = mt * nt;
@@ -224,6 +286,7 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
     const int64_t t = reverse ? steps - 1 - step : step;
     const T* hp = step == 0 ? h0 : hbuf + ((step - 1) & 1) * static_cast<int64_t>(B) * H;
     T* hn = hbuf + (step & 1) * static_cast<int64_t>(B) * H;
+    stage_inputs(sl, tl, xp, t);
     // h_{t-1} through L2 (other blocks wrote it): 16 bytes a load where rows allow (h0 may be a
     // view at any element offset).
     if (H % 8 == 0 && (reinterpret_cast<uintptr_t>(hp) & 15) == 0) {
@@ -264,38 +327,11 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
         if (b < B && q < 4 && u < nu) pre_s[b * 4 * U + q * U + u] = acc[i];
       }
     }
+    inputs_arrived();
     __syncthreads();
-    for (int k = tid; k < B * nu; k += kPThreads) {
-      const int b = k / nu, u = k - b * nu, j = u0 + u;
-      const int64_t row = t * B + b;
-      float v[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float x = xp[row * 4 * H + q * H + j] + pre_s[b * 4 * U + q * U + u];
-        if (b_ih != nullptr) x += to_compute(b_ih[q * H + j]);
-        if (b_hh != nullptr) x += to_compute(b_hh[q * H + j]);
-        v[q] = x;
-      }
-      const float i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanhf(v[2]), o = sigmoid(v[3]);
-      const float cp = c_s[b * U + u];
-      const float cn = f * cp + i * g;
-      const float ht = o * tanhf(cn);
-      float* rr = reserve + row * 5 * H + j;
-      rr[0] = i;
-      rr[H] = f;
-      rr[2 * H] = g;
-      rr[3 * H] = o;
-      rr[4 * H] = cp;
-      c_s[b * U + u] = cn;
-      reserve_h[row * H + j] = h_s[b * st + j];  // h_{t-1}
-      const T hv = from_compute<T>(ht);
-      out[row * H + j] = hv;
-      hn[static_cast<int64_t>(b) * H + j] = hv;
-      if (step == steps - 1) {
-        h_n[static_cast<int64_t>(b) * H + j] = hv;
-        c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(cn);
-      }
-    }
+    cell_step(sl, tl, step, steps, t, b_ih != nullptr, b_hh != nullptr,
+              [&](int b, int j) { return h_s[b * st + j]; }, out, hn, h_n, c_n, reserve,
+              reserve_h);
     grid.sync();  // h_t of every unit written before any block reads it
   }
 }
