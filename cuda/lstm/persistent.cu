@@ -2,9 +2,10 @@
 // step-wise forward), one cooperative kernel runs the whole recurrence. Each block owns a slice of
 // hidden units and keeps their four gates' rows of w_hh in shared memory for every step, with
 // their cell state; per step it reads h_{t-1} of the whole batch, computes its units' gates and
-// cell, writes h_t and raises its flag for the step; the next step starts once every block's
-// flag has. Per step this costs one exchange through L2 instead of a GEMM launch and a
-// point-wise launch, which is what small batches are bound by.
+// cell, writes h_t, and the grid synchronises. Per step this costs one grid barrier instead of a
+// GEMM launch and a point-wise launch, which is what small batches are bound by.
+#include <cooperative_groups.h>
+
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -15,6 +16,8 @@
 namespace fastlayers {
 namespace lstm {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kPThreads = 256;
 constexpr int kWarps = kPThreads / 32;
@@ -98,28 +101,6 @@ __device__ __forceinline__ void stage_inputs(const Slice& sl, const Tail& tl, co
 }
 __device__ __forceinline__ void inputs_arrived() { asm volatile("cp.async.wait_group 0;\n"); }
 
-// The step barrier: flags [blocks], zero at launch. A block that has written h_t of its units
-// raises its own flag to step + 1 (release, after the block's barrier, so every thread's writes
-// are ordered before it); a block about to read h_t waits until every flag reaches step + 1
-// (acquire, thread i watching flag i, then the block's barrier). No atomics, no counter that
-// all blocks contend for; the launch is cooperative, so every block is resident and none waits
-// on one that cannot run.
-__device__ __forceinline__ void raise_flag(unsigned* flags, unsigned value) {
-  __syncthreads();
-  if (threadIdx.x == 0)
-    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flags + blockIdx.x), "r"(value)
-                 : "memory");
-}
-__device__ __forceinline__ void wait_flags(const unsigned* flags, unsigned value) {
-  for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) {
-    unsigned v;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flags + i) : "memory");
-    } while (v < value);
-  }
-  __syncthreads();
-}
-
 // The cell of the block's units at step `step` (time t), as cell_forward: the input and gate
 // products, then the biases, then the gates; writes the reserve, h_t (out, the exchange buffer
 // hn, h_n at the last step) and c. `h_prev(b, j)`: h_{t-1}[b, j] in T (exact).
@@ -170,13 +151,14 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
                           const T* __restrict__ b_hh, const T* __restrict__ w_hh,
                           const T* __restrict__ h0, const T* __restrict__ c0, T* hbuf, T* out,
                           T* __restrict__ h_n, T* __restrict__ c_n, float* __restrict__ reserve,
-                          T* __restrict__ reserve_h, unsigned* flags) {
+                          T* __restrict__ reserve_h) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
   float* h_s = reinterpret_cast<float*>(smem + (4 * U * H * sizeof(T) + 15) / 16 * 16);
   const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U)};
   const Tail tl(h_s + B * H, sl);
   float* pre_s = tl.pre;
+  cg::grid_group grid = cg::this_grid();
   const int u0 = sl.u0, nu = sl.nu;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -192,7 +174,6 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
     const T* hp = step == 0 ? h0 : hbuf + ((step - 1) & 1) * static_cast<int64_t>(B) * H;
     T* hn = hbuf + (step & 1) * static_cast<int64_t>(B) * H;
     stage_inputs(sl, tl, xp, t);
-    if (step > 0) wait_flags(flags, static_cast<unsigned>(step));  // h_{t-1} of every unit
     for (int k = tid; k < B * H; k += kPThreads) h_s[k] = load_cg(hp + k);
     __syncthreads();
     // pre_s[b, q U + u] = h_{t-1}[b] . w_hh[q H + u0 + u]: a warp per (row, group of batch rows),
@@ -221,7 +202,7 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
     cell_step(sl, tl, step, steps, t, b_ih != nullptr, b_hh != nullptr,
               [&](int b, int j) { return from_compute<T>(h_s[b * H + j]); }, out, hn, h_n, c_n,
               reserve, reserve_h);
-    raise_flag(flags, static_cast<unsigned>(step + 1));
+    grid.sync();  // h_t of every unit written before any block reads it
   }
 }
 
@@ -273,8 +254,7 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
                               const T* __restrict__ b_hh, const T* __restrict__ w_hh,
                               const T* __restrict__ h0, const T* __restrict__ c0, T* hbuf, T* out,
                               T* __restrict__ h_n, T* __restrict__ c_n,
-                              float* __restrict__ reserve, T* __restrict__ reserve_h,
-                              unsigned* flags) {
+                              float* __restrict__ reserve, T* __restrict__ reserve_h) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int st = mma_stride(H), hp16 = mma_pad_h(H), rows = mma_rows(U), bp = mma_batch(B);
   T* w_s = reinterpret_cast<T*>(smem);
@@ -284,6 +264,7 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
                                          (static_cast<size_t>(bp) * st * sizeof(T) + 15) / 16 * 16),
                 sl);
   float* pre_s = tl.pre;
+  cg::grid_group grid = cg::this_grid();
   const int u0 = sl.u0, nu = sl.nu;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gr = lane >> 2, tq = lane & 3;
@@ -306,7 +287,6 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
     const T* hp = step == 0 ? h0 : hbuf + ((step - 1) & 1) * static_cast<int64_t>(B) * H;
     T* hn = hbuf + (step & 1) * static_cast<int64_t>(B) * H;
     stage_inputs(sl, tl, xp, t);
-    if (step > 0) wait_flags(flags, static_cast<unsigned>(step));  // h_{t-1} of every unit
     // h_{t-1} through L2 (other blocks wrote it): 16 bytes a load where rows allow (h0 may be a
     // view at any element offset).
     if (H % 8 == 0 && (reinterpret_cast<uintptr_t>(hp) & 15) == 0) {
@@ -352,7 +332,7 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
     cell_step(sl, tl, step, steps, t, b_ih != nullptr, b_hh != nullptr,
               [&](int b, int j) { return h_s[b * st + j]; }, out, hn, h_n, c_n, reserve,
               reserve_h);
-    raise_flag(flags, static_cast<unsigned>(step + 1));
+    grid.sync();  // h_t of every unit written before any block reads it
   }
 }
 
@@ -447,8 +427,6 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   Carve ws(workspace);
   float* xp = ws.take<float>(s.N * 4 * H);
   T* hbuf = ws.take<T>(2 * s.B * H);  // within the step-wise forward's c [B, H] A and h [B, R] T
-  unsigned* flags = ws.take<unsigned>(g.blocks);  // blocks <= H: the forward's last piece
-  FL_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned) * g.blocks, stream));
   if (s.I > 0) {
     const gemm::Pinned pin(blas, stream);
     gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih, s.I, x,
@@ -461,7 +439,7 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   bool reverse = s.reverse;
   float* res = static_cast<float*>(reserve);
   void* args[] = {&steps, &B, &Hi, &U, &reverse, &xp, &b_ih, &b_hh, &w_hh, &h0, &c0,
-                  &hbuf, &out, &h_n, &c_n, &res, &reserve_h, &flags};
+                  &hbuf, &out, &h_n, &c_n, &res, &reserve_h};
   FL_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for<T>(s.B), dim3(g.blocks), dim3(kPThreads),
                                             args, g.smem, stream));
 }

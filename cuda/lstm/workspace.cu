@@ -12,10 +12,8 @@ size_t piece(int64_t count, int bytes) {
 }  // namespace
 
 size_t forward_workspace(const Steps& s, int t_bytes, int a_bytes) {
-  // The persistent forward carves xp, its h exchange buffer [2, B, H] T (within the next two
-  // pieces) and its step flags (at most H, the last piece) from the same workspace.
   return piece(s.N * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.B * s.R, t_bytes) +
-         (s.proj ? piece(s.B * s.H, t_bytes) : 0) + piece(s.H, 4);
+         (s.proj ? piece(s.B * s.H, t_bytes) : 0);
 }
 
 size_t backward_workspace(const Steps& s, int t_bytes, int a_bytes) {
