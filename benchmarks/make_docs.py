@@ -712,6 +712,14 @@ def summary(docs: dict) -> str:
                          "; ".join("%s %s" % (m, span([r["fwd"]["ratio"] for r in ps
                                                        if r["mode"] == m]) + "x")
                                    for m in modes) + " (target 3x at batch 1..8)"))
+        p64 = [r for r in layers if r.get("algorithm") == "persistent" and r.get("fwd")
+               and r.get("config") == "512x64x100"]
+        if p64:
+            rows.append(("Persistent LSTM over `nn.LSTM`, 512/64/100, device time: forward / "
+                         "forward+backward (the fused backward)",
+                         "; ".join("%s %s / %sx" % (r["mode"], f(r["fwd"]["ratio"]),
+                                                    f((r.get("fwdbwd") or {}).get("ratio")))
+                                   for r in p64) + " (target 1.2x)"))
     shown = ("table4", "modules", "fbfft", "paper-conv", "networks", "winograd", "large-kernels",
              "lstm")
     dirty = [k for k in shown if k in docs and docs[k][1].get("git", {}).get("dirty") is not False]

@@ -209,7 +209,7 @@ def lstm_cases(dev):
                                             (5, 3, 4, 8, 3, (5, 3, 1), True),
                                             (3, 2, 2, 4, 0, (3, 2), True),
                                             (1, 1, 3, 5, 2, None, False),
-                                            # batch > 8: the persistent kernel's tensor cores
+                                            # batch > 4: the persistent kernel's tensor cores
                                             # (fp16), H padded to 16
                                             (3, 17, 4, 12, 0, None, True)):
         x = torch.randn(T, B, I, generator=g, dtype=torch.float64)

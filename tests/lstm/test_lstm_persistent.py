@@ -19,7 +19,7 @@ fl = torch.ops.fastlayers
 # Padded, no projection (what the kernel takes): lstm's cases of that kind, and the kernel's own
 # geometry: hidden sizes below and above the SM count (one unit per block; several, the last
 # block with fewer), batches not a multiple of the rows a warp shares a weight load across, and
-# a batch of 64. Batches above 8 in float16 and bfloat16 run the gate products on tensor cores
+# a batch of 64. Batches above 4 in float16 and bfloat16 run the gate products on tensor cores
 # (16 batch rows x 8 gate rows a tile): batches and gate rows that fill no tile, hidden sizes not
 # a multiple of 16 (padded) or of 8 (h_{t-1} loaded element by element).
 # On the CPU the op is lstm's kernel: there the geometry cases check it at larger H.
@@ -169,7 +169,7 @@ def test_opcheck(device, grads):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_tensor_core_products_with_an_unaligned_state(dtype):
-    """A batch above 8 in a half type (the gate products on tensor cores) with h0 a view one
+    """A batch above 4 in a half type (the gate products on tensor cores) with h0 a view one
     element into its storage (not 16-byte aligned: loaded element by element) gives exactly the
     results of an aligned h0, and the reserve lstm_backward reads."""
     case = Case(4, 24, 8, 64, 0, None, False, True)
