@@ -130,6 +130,19 @@ def fbfft_cases(dev):
     return worst
 
 
+def conv3x3_problem(g, S, C, K, H, W, pad):
+    """x, w, b, gy of a 3x3 convolution in float64 from generator g, and PyTorch's three passes
+    (output, input gradient, weight gradient)."""
+    x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
+    w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
+    b = torch.randn(K, generator=g, dtype=torch.float64)
+    gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
+                     dtype=torch.float64)
+    ref = (F.conv2d(x, w, b, 1, pad),) + tuple(torch.ops.aten.convolution_backward(
+        gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1, [True, True, False])[:2])
+    return x, w, b, gy, ref
+
+
 def winograd_cases(dev):
     """Every Winograd tile of every pass, fp32 and fp16 (the float-product GEMM), with padding 0..3
     (3: the input gradient's windows start inside grad_y), one chunk and several (the weight
@@ -138,13 +151,7 @@ def winograd_cases(dev):
     g = torch.Generator().manual_seed(2)
     for S, C, K, H, W, pad in ((2, 3, 4, 9, 7, (1, 1)), (3, 5, 2, 6, 11, (0, 3)),
                                (1, 2, 3, 2, 3, (2, 1))):
-        x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
-        w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
-        b = torch.randn(K, generator=g, dtype=torch.float64)
-        gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
-                         dtype=torch.float64)
-        ref = (F.conv2d(x, w, b, 1, pad),) + tuple(torch.ops.aten.convolution_backward(
-            gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1, [True, True, False])[:2])
+        x, w, b, gy, ref = conv3x3_problem(g, S, C, K, H, W, pad)
         # fp16: a loose bound (F(6x6,3x3) rounds its fp16 transforms coarsely); accuracy is
         # tests/winograd's business, this run is for the sanitizers.
         for dtype, bound in ((torch.float32, 1e-5), (torch.float16, 5e-2)):
@@ -175,14 +182,7 @@ def winograd_fused_cases(g):
     fl = torch.ops.fastlayers
     for S, C, K, H, W, pad in ((2, 17, 65, 9, 7, (1, 1)), (3, 33, 18, 6, 11, (0, 3)),
                                (1, 2, 3, 2, 3, (2, 1))):
-        x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
-        w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
-        b = torch.randn(K, generator=g, dtype=torch.float64)
-        gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
-                         dtype=torch.float64)
-        ref = (F.conv2d(x, w, b, 1, pad), torch.ops.aten.convolution_backward(
-            gy, x, w, None, [1, 1], list(pad), [1, 1], False, [0, 0], 1,
-            [True, False, False])[0])
+        x, w, b, gy, ref = conv3x3_problem(g, S, C, K, H, W, pad)
         for dtype, bound in ((torch.float16, 5e-3), (torch.bfloat16, 4e-2)):
             xd, wd, bd, gyd = (t.to("cuda", dtype) for t in (x, w, b, gy))
             outs = (fl.winograd_conv2d(xd, wd, bd, list(pad), 2, False, True),

@@ -12,6 +12,21 @@ namespace lstm {
 template <typename A> __device__ __forceinline__ A sigmoid(A v) { return A(1) / (A(1) + exp(-v)); }
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
+// One (row, unit) of the cell from its four pre-activations v (i, f, g, o; biases added) and
+// c_{t-1} = cp: the gates, c_t and h_t, and the reserve's five values at r (stride H): i, f, g, o,
+// c_{t-1}, which the backward reads.
+template <typename A>
+__device__ __forceinline__ void cell_update(const A (&v)[4], A cp, A* r, int64_t H, A& cn, A& ht) {
+  const A i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanh(v[2]), o = sigmoid(v[3]);
+  cn = f * cp + i * g;
+  ht = o * tanh(cn);
+  r[0] = i;
+  r[H] = f;
+  r[2 * H] = g;
+  r[3 * H] = o;
+  r[4 * H] = cp;
+}
+
 // One forward step over n active rows. pre [n, 4H]: the gates' pre-activations without biases
 // (the input and recurrent GEMMs); c [n, H] the cell state, updated; h [n, R] the hidden state:
 // its old rows are saved as h_{t-1} into reserve_h, and without a projection (htil null) the new
@@ -36,16 +51,9 @@ __global__ void cell_forward(int64_t n, int64_t H, int64_t R, const compute_t<T>
       if (b_hh != nullptr) x += to_compute(b_hh[q * H + j]);
       v[q] = x;
     }
-    const A i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanh(v[2]), o = sigmoid(v[3]);
     const A cp = c[b * H + j];
-    const A cn = f * cp + i * g;
-    const A ht = o * tanh(cn);
-    A* r = reserve + b * 5 * H + j;
-    r[0] = i;
-    r[H] = f;
-    r[2 * H] = g;
-    r[3 * H] = o;
-    r[4 * H] = cp;
+    A cn, ht;
+    cell_update(v, cp, reserve + b * 5 * H + j, H, cn, ht);
     c[b * H + j] = cn;
     const T hv = from_compute<T>(ht);
     if (htil == nullptr) {

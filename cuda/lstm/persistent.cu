@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "../common/mma.cuh"
 #include "sequence.cuh"
 
 namespace fastlayers {
@@ -120,16 +121,8 @@ __device__ void cell_step(const Slice& sl, const Tail& tl, int64_t step, int64_t
       if (has_b_hh) x += tl.bias[4 * U + q * U + u];
       v[q] = x;
     }
-    const float i = sigmoid(v[0]), f = sigmoid(v[1]), g = tanhf(v[2]), o = sigmoid(v[3]);
-    const float cp = tl.c[b * U + u];
-    const float cn = f * cp + i * g;
-    const float ht = o * tanhf(cn);
-    float* rr = reserve + row * 5 * H + j;
-    rr[0] = i;
-    rr[H] = f;
-    rr[2 * H] = g;
-    rr[3 * H] = o;
-    rr[4 * H] = cp;
+    float cn, ht;
+    cell_update(v, tl.c[b * U + u], reserve + row * 5 * H + j, H, cn, ht);
     tl.c[b * U + u] = cn;
     reserve_h[row * H + j] = h_prev(b, j);
     const T hv = from_compute<T>(ht);
@@ -231,23 +224,6 @@ size_t mma_smem_bytes(int64_t B, int64_t H, int units) {
          tail_bytes(B, units);
 }
 
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2], __half) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2], __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // persistent_forward_kernel with the gate products on tensor cores (T: __half, __nv_bfloat16).
 template <typename T>
 __global__ void __launch_bounds__(kPThreads)
@@ -313,12 +289,8 @@ persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
       const T* wb = w_s + (n * 8 + gr) * st + 2 * tq;
       for (int k0 = 0; k0 < hp16; k0 += 16) {
         uint32_t af[4], bf[2];
-        af[0] = *reinterpret_cast<const uint32_t*>(ha + k0);
-        af[1] = *reinterpret_cast<const uint32_t*>(ha + 8 * st + k0);
-        af[2] = *reinterpret_cast<const uint32_t*>(ha + k0 + 8);
-        af[3] = *reinterpret_cast<const uint32_t*>(ha + 8 * st + k0 + 8);
-        bf[0] = *reinterpret_cast<const uint32_t*>(wb + k0);
-        bf[1] = *reinterpret_cast<const uint32_t*>(wb + k0 + 8);
+        load_a(af, ha + k0, st);
+        load_b(bf, wb + k0);
         mma16816(acc, af, bf, T{});
       }
       // acc: (batch m 16 + gr (+8 for 2, 3), gate row n 8 + 2 tq (+1 for 1, 3))

@@ -21,6 +21,7 @@
 
 #include "../common/check.h"
 #include "../common/launch.cuh"
+#include "../common/mma.cuh"
 #include "../common/storage.h"
 #include "transforms.cuh"
 #include "winograd.h"
@@ -83,24 +84,6 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
 #pragma unroll
       for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
   }
-}
-
-// D += A B, A 16x16 row-major, B 16x8 column-major, D float 16x8 (PTX mma.m16n8k16).
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
-                                    __half) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
-                                    __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -251,19 +234,13 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     const T* vs = Vs + st * kVStage;
 #pragma unroll
     for (int xi = 0; xi < A2; ++xi) {
-      const T* ua = us + (xi * kBM + wm + gr) * kRow + 2 * tq;
       uint32_t af[4];
-      af[0] = *reinterpret_cast<const uint32_t*>(ua);
-      af[1] = *reinterpret_cast<const uint32_t*>(ua + 8 * kRow);
-      af[2] = *reinterpret_cast<const uint32_t*>(ua + 8);
-      af[3] = *reinterpret_cast<const uint32_t*>(ua + 8 * kRow + 8);
+      load_a(af, us + (xi * kBM + wm + gr) * kRow + 2 * tq, kRow);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const T* vb = vs + (xi * kBP + wp + 8 * j + gr) * kRow + 2 * tq;
         uint32_t bf[2];
-        bf[0] = *reinterpret_cast<const uint32_t*>(vb);
-        bf[1] = *reinterpret_cast<const uint32_t*>(vb + 8);
-        mma(acc[xi][j], af, bf, T{});
+        load_b(bf, vs + (xi * kBP + wp + 8 * j + gr) * kRow + 2 * tq);
+        mma16816(acc[xi][j], af, bf, T{});
       }
     }
     if (more) {
@@ -285,36 +262,13 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       if (o >= g.f.Mo || p >= P) continue;
       const int64_t s = p / tiles, t = p - s * tiles;
       const int64_t ty = t / dst.tw, tx = t - ty * dst.tw;
-      float t1[m][A];  // A^T M
+      float v[A][A];
 #pragma unroll
-      for (int a = 0; a < m; ++a) {
+      for (int a = 0; a < A; ++a)
 #pragma unroll
-        for (int b = 0; b < A; ++b) {
-          float sum = 0.f;
-#pragma unroll
-          for (int kk = 0; kk < A; ++kk)
-            if (Mat::AT(a, kk) != 0.0)
-              sum += static_cast<float>(Mat::AT(a, kk)) * acc[kk * A + b][j][r];
-          t1[a][b] = sum;
-        }
-      }
-      const float bv = g.bias != nullptr ? to_compute(g.bias[o]) : 0.f;
-      T* plane = g.out + (s * dst.ch + o) * dst.oh * dst.ow;
-#pragma unroll
-      for (int a = 0; a < m; ++a) {
-        const int64_t y = ty * m + a;
-        if (y >= dst.oh) break;
-#pragma unroll
-        for (int b = 0; b < m; ++b) {
-          const int64_t x = tx * m + b;
-          if (x >= dst.ow) break;
-          float sum = bv;
-#pragma unroll
-          for (int kk = 0; kk < A; ++kk)
-            if (Mat::AT(b, kk) != 0.0) sum += t1[a][kk] * static_cast<float>(Mat::AT(b, kk));
-          plane[y * dst.ow + x] = from_compute<T>(sum);
-        }
-      }
+        for (int b = 0; b < A; ++b) v[a][b] = acc[a * A + b][j][r];
+      store_inverse<T, Mat>(v, g.bias != nullptr ? to_compute(g.bias[o]) : 0.f,
+                            g.out + (s * dst.ch + o) * dst.oh * dst.ow, ty, tx, dst.oh, dst.ow);
     }
   }
 }

@@ -119,6 +119,42 @@ __global__ void tile_transform(const T* __restrict__ in, T* __restrict__ V, Tile
   }
 }
 
+// The m x m output tile (ty, tx) of `plane` [oh, ow] = A^T v A + bias, clipped at the edges, in
+// storage type T (v: one tile's alpha x alpha products, accumulation type F).
+template <typename T, typename Mat, typename F>
+__device__ __forceinline__ void store_inverse(const F (&v)[Mat::kAlpha][Mat::kAlpha], F bias,
+                                              T* plane, int64_t ty, int64_t tx, int64_t oh,
+                                              int64_t ow) {
+  constexpr int A = Mat::kAlpha, m = Mat::kM;
+  F t1[m][A];  // A^T v
+#pragma unroll
+  for (int a = 0; a < m; ++a) {
+#pragma unroll
+    for (int b = 0; b < A; ++b) {
+      F acc = 0;
+#pragma unroll
+      for (int k = 0; k < A; ++k)
+        if (Mat::AT(a, k) != 0.0) acc += static_cast<F>(Mat::AT(a, k)) * v[k][b];
+      t1[a][b] = acc;
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < m; ++a) {
+    const int64_t y = ty * m + a;
+    if (y >= oh) break;
+#pragma unroll
+    for (int b = 0; b < m; ++b) {
+      const int64_t x = tx * m + b;
+      if (x >= ow) break;
+      F acc = bias;
+#pragma unroll
+      for (int k = 0; k < A; ++k)
+        if (Mat::AT(b, k) != 0.0) acc += t1[a][k] * static_cast<F>(Mat::AT(b, k));
+      plane[y * ow + x] = from_compute<T>(acc);
+    }
+  }
+}
+
 // Where the inverse transforms write: [n, ch, oh, ow], tiles th x tw of m x m.
 struct TileTarget {
   int64_t n, ch, oh, ow;
@@ -131,7 +167,7 @@ template <typename T, typename Mat>
 __global__ void output_transform(const compute_t<T>* __restrict__ M, const T* __restrict__ bias,
                                  T* __restrict__ out, TileTarget dst) {
   using F = compute_t<T>;
-  constexpr int A = Mat::kAlpha, m = Mat::kM;
+  constexpr int A = Mat::kAlpha;
   const int64_t tiles = dst.th * dst.tw, P = dst.n * tiles, total = dst.ch * P;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -143,35 +179,9 @@ __global__ void output_transform(const compute_t<T>* __restrict__ M, const T* __
     for (int a = 0; a < A; ++a)
 #pragma unroll
       for (int b = 0; b < A; ++b) v[a][b] = M[(a * A + b) * total + i];
-    F t1[m][A];  // A^T v
-#pragma unroll
-    for (int a = 0; a < m; ++a) {
-#pragma unroll
-      for (int b = 0; b < A; ++b) {
-        F acc = 0;
-#pragma unroll
-        for (int k = 0; k < A; ++k)
-          if (Mat::AT(a, k) != 0.0) acc += static_cast<F>(Mat::AT(a, k)) * v[k][b];
-        t1[a][b] = acc;
-      }
-    }
     const F bv = bias != nullptr ? to_compute(bias[c]) : F(0);
-    T* plane = out + (s * dst.ch + c) * dst.oh * dst.ow;
-#pragma unroll
-    for (int a = 0; a < m; ++a) {
-      const int64_t y = ty * m + a;
-      if (y >= dst.oh) break;
-#pragma unroll
-      for (int b = 0; b < m; ++b) {
-        const int64_t x = tx * m + b;
-        if (x >= dst.ow) break;
-        F acc = bv;
-#pragma unroll
-        for (int k = 0; k < A; ++k)
-          if (Mat::AT(b, k) != 0.0) acc += t1[a][k] * static_cast<F>(Mat::AT(b, k));
-        plane[y * dst.ow + x] = from_compute<T>(acc);
-      }
-    }
+    store_inverse<T, Mat>(v, bv, out + (s * dst.ch + c) * dst.oh * dst.ow, ty, tx, dst.oh,
+                          dst.ow);
   }
 }
 

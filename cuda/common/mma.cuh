@@ -1,0 +1,49 @@
+// Tensor-core products of the hand-written kernels: PTX mma.sync m16n8k16 with float32
+// accumulation, for float16 and bfloat16 operands (sm_80 and later).
+//   a: A 16x16, row-major fragment (4 registers of 2 values); b: B 16x8, column-major (2);
+//   d: D 16x8 float (4), accumulated in place. Thread (g = lane / 4, t = lane % 4) holds
+//   a (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); b (k 2t.., n g), (k 2t+8.., n g);
+//   d (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace fastlayers {
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2], __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2], __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The A fragment of rows r0.., columns k0.. of a row-major operand in shared memory with row
+// stride `ld` (values), and the B fragment of a column-major one stored as rows of n (B^T
+// row-major, stride `ld`); `p` points at (r0 + g, k0 + 2t).
+template <typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* p, int ld) {
+  a[0] = *reinterpret_cast<const uint32_t*>(p);
+  a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * ld);
+  a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
+  a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * ld + 8);
+}
+template <typename T>
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* p) {
+  b[0] = *reinterpret_cast<const uint32_t*>(p);
+  b[1] = *reinterpret_cast<const uint32_t*>(p + 8);
+}
+
+}  // namespace fastlayers
