@@ -418,11 +418,17 @@ def lstm(doc: dict) -> str:
         out += ["", "The eager LSTMCell loop (%s, %s, forward) over the fused op: x%s." % (
             c["config"], c["mode"], f(c["fwd"].get("ratio")))]
     for r in doc.get("lm", []):
+        st, aa = r.get("steps") or {}, r.get("aa") or {}
+        spread = lambda m: ("" if "ratio_q1" not in m else  # noqa: E731
+                            " (quartiles %s-%s)" % (f(m["ratio_q1"]), f(m["ratio_q3"])))
+        how = ("the tuner's choices: %s; first step %s s" % (
+            " / ".join(sorted(set(r["choices"].values()))), f(r.get("first_step_s"), ".1f"))
+            if r.get("choices") else "fused pinned")
         out += ["", "Language model (embedding %s, %d-layer LSTM %d, T %d, B %d), %s SGD steps back "
-                   "to back, converted over plain: x%s (A/A x%s)." % (
+                   "to back, converted (%s) over plain: x%s%s, A/A x%s%s." % (
                        r.get("V"), r.get("layers", 0), r.get("H", 0), r.get("T", 0),
-                       r.get("B", 0), r["mode"], f((r.get("steps") or {}).get("ratio")),
-                       f((r.get("aa") or {}).get("ratio")))]
+                       r.get("B", 0), r["mode"], how, f(st.get("ratio")), spread(st),
+                       f(aa.get("ratio")), spread(aa))]
     out += ["", "x = nn.LSTM's time over fastlayers.LSTM's (fused ops pinned, or the persistent "
             "kernel in the rows marked so; > 1: fastlayers faster), the median of per-round ratios of interleaved trials. Device: CUDA events "
             "with L2 flushed; back to back: wall clock of calls issued back to back, host "
