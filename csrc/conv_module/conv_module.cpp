@@ -41,6 +41,7 @@ enum class Algo : int64_t { Native = 0, Fft = 1, Winograd = 2 };
 struct PassCall {
   Algo algo = Algo::Native;
   std::string backend;  // Fft: "cufft" or "fbfft"; Winograd: "fused" or ""
+  bool fused = false;   // Winograd: backend == "fused", read once when the plan is made
   std::array<int64_t, 2> basis{0, 0};
   std::array<int64_t, 2> tile{0, 0};
 };
@@ -118,7 +119,7 @@ at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
       y = ops().fft.call(x, w, b, sym(p.padding), sym(c.basis), p.tf32, c.backend, sym(c.tile));
       break;
     case Algo::Winograd:
-      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.backend == "fused");
+      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.fused);
       break;
   }
   if ((channels_last(x) || channels_last(w)) && !(x.scalar_type() == at::kDouble && x.is_cuda()))
@@ -153,8 +154,7 @@ std::pair<at::Tensor, at::Tensor> run_grads(const Plan& p, const at::Tensor& x,
                                   sym(ci.tile));
         break;
       case Algo::Winograd:
-        gx = ops().wino_igrad.call(gy, w, sym(p.padding), ci.tile[0], p.tf32,
-                                   ci.backend == "fused");
+        gx = ops().wino_igrad.call(gy, w, sym(p.padding), ci.tile[0], p.tf32, ci.fused);
         break;
     }
   }
@@ -247,6 +247,7 @@ PassCall parse_pass(const py::tuple& t, int index) {
   TORCH_CHECK(algo >= 0 && algo <= 2, "Conv2dPlan: pass ", index, ": unknown algo ", algo);
   c.algo = static_cast<Algo>(algo);
   c.backend = t[1].cast<std::string>();
+  c.fused = c.algo == Algo::Winograd && c.backend == "fused";
   c.basis = t[2].cast<std::array<int64_t, 2>>();
   c.tile = t[3].cast<std::array<int64_t, 2>>();
   return c;

@@ -15,5 +15,8 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
                               int64_t ph, int64_t pw, int64_t tile, int store_bytes,
                               int acc_bytes);
 
+// Workspace bytes of the fused kernel (forward: 0, input gradient: 1) on CUDA.
+size_t python_fused_workspace_bytes(int pass, int64_t C, int64_t K, int store_bytes);
+
 }  // namespace winograd_host
 }  // namespace fastlayers

@@ -143,6 +143,16 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
   return winograd::buffers(p, s, chunk, store_bytes, acc_bytes).total;
 }
 
+size_t python_fused_workspace_bytes(int pass, int64_t C, int64_t K, int store_bytes) {
+  TORCH_CHECK(pass == 0 || pass == 1,
+              "winograd_fused_workspace_bytes: `pass_` must be 0 or 1 (forward, input gradient)");
+  Shape s{};
+  s.C = C;
+  s.K = K;
+  s.tile = winograd::kFusedTile;
+  return winograd::fused_workspace_bytes(static_cast<Pass>(pass), s, store_bytes);
+}
+
 }  // namespace winograd_host
 }  // namespace fastlayers
 

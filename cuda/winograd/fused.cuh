@@ -31,30 +31,18 @@ namespace winograd {
 namespace fused {
 
 constexpr int kThreads = 256;  // 8 warps
-constexpr int kBM = 64;        // result channels per block (4 warps of 16)
-constexpr int kBP = 32;        // tiles per block (2 warps of 16)
-constexpr int kBK = 16;        // reduction channels per chunk: one mma k-step
+constexpr int kBM = static_cast<int>(kFusedBlockChannels);  // result channels per block (4 warps of 16)
+constexpr int kBP = 32;  // tiles per block (2 warps of 16)
+constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
+static_assert(kBK == 16, "a chunk is one mma k-step");
 // Shared rows of 16 values padded to 24 (48 bytes: 16-byte aligned for cp.async): the fragment
 // loads (row g, column pair t) of a warp fall in 32 distinct banks.
 constexpr int kRow = 24;
 
-inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// The padded filter layout the kernel reads: U [alpha^2, Mo_pad, R_pad], result channels
-// rounded up to kBM and reduction channels to kBK, zeros in the padding, so every chunk is
-// whole 16-byte rows (no bounds checks, no partial vectors).
-struct FilterDims {
-  int64_t Mo, R, Mo_pad, R_pad;
-};
-inline FilterDims filter_dims(Pass pass, const Shape& s) {
-  const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
-  return {Mo, R, round_up(Mo, kBM), round_up(R, kBK)};
-}
-
 // U[xi, o, r] = (G g G^T)[xi] of filter g: w[o, r] (forward) or w[r, o] turned 180 degrees
 // (input gradient); zero in the padding. One thread per padded (o, r), r fastest.
 template <typename T, typename Mat>
-__global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FilterDims f,
+__global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FusedDims f,
                                         int64_t C, bool input_grad) {
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha, R = Mat::kR;
@@ -65,14 +53,7 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
     F out[A][A];
     if (o < f.Mo && r < f.R) {
       // forward: w[k = o, c = r]; input gradient: w[k = r, c = o], turned
-      const T* g = w + (input_grad ? r * C + o : o * C + r) * R * R;
-      F d[R][R];
-#pragma unroll
-      for (int u = 0; u < R; ++u)
-#pragma unroll
-        for (int v = 0; v < R; ++v)
-          d[u][v] = to_compute(input_grad ? g[(R - 1 - u) * R + (R - 1 - v)] : g[u * R + v]);
-      two_sided<UseG<Mat>>(d, out);
+      transform_filter<Mat>(w + (input_grad ? r * C + o : o * C + r) * R * R, input_grad, out);
     } else {
 #pragma unroll
       for (int a = 0; a < A; ++a)
@@ -99,7 +80,7 @@ struct Args {
   const T* U;     // padded transformed filters [alpha^2, Mo_pad, R_pad]
   const T* bias;  // [Mo] or null
   T* out;         // [n, Mo, oh, ow] (dst)
-  FilterDims f;
+  FusedDims f;
   TileSource src;
   TileTarget dst;
 };
@@ -119,7 +100,7 @@ struct Windows {
 
 template <typename T, typename Mat>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
-  constexpr int A = Mat::kAlpha, A2 = A * A, m = Mat::kM;
+  constexpr int A = Mat::kAlpha, A2 = A * A;
   constexpr int kUStage = A2 * kBM * kRow, kVStage = A2 * kBP * kRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Us = reinterpret_cast<T*>(smem_raw);  // [2][A2][kBM][kRow]
@@ -286,7 +267,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   if (workspace_size < fused_workspace_bytes(pass, s, sizeof(T)))
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
   const Tiling t = tiling(pass, s);
-  const fused::FilterDims f = fused::filter_dims(pass, s);
+  const FusedDims f = fused_dims(pass, s);
   T* U = static_cast<T*>(workspace);
   fused::filter_transform_padded<T, Mat><<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(
       b, U, f, s.C, pass == Pass::InputGrad);

@@ -125,14 +125,26 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
   return b;
 }
 
-// Workspace of the fused kernel: the transformed filters U [alpha^2, Mo, R] alone, result
-// channels Mo rounded up to 64 and reduction channels R to 16 (its blocks, fused.cuh).
+// The fused kernel's blocks (fused.cuh): result channels per block, reduction channels per chunk.
+constexpr int64_t kFusedBlockChannels = 64, kFusedChunk = 16;
+
+// Its padded filter layout U [alpha^2, Mo_pad, R_pad]: result channels Mo rounded up to whole
+// blocks, reduction channels R to whole chunks.
+struct FusedDims {
+  int64_t Mo, R, Mo_pad, R_pad;
+};
+inline FusedDims fused_dims(Pass pass, const Shape& s) {
+  const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
+  return {Mo, R, ceil_div(Mo, kFusedBlockChannels) * kFusedBlockChannels,
+          ceil_div(R, kFusedChunk) * kFusedChunk};
+}
+
+// Workspace of the fused kernel: the transformed filters U alone.
 inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
   const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
-  const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
-  const size_t mo = static_cast<size_t>(ceil_div(Mo, 64) * 64);
-  const size_t r = static_cast<size_t>(ceil_div(R, 16) * 16);
-  return alpha * alpha * mo * r * store_bytes;
+  const FusedDims f = fused_dims(pass, s);
+  return alpha * alpha * static_cast<size_t>(f.Mo_pad) * static_cast<size_t>(f.R_pad) *
+         store_bytes;
 }
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.

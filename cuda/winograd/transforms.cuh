@@ -52,6 +52,20 @@ __device__ __forceinline__ void two_sided(const F (&d)[Tf::kCols][Tf::kCols],
   }
 }
 
+// out = G g G^T for one r x r filter g (turned 180 degrees where `rotate`), in T's arithmetic.
+template <typename Mat, typename T>
+__device__ __forceinline__ void transform_filter(const T* g, bool rotate,
+                                                 compute_t<T> (&out)[Mat::kAlpha][Mat::kAlpha]) {
+  constexpr int R = Mat::kR;
+  compute_t<T> d[R][R];
+#pragma unroll
+  for (int u = 0; u < R; ++u)
+#pragma unroll
+    for (int v = 0; v < R; ++v)
+      d[u][v] = to_compute(rotate ? g[(R - 1 - u) * R + (R - 1 - v)] : g[u * R + v]);
+  two_sided<UseG<Mat>>(d, out);
+}
+
 // U [alpha^2, K, C] (storage T) = G w[k, c] G^T, w [K, C, 3, 3]; `rotate`: w turned 180 degrees
 // (the input gradient's filters). One thread per (k, c).
 template <typename T, typename Mat>
@@ -62,15 +76,8 @@ __global__ void filter_transform(const T* __restrict__ w, T* __restrict__ U, int
   const int64_t n = K * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const T* g = w + i * R * R;
-    F d[R][R];
-#pragma unroll
-    for (int u = 0; u < R; ++u)
-#pragma unroll
-      for (int v = 0; v < R; ++v)
-        d[u][v] = to_compute(rotate ? g[(R - 1 - u) * R + (R - 1 - v)] : g[u * R + v]);
     F out[A][A];
-    two_sided<UseG<Mat>>(d, out);
+    transform_filter<Mat>(w + i * R * R, rotate, out);
 #pragma unroll
     for (int a = 0; a < A; ++a)
 #pragma unroll

@@ -119,12 +119,9 @@ class Winograd(Family):
         """The transformed operands and products of one chunk of samples (the ops bound a chunk;
         chunk_samples in cuda/winograd/layout.h)."""
         store = torch.tensor([], dtype=p.torch_dtype).element_size()
-        if choice.params.fused:
-            # The transformed filters alone, result channels rounded up to 64 and reduction
-            # channels to 16 (fused_workspace_bytes, cuda/winograd/layout.h).
-            alpha = FUSED_TILE + KERNEL - 1
-            mo, r = (p.K, p.C) if pass_ == "forward" else (p.C, p.K)
-            return alpha * alpha * (-(-mo // 64) * 64) * (-(-r // 16) * 16) * store
+        if choice.params.fused:  # the transformed filters alone (fused_workspace_bytes)
+            return int(_C.winograd_fused_workspace_bytes(CONV2D_PASSES.index(pass_), p.C, p.K,
+                                                         store))
         acc = 8 if p.dtype == "float64" else 4
         return int(_C.winograd_conv2d_workspace_bytes(
             CONV2D_PASSES.index(pass_), p.S, p.C, p.K, p.H, p.W, p.ph, p.pw, choice.params.tile,
