@@ -135,16 +135,25 @@ __device__ void cell_step(const Slice& sl, const Tail& tl, int64_t step, int64_t
   }
 }
 
-// xp [T B, 4H] (the input GEMM's products), w_hh [4H, H]; hbuf [2, B, H]; out [T, B, H];
-// reserve [T B, 5H]; reserve_h [T B, H].
+// Both kernels' arguments: xp [T B, 4H] (the input GEMM's products), w_hh [4H, H]; hbuf
+// [2, B, H] (the h exchange); out [T, B, H]; reserve [T B, 5H]; reserve_h [T B, H]; U units a
+// block.
 template <typename T>
-__global__ void __launch_bounds__(kPThreads)
-persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
-                          const float* __restrict__ xp, const T* __restrict__ b_ih,
-                          const T* __restrict__ b_hh, const T* __restrict__ w_hh,
-                          const T* __restrict__ h0, const T* __restrict__ c0, T* hbuf, T* out,
-                          T* __restrict__ h_n, T* __restrict__ c_n, float* __restrict__ reserve,
-                          T* __restrict__ reserve_h) {
+struct Args {
+  int64_t steps;
+  int B, H, U;
+  bool reverse;
+  const float* xp;
+  const T *b_ih, *b_hh, *w_hh, *h0, *c0;
+  T *hbuf, *out, *h_n, *c_n;
+  float* reserve;
+  T* reserve_h;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kPThreads) persistent_forward_kernel(const Args<T> args) {
+  const auto& [steps, B, H, U, reverse, xp, b_ih, b_hh, w_hh, h0, c0, hbuf, out, h_n, c_n,
+               reserve, reserve_h] = args;
   extern __shared__ __align__(16) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
   float* h_s = reinterpret_cast<float*>(smem + (4 * U * H * sizeof(T) + 15) / 16 * 16);
@@ -193,8 +202,8 @@ persistent_forward_kernel(int64_t steps, int B, int H, int U, bool reverse,
     inputs_arrived();
     __syncthreads();
     cell_step(sl, tl, step, steps, t, b_ih != nullptr, b_hh != nullptr,
-              [&](int b, int j) { return from_compute<T>(h_s[b * H + j]); }, out, hn, h_n, c_n,
-              reserve, reserve_h);
+              [h_s, ld = args.H](int b, int j) { return from_compute<T>(h_s[b * ld + j]); },
+              out, hn, h_n, c_n, reserve, reserve_h);
     grid.sync();  // h_t of every unit written before any block reads it
   }
 }
@@ -226,13 +235,9 @@ size_t mma_smem_bytes(int64_t B, int64_t H, int units) {
 
 // persistent_forward_kernel with the gate products on tensor cores (T: __half, __nv_bfloat16).
 template <typename T>
-__global__ void __launch_bounds__(kPThreads)
-persistent_forward_mma_kernel(int64_t steps, int B, int H, int U, bool reverse,
-                              const float* __restrict__ xp, const T* __restrict__ b_ih,
-                              const T* __restrict__ b_hh, const T* __restrict__ w_hh,
-                              const T* __restrict__ h0, const T* __restrict__ c0, T* hbuf, T* out,
-                              T* __restrict__ h_n, T* __restrict__ c_n,
-                              float* __restrict__ reserve, T* __restrict__ reserve_h) {
+__global__ void __launch_bounds__(kPThreads) persistent_forward_mma_kernel(const Args<T> args) {
+  const auto& [steps, B, H, U, reverse, xp, b_ih, b_hh, w_hh, h0, c0, hbuf, out, h_n, c_n,
+               reserve, reserve_h] = args;
   extern __shared__ __align__(16) unsigned char smem[];
   const int st = mma_stride(H), hp16 = mma_pad_h(H), rows = mma_rows(U), bp = mma_batch(B);
   T* w_s = reinterpret_cast<T*>(smem);
@@ -408,12 +413,9 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   } else {
     FL_CUDA_CHECK(cudaMemsetAsync(xp, 0, sizeof(float) * s.N * 4 * H, stream));
   }
-  int64_t steps = s.T;
-  int B = static_cast<int>(s.B), Hi = static_cast<int>(H), U = g.units;
-  bool reverse = s.reverse;
-  float* res = static_cast<float*>(reserve);
-  void* args[] = {&steps, &B, &Hi, &U, &reverse, &xp, &b_ih, &b_hh, &w_hh, &h0, &c0,
-                  &hbuf, &out, &h_n, &c_n, &res, &reserve_h};
+  Args<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), g.units, s.reverse, xp, b_ih, b_hh,
+            w_hh, h0, c0, hbuf, out, h_n, c_n, static_cast<float*>(reserve), reserve_h};
+  void* args[] = {&a};
   FL_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for<T>(s.B), dim3(g.blocks), dim3(kPThreads),
                                             args, g.smem, stream));
 }
