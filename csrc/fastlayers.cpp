@@ -62,8 +62,8 @@ TORCH_LIBRARY(fastlayers, m) {
   // lstm as one cooperative kernel for the whole recurrence on CUDA (w_hh's rows and the cell
   // state held on chip across steps; one grid barrier per step): float32, float16 or bfloat16,
   // padded input without a projection, batch and hidden size within the device's shared memory
-  // (_C.lstm_persistent_fits). The same results, reserve and backward (lstm_backward) as lstm; on
-  // the CPU it runs lstm's kernel (the persistent kernel is CUDA's).
+  // (_C.lstm_persistent_fits, for both passes). The same results and reserve as lstm; its
+  // backward is lstm_backward_persistent. On the CPU it runs lstm's kernel.
   m.def("lstm_persistent(Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, "
         "Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, Tensor? batch_sizes, bool reverse=False, "
         "bool tf32=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
@@ -75,6 +75,14 @@ TORCH_LIBRARY(fastlayers, m) {
         "Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? w_hr, Tensor? batch_sizes, "
         "Tensor reserve, Tensor reserve_h, bool reverse=False, bool tf32=False, "
         "bool need_input=True, bool need_weights=True) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // lstm_backward for lstm_persistent's results, its recurrence as one cooperative kernel on CUDA
+  // (w_hh's columns and the cell gradient held on chip across steps; one grid barrier per step)
+  // under lstm_persistent's conditions; on the CPU lstm_backward's kernel.
+  m.def("lstm_backward_persistent(Tensor grad_output, Tensor? grad_h_n, Tensor? grad_c_n, "
+        "Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? w_hr, "
+        "Tensor? batch_sizes, Tensor reserve, Tensor reserve_h, bool reverse=False, "
+        "bool tf32=False, bool need_input=True, bool need_weights=True) "
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // One step of lstm for a loop of one's own: input [B, I], hx [B, R], cx [B, H] -> (h [B, R],
   // c [B, H]); lstm with T = 1 (so its autograd).

@@ -201,7 +201,8 @@ def winograd_fused_cases(g):
 def lstm_cases(dev):
     """The LSTM op forward and backward, padded and packed, both directions, with and without a
     projection, fp32 and fp16, against the CPU op in float64 (itself checked against nn.LSTM by
-    tests/lstm); lstm_persistent's results and reserve against lstm's where it runs."""
+    tests/lstm); lstm_persistent's results and reserve, and lstm_backward_persistent's gradients,
+    against the step-wise ops' where they run."""
     worst = 0.0
     g = torch.Generator().manual_seed(3)
     fl = torch.ops.fastlayers
@@ -241,9 +242,18 @@ def lstm_cases(dev):
                         print("lstm_persistent T=%d B=%d H=%d %s: rel err %.2e against lstm > %.0e"
                               % (T, B, H, dtype, err, bound), flush=True)
                     worst = max(worst, err / bound * 1e-5)
-            grads = fl.lstm_backward(dy.to(dev, dtype), dh.to(dev, dtype), None, cast[0], cast[1],
-                                     cast[2], cast[3], cast[4], cast[7], bs, out[3], out[4],
-                                     reverse, False, True, True)
+            bargs = (dy.to(dev, dtype), dh.to(dev, dtype), None, cast[0], cast[1], cast[2],
+                     cast[3], cast[4], cast[7], bs, out[3], out[4], reverse, False, True, True)
+            grads = fl.lstm_backward(*bargs)
+            if bs is None and not R:  # the persistent kernel's backward
+                for got, r in zip(fl.lstm_backward_persistent(*bargs), grads):
+                    if r.numel() == 0:
+                        continue
+                    err = ((got.double() - r.double()).norm() / r.double().norm()).item()
+                    if not err <= bound:
+                        print("lstm_backward_persistent T=%d B=%d H=%d %s: rel err %.2e against "
+                              "lstm_backward > %.0e" % (T, B, H, dtype, err, bound), flush=True)
+                    worst = max(worst, err / bound * 1e-5)
             for got, r in list(zip(out[:3], ref[:3])) + list(zip(grads, ref_g)):
                 if r.numel() == 0:
                     continue

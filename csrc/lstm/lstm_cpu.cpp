@@ -46,6 +46,20 @@ Grads backward(const Tensor& grad_output, const OptTensor& grad_h_n, const OptTe
                       reserve, reserve_h, reverse, tf32, need_input, need_weights);
 }
 
+// lstm_backward_persistent on the CPU: lstm_backward's kernel.
+Grads backward_persistent(const Tensor& grad_output, const OptTensor& grad_h_n,
+                          const OptTensor& grad_c_n, const Tensor& input, const Tensor& h0,
+                          const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                          const OptTensor& w_hr, const OptTensor& batch_sizes,
+                          const Tensor& reserve, const Tensor& reserve_h, bool reverse, bool tf32,
+                          bool need_input, bool need_weights) {
+  const Geometry g = check("lstm_backward_persistent", input, h0, c0, w_ih, w_hh, std::nullopt,
+                           std::nullopt, w_hr, batch_sizes);
+  check_backward(g, input, grad_output, grad_h_n, grad_c_n, reserve, reserve_h);
+  return backward_cpu(g, grad_output, grad_h_n, grad_c_n, input, h0, c0, w_ih, w_hh, w_hr,
+                      reserve, reserve_h, reverse, tf32, need_input, need_weights);
+}
+
 }  // namespace
 
 Outputs forward_cpu(const Geometry& g, const Tensor& input, const Tensor& h0, const Tensor& c0,
@@ -160,6 +174,7 @@ TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
   m.impl("lstm", &forward);
   m.impl("lstm_persistent", &forward_persistent);
   m.impl("lstm_backward", &backward);
+  m.impl("lstm_backward_persistent", &backward_persistent);
 }
 
 }  // namespace lstm_host

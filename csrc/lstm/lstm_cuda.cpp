@@ -43,6 +43,21 @@ Tensor workspace(size_t bytes, const Tensor& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
 
+// The persistent kernels' own conditions, after the op's common checks.
+void check_persistent(const char* op, const Geometry& g, const Tensor& input) {
+  const auto dt = input.scalar_type();
+  TORCH_CHECK(dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16,
+              op, ": `input` must be float32, float16 or bfloat16 (got ", dt, ")");
+  TORCH_CHECK(!g.packed, op, ": `batch_sizes` must be None (padded input only)");
+  TORCH_CHECK(!g.proj, op, ": `w_hr` must be None (no projection)");
+  TORCH_CHECK(g.T > 0 && g.B > 0, op, ": `input` needs at least one step and one sequence");
+  TORCH_CHECK(lstm::persistent_fits(g.B, g.H, static_cast<int>(input.element_size()),
+                                    dt == at::kBFloat16), op,
+              ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
+              " do not fit the persistent kernel on this device (shared memory, co-resident "
+              "blocks); fastlayers.lstm.persistent_fits() says where it does");
+}
+
 Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
                     const Tensor& h0_in, const Tensor& c0_in, const Tensor& w_ih_in,
                     const Tensor& w_hh_in, const OptTensor& b_ih_in, const OptTensor& b_hh_in,
@@ -51,19 +66,7 @@ Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
   const Geometry g = check(op, input_in, h0_in, c0_in, w_ih_in, w_hh_in, b_ih_in, b_hh_in,
                            w_hr_in, batch_sizes);
   c10::cuda::CUDAGuard guard(input_in.device());
-  if (persistent) {
-    const auto dt = input_in.scalar_type();
-    TORCH_CHECK(dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16,
-                op, ": `input` must be float32, float16 or bfloat16 (got ", dt, ")");
-    TORCH_CHECK(!g.packed, op, ": `batch_sizes` must be None (padded input only)");
-    TORCH_CHECK(!g.proj, op, ": `w_hr` must be None (no projection)");
-    TORCH_CHECK(g.T > 0 && g.B > 0, op, ": `input` needs at least one step and one sequence");
-    TORCH_CHECK(lstm::persistent_fits(g.B, g.H, static_cast<int>(input_in.element_size()),
-                                      dt == at::kBFloat16), op,
-                ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
-                " do not fit the persistent kernel on this device (shared memory, co-resident "
-                "blocks); fastlayers.lstm.persistent_fits() says where it does");
-  }
+  if (persistent) check_persistent(op, g, input_in);
   const auto input = contig(input_in), h0 = contig(h0_in), c0 = contig(c0_in);
   const auto w_ih = contig(w_ih_in), w_hh = contig(w_hh_in);
   const auto b_ih = contig(b_ih_in), b_hh = contig(b_hh_in), w_hr = contig(w_hr_in);
@@ -119,17 +122,19 @@ Outputs forward_persistent(const Tensor& input, const Tensor& h0, const Tensor& 
                      batch_sizes, reverse, tf32);
 }
 
-Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
-               const OptTensor& grad_c_n_in, const Tensor& input_in, const Tensor& h0,
-               const Tensor& c0, const Tensor& w_ih_in, const Tensor& w_hh_in,
-               const OptTensor& w_hr_in, const OptTensor& batch_sizes, const Tensor& reserve_in,
-               const Tensor& reserve_h_in, bool reverse, bool tf32, bool need_input,
-               bool need_weights) {
-  const Geometry g = check("lstm_backward", input_in, h0, c0, w_ih_in, w_hh_in, std::nullopt,
+Grads run_backward(const char* op, bool persistent, const Tensor& grad_output_in,
+                   const OptTensor& grad_h_n_in, const OptTensor& grad_c_n_in,
+                   const Tensor& input_in, const Tensor& h0, const Tensor& c0,
+                   const Tensor& w_ih_in, const Tensor& w_hh_in, const OptTensor& w_hr_in,
+                   const OptTensor& batch_sizes, const Tensor& reserve_in,
+                   const Tensor& reserve_h_in, bool reverse, bool tf32, bool need_input,
+                   bool need_weights) {
+  const Geometry g = check(op, input_in, h0, c0, w_ih_in, w_hh_in, std::nullopt,
                            std::nullopt, w_hr_in, batch_sizes);
   check_backward(g, input_in, grad_output_in, grad_h_n_in, grad_c_n_in, reserve_in,
                  reserve_h_in);
   c10::cuda::CUDAGuard guard(input_in.device());
+  if (persistent) check_persistent(op, g, input_in);
   const auto dy = contig(grad_output_in), input = contig(input_in), w_ih = contig(w_ih_in),
              w_hh = contig(w_hh_in), reserve = contig(reserve_in),
              reserve_h = contig(reserve_h_in);
@@ -152,6 +157,21 @@ Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lstm_backward_cuda", [&] {
     using T = typename DeviceType<scalar_t>::type;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (persistent) {
+        lstm::backward_persistent<T>(
+            s, cptr<T, scalar_t>(dy), cptr<T, scalar_t>(dh_n), cptr<T, scalar_t>(dc_n),
+            cptr<T, scalar_t>(input), cptr<T, scalar_t>(w_ih), cptr<T, scalar_t>(w_hh),
+            reserve.const_data_ptr(), cptr<T, scalar_t>(reserve_h),
+            need_input ? mptr<T, scalar_t>(dx) : nullptr, mptr<T, scalar_t>(dh0),
+            mptr<T, scalar_t>(dc0), need_weights,
+            need_weights ? mptr<T, scalar_t>(dw_ih) : nullptr,
+            need_weights ? mptr<T, scalar_t>(dw_hh) : nullptr,
+            need_weights ? mptr<T, scalar_t>(db) : nullptr, ws.mutable_data_ptr(), ws_bytes,
+            stream, blas, tf32);
+        return;
+      }
+    }
     lstm::backward<T>(s, cptr<T, scalar_t>(dy), cptr<T, scalar_t>(dh_n), cptr<T, scalar_t>(dc_n),
                       cptr<T, scalar_t>(input), cptr<T, scalar_t>(w_ih), cptr<T, scalar_t>(w_hh),
                       cptr<T, scalar_t>(w_hr), reserve.const_data_ptr(),
@@ -166,12 +186,34 @@ Grads backward(const Tensor& grad_output_in, const OptTensor& grad_h_n_in,
   return {dx, dh0, dc0, dw_ih, dw_hh, db, dw_hr};
 }
 
+Grads backward(const Tensor& grad_output, const OptTensor& grad_h_n, const OptTensor& grad_c_n,
+               const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+               const Tensor& w_hh, const OptTensor& w_hr, const OptTensor& batch_sizes,
+               const Tensor& reserve, const Tensor& reserve_h, bool reverse, bool tf32,
+               bool need_input, bool need_weights) {
+  return run_backward("lstm_backward", false, grad_output, grad_h_n, grad_c_n, input, h0, c0,
+                      w_ih, w_hh, w_hr, batch_sizes, reserve, reserve_h, reverse, tf32,
+                      need_input, need_weights);
+}
+
+Grads backward_persistent(const Tensor& grad_output, const OptTensor& grad_h_n,
+                          const OptTensor& grad_c_n, const Tensor& input, const Tensor& h0,
+                          const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                          const OptTensor& w_hr, const OptTensor& batch_sizes,
+                          const Tensor& reserve, const Tensor& reserve_h, bool reverse, bool tf32,
+                          bool need_input, bool need_weights) {
+  return run_backward("lstm_backward_persistent", true, grad_output, grad_h_n, grad_c_n, input,
+                      h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve, reserve_h, reverse, tf32,
+                      need_input, need_weights);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("lstm", &forward);
   m.impl("lstm_persistent", &forward_persistent);
   m.impl("lstm_backward", &backward);
+  m.impl("lstm_backward_persistent", &backward_persistent);
 }
 
 bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device) {

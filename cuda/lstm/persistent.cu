@@ -375,13 +375,250 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
   return out->blocks > 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The persistent backward: the recurrence of lstm_backward as one cooperative kernel, for what the
+// persistent forward serves. Each block owns U hidden units (U a power of two) and keeps their
+// columns of w_hh [4H, U] in shared memory for the whole sequence, with their cell gradient.
+// Per step, from last to first: dh_t[b, j] = dgates_(t+1)[b, :] . w_hh[:, j] for its units j (the
+// gates' gradients of every unit, written by every block at the step before, read through L2),
+// then the cell's backward as cell_backward computes it (dy + dh, the reserve, dc carried in
+// float), its units' gate gradients into dgates, and the grid synchronises. dgates [N, 4H] is
+// the exchange buffer and the result the weight and input gradients' GEMMs read afterwards.
+
+constexpr int kBItems = 4;  // (row, unit) items a thread carries through a step: B U <= 4 kPThreads
+
+template <typename T>
+struct BackArgs {
+  int64_t steps;
+  int B, H;
+  bool reverse;
+  const T *dy, *dh_n, *dc_n, *w_hh;  // dy [T B, H]; dh_n, dc_n [B, H] or null (zeros)
+  const float* reserve;              // [T B, 5H]
+  T* dgates;                         // [T B, 4H]
+  T *dh0, *dc0;                      // [B, H]
+};
+
+// The 32 values of every lane summed over the warp, scattered: lane l returns the sum of value l
+// (a butterfly that halves the values each level: 31 shuffles for 32 sums instead of 160).
+template <int N>
+__device__ __forceinline__ void scatter_level(float* v, int lane) {
+  if constexpr (N > 1) {
+    constexpr int half = N / 2;
+    const bool upper = (lane & half) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? v[i] : v[i + half];
+      const float keep = upper ? v[i + half] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, half);
+    }
+    scatter_level<half>(v, lane);
+  }
+}
+
+template <int U>
+__host__ __device__ constexpr int back_rows() { return 32 / U; }  // batch rows a product group
+
+__host__ __device__ inline int back_groups(int B, int U) { return (B + 32 / U - 1) / (32 / U); }
+
+template <typename T, int U>
+size_t back_smem_bytes(int64_t B, int64_t H) {
+  // w_s [4H, U] T | dh_s [B, U] float | dc_s [B, U] float | red_s [groups, warps, 32] float
+  return (static_cast<size_t>(4 * H * U) * sizeof(T) + 15) / 16 * 16 +
+         (2 * B * U + static_cast<size_t>(back_groups(static_cast<int>(B), U)) * kWarps * 32) *
+             sizeof(float);
+}
+
+// dh_s[b, u] = dg[b, :] . w_s[:, u] for every row b < B: a thread per slice of the 4H gate rows,
+// batch rows in groups of G = 32 / U (G U = 32 partial sums a lane), summed over the warp by
+// scatter_level and over the warps through red_s.
+template <typename T, int U>
+__device__ void back_products(const T* dg, const T* w_s, float* red_s, float* dh_s, int B, int H4) {
+  constexpr int G = back_rows<U>();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int groups = back_groups(B, U);
+  for (int grp = 0; grp < groups; ++grp) {
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+    const int b0 = grp * G;
+    for (int r = tid; r < H4; r += kPThreads) {
+      float w[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) w[u] = to_compute(w_s[r * U + u]);
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        if (b0 + i < B) {
+          const float d = load_cg(dg + static_cast<int64_t>(b0 + i) * H4 + r);
+#pragma unroll
+          for (int u = 0; u < U; ++u) acc[i * U + u] += d * w[u];
+        }
+      }
+    }
+    scatter_level<32>(acc, lane);
+    red_s[(grp * kWarps + warp) * 32 + lane] = acc[0];
+  }
+  __syncthreads();
+  for (int k = tid; k < groups * 32; k += kPThreads) {
+    const int grp = k >> 5, l = k & 31, b = grp * G + l / U;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red_s[(grp * kWarps + w) * 32 + l];
+    if (b < B) dh_s[b * U + l % U] = v;
+  }
+  __syncthreads();
+}
+
+template <typename T, int U>
+__global__ void __launch_bounds__(kPThreads) persistent_backward_kernel(const BackArgs<T> a) {
+  const auto& [steps, B, H, reverse, dy, dh_n, dc_n, w_hh, reserve, dgates, dh0, dc0] = a;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int H4 = 4 * H, u0 = static_cast<int>(blockIdx.x) * U, nu = min(U, H - u0);
+  T* w_s = reinterpret_cast<T*>(smem);
+  float* dh_s = reinterpret_cast<float*>(smem + (static_cast<size_t>(H4) * U * sizeof(T) + 15) / 16 * 16);
+  float* dc_s = dh_s + B * U;
+  float* red_s = dc_s + B * U;
+  cg::grid_group grid = cg::this_grid();
+  const int tid = threadIdx.x;
+  const T zero = from_compute<T>(0.f);
+
+  for (int k = tid; k < H4 * U; k += kPThreads) {  // w_s[r, u] = w_hh[r, u0 + u], zeros past H
+    const int r = k / U, u = k - r * U;
+    w_s[k] = u < nu ? w_hh[static_cast<int64_t>(r) * H + u0 + u] : zero;
+  }
+  for (int k = tid; k < B * U; k += kPThreads) {
+    const int b = k / U, u = k - b * U;
+    const int64_t at = static_cast<int64_t>(b) * H + u0 + u;
+    dh_s[k] = u < nu && dh_n != nullptr ? to_compute(dh_n[at]) : 0.f;
+    dc_s[k] = u < nu && dc_n != nullptr ? to_compute(dc_n[at]) : 0.f;
+  }
+  __syncthreads();
+
+  const int items = B * nu;
+  int64_t t_prev = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t bstep = steps - 1 - i, t = reverse ? steps - 1 - bstep : bstep;
+    // This step's dy and reserve for the thread's items, loaded before the products, which they
+    // do not depend on.
+    float pdy[kBItems] = {}, pr[kBItems][5] = {};
+#pragma unroll
+    for (int m = 0; m < kBItems; ++m) {
+      const int k = tid + m * kPThreads;
+      if (k < items) {
+        const int b = k / nu, j = u0 + (k - b * nu);
+        const int64_t row = t * B + b;
+        pdy[m] = to_compute(dy[row * H + j]);
+#pragma unroll
+        for (int q = 0; q < 5; ++q) pr[m][q] = reserve[row * 5 * H + q * H + j];
+      }
+    }
+    if (i > 0) back_products<T, U>(dgates + t_prev * B * H4, w_s, red_s, dh_s, B, H4);
+#pragma unroll
+    for (int m = 0; m < kBItems; ++m) {
+      const int k = tid + m * kPThreads;
+      if (k < items) {  // cell_backward's arithmetic, in the same order
+        const int b = k / nu, u = k - b * nu, j = u0 + u;
+        const float dht = pdy[m] + dh_s[b * U + u];
+        const float ig = pr[m][0], f = pr[m][1], g = pr[m][2], o = pr[m][3], cp = pr[m][4];
+        const float tc = tanh(f * cp + ig * g);
+        const float dcn = dc_s[b * U + u] + dht * o * (1.f - tc * tc);
+        T* d = dgates + (t * B + b) * H4 + j;
+        d[0] = from_compute<T>(dcn * g * ig * (1.f - ig));
+        d[H] = from_compute<T>(dcn * cp * f * (1.f - f));
+        d[2 * H] = from_compute<T>(dcn * ig * (1.f - g * g));
+        d[3 * H] = from_compute<T>(dht * tc * o * (1.f - o));
+        dc_s[b * U + u] = dcn * f;
+      }
+    }
+    t_prev = t;
+    grid.sync();  // every unit's gate gradients written before any block reads them
+  }
+  back_products<T, U>(dgates + t_prev * B * H4, w_s, red_s, dh_s, B, H4);  // h0's gradient
+  for (int k = tid; k < items; k += kPThreads) {
+    const int b = k / nu, u = k - b * nu;
+    const int64_t at = static_cast<int64_t>(b) * H + u0 + u;
+    dh0[at] = from_compute<T>(dh_s[b * U + u]);
+    dc0[at] = from_compute<T>(dc_s[b * U + u]);
+  }
+}
+
+// Units a block for hidden size H: the least power of two up to 16 that spreads H over the SMs.
+inline int back_units(int64_t H, int sms) {
+  int u = 1;
+  while (u < 16 && static_cast<int64_t>(u) * sms < H) u *= 2;
+  return u;
+}
+
+template <typename T>
+const void* back_kernel_for(int U) {
+  switch (U) {
+    case 1: return reinterpret_cast<const void*>(persistent_backward_kernel<T, 1>);
+    case 2: return reinterpret_cast<const void*>(persistent_backward_kernel<T, 2>);
+    case 4: return reinterpret_cast<const void*>(persistent_backward_kernel<T, 4>);
+    case 8: return reinterpret_cast<const void*>(persistent_backward_kernel<T, 8>);
+    default: return reinterpret_cast<const void*>(persistent_backward_kernel<T, 16>);
+  }
+}
+
+template <typename T>
+size_t back_smem(int64_t B, int64_t H, int U) {
+  switch (U) {
+    case 1: return back_smem_bytes<T, 1>(B, H);
+    case 2: return back_smem_bytes<T, 2>(B, H);
+    case 4: return back_smem_bytes<T, 4>(B, H);
+    case 8: return back_smem_bytes<T, 8>(B, H);
+    default: return back_smem_bytes<T, 16>(B, H);
+  }
+}
+
+// (device, the storage type's kernel for U = 1, B, H)
+std::map<std::tuple<int, const void*, int64_t, int64_t>, Geometry> back_plans;
+
+template <typename T>
+bool back_plan(int64_t B, int64_t H, Geometry* out) {
+  int device = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, back_kernel_for<T>(1), B, H);
+  std::lock_guard<std::mutex> lock(plan_mutex);
+  auto it = back_plans.find(key);
+  if (it == back_plans.end()) {
+    Geometry g{0, 0, 0};
+    int sms = 0, optin = 0, coop = 0;
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+    const int U = back_units(H, sms);
+    if (coop && B > 0 && H > 0 && static_cast<int64_t>(U) * sms >= H &&
+        B * U <= int64_t{kBItems} * kPThreads) {
+      const size_t smem = back_smem<T>(B, H, U);
+      const void* kernel = back_kernel_for<T>(U);
+      if (smem <= static_cast<size_t>(optin)) {
+        FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           optin));
+        int per_sm = 0;
+        FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads,
+                                                                    smem));
+        const int blocks = static_cast<int>((H + U - 1) / U);
+        if (per_sm * sms >= blocks) g = Geometry{U, blocks, smem};
+      }
+    }
+    it = back_plans.emplace(key, g).first;
+  }
+  *out = it->second;
+  return out->blocks > 0;
+}
+
+template <typename T>
+bool both_fit(int64_t B, int64_t H) {
+  Geometry g;
+  return plan<T>(B, H, &g) && back_plan<T>(B, H, &g);
+}
+
 }  // namespace
 
 bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
-  Geometry g;
   switch (t_bytes) {
-    case 4: return plan<float>(B, H, &g);
-    case 2: return bf16 ? plan<__nv_bfloat16>(B, H, &g) : plan<__half>(B, H, &g);
+    case 4: return both_fit<float>(B, H);
+    case 2: return bf16 ? both_fit<__nv_bfloat16>(B, H) : both_fit<__half>(B, H);
     default: return false;
   }
 }
@@ -420,10 +657,46 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
                                             args, g.smem, stream));
 }
 
+template <typename T>
+void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T* x,
+                         const T* w_ih, const T* w_hh, const void* reserve, const T* reserve_h,
+                         T* dx, T* dh0, T* dc0, bool weights, T* dw_ih, T* dw_hh, T* db,
+                         void* workspace, size_t workspace_size, cudaStream_t stream,
+                         cublasHandle_t blas, bool tf32) {
+  if (s.proj || s.N != s.T * s.B || s.T <= 0 || s.B <= 0)
+    throw std::invalid_argument(
+        "fastlayers: the persistent LSTM backward takes padded input without a projection, "
+        "T and B at least 1");
+  Geometry g;
+  if (!back_plan<T>(s.B, s.H, &g))
+    throw std::invalid_argument("fastlayers: the persistent LSTM backward does not fit this "
+                                "batch and hidden size on this device");
+  if (workspace_size < backward_workspace(s, sizeof(T), sizeof(float)))
+    throw std::invalid_argument("fastlayers: LSTM backward workspace too small");
+  const int64_t H = s.H;
+  Carve ws(workspace);  // backward()'s carving: dh, dc (unused here), dgates, ones
+  ws.take<float>(s.B * H);
+  ws.take<float>(s.B * H);
+  T* dgates = ws.take<T>(s.N * 4 * H);
+  T* ones = ws.take<T>(s.N);
+  BackArgs<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), s.reverse, dy, dh_n, dc_n,
+                w_hh, static_cast<const float*>(reserve), dgates, dh0, dc0};
+  void* args[] = {&a};
+  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(back_kernel_for<T>(g.units), dim3(g.blocks),
+                                            dim3(kPThreads), args, g.smem, stream));
+  const gemm::Pinned pin(blas, stream);
+  backward_gemms<T>(s, pin, dgates, ones, nullptr, x, w_ih, reserve_h, dx, weights, dw_ih,
+                    dw_hh, db, nullptr, stream, tf32);
+}
+
 #define FL_LSTM_PERSISTENT(T)                                                                  \
   template void forward_persistent<T>(const Steps&, const T*, const T*, const T*, const T*,    \
                                       const T*, const T*, const T*, T*, T*, T*, void*, T*,     \
-                                      void*, size_t, cudaStream_t, cublasHandle_t, bool);
+                                      void*, size_t, cudaStream_t, cublasHandle_t, bool); \
+  template void backward_persistent<T>(const Steps&, const T*, const T*, const T*, const T*,   \
+                                       const T*, const T*, const void*, const T*, T*, T*, T*,  \
+                                       bool, T*, T*, T*, void*, size_t, cudaStream_t,          \
+                                       cublasHandle_t, bool);
 FL_LSTM_PERSISTENT(float)
 FL_LSTM_PERSISTENT(__half)
 FL_LSTM_PERSISTENT(__nv_bfloat16)

@@ -113,6 +113,47 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
   }
 }
 
+// The backward after its recurrence, from the gates' gradients dgates [N, 4H] of every row: the
+// input gradient (if dx) and, with `weights`, each weight gradient as one GEMM over every row
+// (ones [N]: scratch for the bias gradient; dhn [N, R]: the gradient on h_t with a projection).
+template <typename T>
+void backward_gemms(const Steps& s, const gemm::Pinned& pin, const T* dgates, T* ones,
+                    const T* dhn, const T* x, const T* w_ih, const T* reserve_h, T* dx,
+                    bool weights, T* dw_ih, T* dw_hh, T* db, T* dw_hr, cudaStream_t stream,
+                    bool tf32) {
+  using G = GemmTypes<T>;
+  const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
+  const bool rows = s.N > 0;
+  if (dx != nullptr && s.I > 0) {  // dx [N, I] = dgates [N, 4H] w_ih
+    if (rows)
+      gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, s.I, s.N, 4 * H,
+            w_ih, s.I, dgates, 4 * H, dx, s.I);
+  }
+  if (!weights) return;
+  if (!rows) {  // no step ran: the weight gradients are zero
+    FL_CUDA_CHECK(cudaMemsetAsync(dw_ih, 0, sizeof(T) * 4 * H * s.I, stream));
+    FL_CUDA_CHECK(cudaMemsetAsync(dw_hh, 0, sizeof(T) * 4 * H * R, stream));
+    FL_CUDA_CHECK(cudaMemsetAsync(db, 0, sizeof(T) * 4 * H, stream));
+    if (s.proj) FL_CUDA_CHECK(cudaMemsetAsync(dw_hr, 0, sizeof(T) * R * H, stream));
+    return;
+  }
+  // dw_ih [4H, I] = dgates^T x;  dw_hh [4H, R] = dgates^T h_{t-1};  db [4H] = dgates^T 1 (fp32:
+  // see above)
+  if (s.I > 0)
+    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, s.I, 4 * H, s.N, x,
+          s.I, dgates, 4 * H, dw_ih, s.I);
+  if (R > 0)
+    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, R, 4 * H, s.N,
+          reserve_h, rh_cols, dgates, 4 * H, dw_hh, R);
+  fill_ones<T><<<blocks_for(s.N), kThreads, 0, stream>>>(s.N, ones);
+  FL_LAUNCH_CHECK();
+  gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_N, 4 * H, 1, s.N, dgates,
+        4 * H, ones, s.N, db, 4 * H);
+  if (s.proj)  // dw_hr [R, H] = dhn^T (o tanh(c))
+    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, H, R, s.N,
+          reserve_h + R, rh_cols, dhn, R, dw_hr, H);
+}
+
 // Backward workspace: dh [B, R] A, dc [B, H] A, dgates [N, 4H] T, ones [N] T; with a projection
 // dhn [N, R] T (the gradient on h_t of every row, for w_hr's gradient) and dhtil [B, H] A.
 template <typename T>
@@ -125,7 +166,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
   using G = GemmTypes<T>;
   if (workspace_size < backward_workspace(s, sizeof(T), sizeof(A)))
     throw std::invalid_argument("fastlayers: LSTM backward workspace too small");
-  const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
+  const int64_t H = s.H, R = s.R;
   Carve ws(workspace);
   const gemm::Pinned pin(blas, stream);
   A* dh = ws.take<A>(s.B * R);
@@ -158,35 +199,8 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
   }
   convert_n<A, T>(s.B * R, dh, dh0, stream);
   convert_n<A, T>(s.B * H, dc, dc0, stream);
-  const bool rows = s.N > 0;
-  if (dx != nullptr && s.I > 0) {  // dx [N, I] = dgates [N, 4H] w_ih
-    if (rows)
-      gemm1(pin, G::store, G::store, tf32, CUBLAS_OP_N, CUBLAS_OP_N, s.I, s.N, 4 * H,
-            w_ih, s.I, dgates, 4 * H, dx, s.I);
-  }
-  if (!weights) return;
-  if (!rows) {  // no step ran: the weight gradients are zero
-    FL_CUDA_CHECK(cudaMemsetAsync(dw_ih, 0, sizeof(T) * 4 * H * s.I, stream));
-    FL_CUDA_CHECK(cudaMemsetAsync(dw_hh, 0, sizeof(T) * 4 * H * R, stream));
-    FL_CUDA_CHECK(cudaMemsetAsync(db, 0, sizeof(T) * 4 * H, stream));
-    if (s.proj) FL_CUDA_CHECK(cudaMemsetAsync(dw_hr, 0, sizeof(T) * R * H, stream));
-    return;
-  }
-  // dw_ih [4H, I] = dgates^T x;  dw_hh [4H, R] = dgates^T h_{t-1};  db [4H] = dgates^T 1 (fp32:
-  // see above)
-  if (s.I > 0)
-    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, s.I, 4 * H, s.N, x,
-          s.I, dgates, 4 * H, dw_ih, s.I);
-  if (R > 0)
-    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, R, 4 * H, s.N,
-          reserve_h, rh_cols, dgates, 4 * H, dw_hh, R);
-  fill_ones<T><<<blocks_for(s.N), kThreads, 0, stream>>>(s.N, ones);
-  FL_LAUNCH_CHECK();
-  gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_N, 4 * H, 1, s.N, dgates,
-        4 * H, ones, s.N, db, 4 * H);
-  if (s.proj)  // dw_hr [R, H] = dhn^T (o tanh(c))
-    gemm1(pin, G::store, G::store, false, CUBLAS_OP_N, CUBLAS_OP_T, H, R, s.N,
-          reserve_h + R, rh_cols, dhn, R, dw_hr, H);
+  backward_gemms(s, pin, dgates, ones, dhn, x, w_ih, reserve_h, dx, weights, dw_ih, dw_hh, db,
+                 dw_hr, stream, tf32);
 }
 
 // Explicit instantiations of forward and backward for storage type T (lstm_*.cu).

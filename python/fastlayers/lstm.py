@@ -1,5 +1,6 @@
 """The LSTM ops: typed wrappers of torch.ops.fastlayers.lstm, lstm_backward and lstm_cell, their
-fake kernels and lstm's autograd (its backward is the lstm_backward op).
+fake kernels and autograd (lstm's backward is the lstm_backward op, lstm_persistent's
+lstm_backward_persistent).
 
 One layer, one direction per call; the module (fastlayers.LSTM) stacks layers and directions.
 Semantics and shapes: csrc/fastlayers.cpp and docs/ops.md.
@@ -41,9 +42,10 @@ def lstm(input: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
 
 def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
                     device: torch.device) -> bool:
-    """Whether the persistent kernel (the lstm_persistent op on CUDA) serves `batch` sequences
-    of `hidden` units in `dtype` on `device`: float32, float16 or bfloat16, the layer's rows of
-    w_hh and the batch's h_{t-1} within a block's shared memory, every block resident at once."""
+    """Whether the persistent kernels (the lstm_persistent and lstm_backward_persistent ops on
+    CUDA) serve `batch` sequences of `hidden` units in `dtype` on `device`: float32, float16 or
+    bfloat16, the layer's rows of w_hh and the batch's h_{t-1} within a block's shared memory,
+    every block resident at once, in both passes."""
     device = torch.device(device)
     if device.type != "cuda" or dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
@@ -88,6 +90,7 @@ def _lstm_fake(input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse
     return out, h0.new_empty(h0.shape), c0.new_empty(c0.shape), reserve, reserve_h
 
 
+@torch.library.register_fake("fastlayers::lstm_backward_persistent")
 @torch.library.register_fake("fastlayers::lstm_backward")
 def _lstm_backward_fake(grad_output, grad_h_n, grad_c_n, input, h0, c0, w_ih, w_hh, w_hr,
                         batch_sizes, reserve, reserve_h, reverse=False, tf32=False,
@@ -113,7 +116,8 @@ def _setup_lstm(ctx, inputs, output):
     ctx.mark_non_differentiable(reserve, reserve_h)
 
 
-def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h):
+def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h,
+                   op=torch.ops.fastlayers.lstm_backward):
     input, h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve, reserve_h = ctx.saved_tensors
     reverse, tf32, has_b_ih, has_b_hh = ctx.flags
     need = ctx.needs_input_grad
@@ -121,13 +125,17 @@ def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h):
     if g_out is None:
         g_out = torch.zeros_like(input[..., :1]).expand(
             *input.shape[:-1], w_hr.shape[0] if w_hr is not None else w_hh.shape[1])
-    gx, gh0, gc0, gw_ih, gw_hh, gb, gw_hr = torch.ops.fastlayers.lstm_backward(
+    gx, gh0, gc0, gw_ih, gw_hh, gb, gw_hr = op(
         g_out.contiguous(), g_h, g_c, input, h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve,
         reserve_h, reverse, tf32, need[0], need_weights)
     return (gx if need[0] else None, gh0 if need[1] else None, gc0 if need[2] else None,
             gw_ih if need[3] else None, gw_hh if need[4] else None,
             gb if has_b_ih and need[5] else None, gb if has_b_hh and need[6] else None,
             gw_hr if w_hr is not None and need[7] else None, None, None, None)
+
+
+def _backward_lstm_persistent(ctx, *grads):
+    return _backward_lstm(ctx, *grads, op=torch.ops.fastlayers.lstm_backward_persistent)
 
 
 def _backward_lstm_backward(ctx, *grads):
@@ -140,9 +148,11 @@ def _setup_nothing(ctx, inputs, output):
 
 
 torch.library.register_autograd("fastlayers::lstm", _backward_lstm, setup_context=_setup_lstm)
-torch.library.register_autograd("fastlayers::lstm_persistent", _backward_lstm,
+torch.library.register_autograd("fastlayers::lstm_persistent", _backward_lstm_persistent,
                                 setup_context=_setup_lstm)
 # Without an autograd kernel of its own, lstm_backward would be differentiated through the ATen
 # ops it runs, which do not see how the reserve depends on the inputs: a wrong second derivative.
 torch.library.register_autograd("fastlayers::lstm_backward", _backward_lstm_backward,
+                                setup_context=_setup_nothing)
+torch.library.register_autograd("fastlayers::lstm_backward_persistent", _backward_lstm_backward,
                                 setup_context=_setup_nothing)

@@ -1,6 +1,8 @@
-"""lstm_persistent (the recurrence as one cooperative kernel on CUDA; lstm's kernel on the CPU)
-against nn.LSTM per device and precision with lstm's rule (lstm_samples.py), its reserve read by
-lstm_backward; its errors, where it fits, the module pinned to it and the tuner's candidate."""
+"""lstm_persistent and its backward lstm_backward_persistent (each recurrence as one cooperative
+kernel on CUDA; lstm's and lstm_backward's kernels on the CPU) against nn.LSTM per device and
+precision with lstm's rule (lstm_samples.py): values and every gradient; their reserve and
+gradients against the step-wise ops'; their errors, where they fit, the module pinned to them and
+the tuner's candidate."""
 import copy
 
 import pytest
@@ -22,6 +24,11 @@ fl = torch.ops.fastlayers
 # a batch of 64. Batches above 4 in float16 and bfloat16 run the gate products on tensor cores
 # (16 batch rows x 8 gate rows a tile): batches and gate rows that fill no tile, hidden sizes not
 # a multiple of 16 (padded) or of 8 (h_{t-1} loaded element by element).
+# The backward's blocks own a power of two of units (1, 2, 4, 8, 16: the least spreading H over
+# the SMs; 601 and 1100 leave the last block partial) and a thread carries up to four (row, unit)
+# items through a step (B 64 x 8 units: two); its products group 32 / units batch rows (B 5, 17,
+# 40 fill no group). Float32's w_hh columns at 16 units a block (H above 1056 on an H100) do not
+# fit shared memory: that case runs in the half types only.
 # On the CPU the op is lstm's kernel: there the geometry cases check it at larger H.
 PADDED_CASES = [c for c in CASES if c.lengths is None and c.P == 0]
 GEOMETRY_CASES = [
@@ -33,6 +40,8 @@ GEOMETRY_CASES = [
     Case(3, 40, 6, 300, 0, None, False, True),
     Case(3, 24, 8, 72, 0, None, True, True),
     Case(5, 64, 32, 512, 0, None, True, False),
+    Case(3, 64, 8, 601, 0, None, False, True),
+    Case(3, 5, 8, 1100, 0, None, True, True),
 ]
 PERSISTENT_CASES = PADDED_CASES + GEOMETRY_CASES
 
@@ -43,6 +52,9 @@ def test_persistent_op_matches_nn_lstm(device, case, precision):
     skip_unless_supported(device, precision)
     if device == "cuda" and precision == "float64":
         pytest.skip("the persistent kernel takes float32, float16 and bfloat16")
+    if device == "cuda" and case.H > 1056 and precision in ("float32", "tf32"):
+        assert not fastlayers.lstm.persistent_fits(case.B, case.H, torch.float32, device)
+        pytest.skip("float32's w_hh columns at 16 units a block exceed shared memory")
     ours, ref, native = run_case(case, precision, device, op="lstm_persistent")
     check_results(case, ours, ref, native, precision)
 
@@ -59,6 +71,28 @@ def test_persistent_results_and_reserve_are_lstms():
     for u, v in zip(a, b):
         assert u.shape == v.shape and u.dtype == v.dtype
         torch.testing.assert_close(v, u, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [PERSISTENT_CASES[-3], PERSISTENT_CASES[-2]], ids=str)
+def test_persistent_backward_is_lstm_backwards(device, case):
+    # On one reserve and upstream gradients: every result of lstm_backward_persistent agrees with
+    # lstm_backward's to float32 rounding (the same cell arithmetic; the products summed in
+    # another order), with and without the weight gradients and grad_h_n / grad_c_n.
+    m = reference_module(case, torch.float32, device)
+    x, h0, c0 = inputs(case, torch.float32, device)
+    w = weights(m, case.reverse)
+    _, _, _, reserve, reserve_h = fl.lstm(x, h0, c0, *w, None, case.reverse, False)
+    gen = torch.Generator().manual_seed(5)
+    dy, dh, dc = (torch.randn(*s, generator=gen).to(device) for s in (
+        (case.T, case.B, case.H), (case.B, case.H), (case.B, case.H)))
+    for g_h, g_c, need_w in ((dh, dc, True), (None, None, False), (dh, None, True)):
+        args = (dy, g_h, g_c, x, h0, c0, w[0], w[1], None, None, reserve, reserve_h,
+                case.reverse, False, True, need_w)
+        a = fl.lstm_backward(*args)
+        b = fl.lstm_backward_persistent(*args)
+        for u, v in zip(a, b):
+            assert u.shape == v.shape and u.dtype == v.dtype
+            torch.testing.assert_close(v, u, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.gpu
@@ -99,6 +133,12 @@ def test_persistent_refuses_what_it_cannot_run(what):
             "too large": "persistent kernel"}[what]
     with pytest.raises(RuntimeError, match=word):
         fl.lstm_persistent(x, h0, c0, *w, bs, False, False)
+    # the backward refuses the same, naming the same argument
+    _, _, _, reserve, reserve_h = fl.lstm(x, h0, c0, *w, bs, False, False)
+    dy = torch.zeros(x.shape[:-1] + (case.R,), device="cuda", dtype=dtype)
+    with pytest.raises(RuntimeError, match="lstm_backward_persistent: " + word):
+        fl.lstm_backward_persistent(dy, None, None, x, h0, c0, w[0], w[1], w[4], bs, reserve,
+                                    reserve_h, False, False, True, True)
 
 
 def test_where_it_fits(device):
@@ -145,7 +185,9 @@ def test_the_module_pinned_to_it(device):
         y0, (h0, c0) = ref(x)
         for a, b in ((y, y0), (h, h0), (c, c0)):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-        y.sum().backward()
+        with RecordOps() as rec:
+            y.sum().backward()
+        assert [n for n, _ in rec.calls] == ["lstm_backward_persistent"] * 2
         y0.sum().backward()
     for p, q in zip(fast.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
@@ -164,6 +206,12 @@ def test_opcheck(device, grads):
         if t is not None:
             t.requires_grad_(grads)
     torch.library.opcheck(fl.lstm_persistent.default, (x, h0, c0, *w, None, True, False))
+    _, _, _, reserve, reserve_h = fl.lstm(x, h0, c0, *w, None, True, False)
+    dy = torch.randn(case.T, case.B, case.R, device=device)
+    torch.library.opcheck(fl.lstm_backward_persistent.default,
+                          (dy, None, None, x.detach(), h0.detach(), c0.detach(), w[0].detach(),
+                           w[1].detach(), None, None, reserve, reserve_h, True, False, True,
+                           grads))
 
 
 @pytest.mark.gpu
