@@ -46,7 +46,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The LSTM ops have CUDA kernels in this build (fastlayers.LSTM checks before using them).
   m.attr("with_lstm_cuda") = true;
   m.def("lstm_persistent_fits", &fastlayers::lstm_host::persistent_fits, py::arg("batch"),
-        py::arg("hidden"), py::arg("dtype"), py::arg("device"));
+        py::arg("hidden"), py::arg("dtype"), py::arg("device"), py::arg("backward") = false);
   m.def("cufft_plan_cache_size", &fastlayers::cufft_plans::cache_size);
   m.def("cufft_plan_cache_capacity", &fastlayers::cufft_plans::cache_capacity);
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);

@@ -43,19 +43,22 @@ Tensor workspace(size_t bytes, const Tensor& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
 
-// The persistent kernels' own conditions, after the op's common checks.
-void check_persistent(const char* op, const Geometry& g, const Tensor& input) {
+// The persistent kernels' own conditions, after the op's common checks (`backward`: the backward
+// kernel's).
+void check_persistent(const char* op, const Geometry& g, const Tensor& input, bool backward) {
   const auto dt = input.scalar_type();
   TORCH_CHECK(dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16,
               op, ": `input` must be float32, float16 or bfloat16 (got ", dt, ")");
   TORCH_CHECK(!g.packed, op, ": `batch_sizes` must be None (padded input only)");
   TORCH_CHECK(!g.proj, op, ": `w_hr` must be None (no projection)");
   TORCH_CHECK(g.T > 0 && g.B > 0, op, ": `input` needs at least one step and one sequence");
-  TORCH_CHECK(lstm::persistent_fits(g.B, g.H, static_cast<int>(input.element_size()),
-                                    dt == at::kBFloat16), op,
+  const int bytes = static_cast<int>(input.element_size());
+  TORCH_CHECK(backward ? lstm::persistent_backward_fits(g.B, g.H, bytes, dt == at::kBFloat16)
+                       : lstm::persistent_fits(g.B, g.H, bytes, dt == at::kBFloat16), op,
               ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
-              " do not fit the persistent kernel on this device (shared memory, co-resident "
-              "blocks); fastlayers.lstm.persistent_fits() says where it does");
+              " do not fit the persistent kernel on this device (", backward ? "batch up to 16, " : "",
+              "shared memory, co-resident blocks); fastlayers.lstm.persistent_fits() says where "
+              "it does");
 }
 
 Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
@@ -66,7 +69,7 @@ Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
   const Geometry g = check(op, input_in, h0_in, c0_in, w_ih_in, w_hh_in, b_ih_in, b_hh_in,
                            w_hr_in, batch_sizes);
   c10::cuda::CUDAGuard guard(input_in.device());
-  if (persistent) check_persistent(op, g, input_in);
+  if (persistent) check_persistent(op, g, input_in, false);
   const auto input = contig(input_in), h0 = contig(h0_in), c0 = contig(c0_in);
   const auto w_ih = contig(w_ih_in), w_hh = contig(w_hh_in);
   const auto b_ih = contig(b_ih_in), b_hh = contig(b_hh_in), w_hr = contig(w_hr_in);
@@ -134,7 +137,7 @@ Grads run_backward(const char* op, bool persistent, const Tensor& grad_output_in
   check_backward(g, input_in, grad_output_in, grad_h_n_in, grad_c_n_in, reserve_in,
                  reserve_h_in);
   c10::cuda::CUDAGuard guard(input_in.device());
-  if (persistent) check_persistent(op, g, input_in);
+  if (persistent) check_persistent(op, g, input_in, true);
   const auto dy = contig(grad_output_in), input = contig(input_in), w_ih = contig(w_ih_in),
              w_hh = contig(w_hh_in), reserve = contig(reserve_in),
              reserve_h = contig(reserve_h_in);
@@ -216,10 +219,13 @@ TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("lstm_backward_persistent", &backward_persistent);
 }
 
-bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device) {
+bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device,
+                     bool backward) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   const int bytes = dtype == "float32" ? 4 : dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
-  return bytes > 0 && lstm::persistent_fits(batch, hidden, bytes, dtype == "bfloat16");
+  const bool bf16 = dtype == "bfloat16";
+  return bytes > 0 && (backward ? lstm::persistent_backward_fits(batch, hidden, bytes, bf16)
+                                : lstm::persistent_fits(batch, hidden, bytes, bf16));
 }
 
 }  // namespace lstm_host

@@ -13,9 +13,11 @@ namespace lstm_host {
 bool rnn_tf32_allowed();
 
 #ifdef FASTLAYERS_WITH_CUDA
-// Whether lstm_persistent serves `batch` sequences of hidden size `hidden` in `dtype`
-// ("float32", "float16", "bfloat16"; anything else: no) on CUDA device `device`.
-bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device);
+// Whether lstm_persistent (`backward`: and lstm_backward_persistent) serves `batch` sequences of
+// hidden size `hidden` in `dtype` ("float32", "float16", "bfloat16"; anything else: no) on CUDA
+// device `device`.
+bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device,
+                     bool backward);
 #endif
 
 }  // namespace lstm_host

@@ -48,18 +48,20 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
 // The persistent forward (persistent.cu): the same results and reserve as forward() for padded
 // input without a projection (N = T B, w_hr null), T: float, __half, __nv_bfloat16; one
 // cooperative kernel for the recurrence. persistent_fits(): whether batch B and hidden size H fit
-// it and backward_persistent's kernel (shared memory, co-resident blocks) on the current device,
-// for storage of `t_bytes` (4 or 2; `bf16`: bfloat16 rather than half).
+// it (shared memory, co-resident blocks) on the current device, for storage of `t_bytes` (4 or 2;
+// `bf16`: bfloat16 rather than half); persistent_backward_fits(): whether they fit it and
+// backward_persistent's kernel (batches up to 16).
 bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
+bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 template <typename T>
 void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                         const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,
                         void* reserve, T* reserve_h, void* workspace, size_t workspace_size,
                         cudaStream_t stream, cublasHandle_t blas, bool tf32);
 
-// The persistent backward (persistent.cu): backward()'s results for what forward_persistent
-// serves (persistent_fits covers both), without a projection (dw_hr none); the recurrence as one
-// cooperative kernel, then backward()'s GEMMs over every step.
+// The persistent backward (persistent.cu): backward()'s results where persistent_backward_fits,
+// padded input without a projection (dw_hr none); the recurrence as one cooperative kernel, then
+// backward()'s GEMMs over every step.
 template <typename T>
 void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T* x,
                          const T* w_ih, const T* w_hh, const void* reserve, const T* reserve_h,

@@ -385,7 +385,11 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
 // float), its units' gate gradients into dgates, and the grid synchronises. dgates [N, 4H] is
 // the exchange buffer and the result the weight and input gradients' GEMMs read afterwards.
 
-constexpr int kBItems = 4;  // (row, unit) items a thread carries through a step: B U <= 4 kPThreads
+constexpr int kBItems = 1;  // (row, unit) items a thread carries through a step: B U <= kPThreads
+// Batches it serves: every block reads the whole dgates_(t+1) [B, 4H] each step through L2, 4x
+// the forward's exchange; at batch 64 (hidden 512, an H100) that made a step 58 us against the
+// step-wise backward's 11, and lstm_persistent's backward is lstm_backward's above this.
+constexpr int kBackMaxBatch = 16;
 
 template <typename T>
 struct BackArgs {
@@ -441,16 +445,28 @@ __device__ void back_products(const T* dg, const T* w_s, float* red_s, float* dh
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.f;
     const int b0 = grp * G;
-    for (int r = tid; r < H4; r += kPThreads) {
-      float w[U];
+    // U gate rows a round, their G rows' values loaded before any is used: 32 loads in flight
+    // a thread (one at a time left each step bound by L2 latency: 10 us a step at batch 1).
+    for (int r0 = tid; r0 < H4; r0 += U * kPThreads) {
+      float d[U][G];
 #pragma unroll
-      for (int u = 0; u < U; ++u) w[u] = to_compute(w_s[r * U + u]);
+      for (int c = 0; c < U; ++c) {
+        const int r = r0 + c * kPThreads;
 #pragma unroll
-      for (int i = 0; i < G; ++i) {
-        if (b0 + i < B) {
-          const float d = load_cg(dg + static_cast<int64_t>(b0 + i) * H4 + r);
+        for (int i = 0; i < G; ++i)
+          d[c][i] = r < H4 && b0 + i < B ? load_cg(dg + static_cast<int64_t>(b0 + i) * H4 + r)
+                                          : 0.f;
+      }
 #pragma unroll
-          for (int u = 0; u < U; ++u) acc[i * U + u] += d * w[u];
+      for (int c = 0; c < U; ++c) {
+        const int r = r0 + c * kPThreads;
+        if (r < H4) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const float w = to_compute(w_s[r * U + u]);
+#pragma unroll
+            for (int i = 0; i < G; ++i) acc[i * U + u] += d[c][i] * w;
+          }
         }
       }
     }
@@ -587,8 +603,8 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
     FL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     FL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
     const int U = back_units(H, sms);
-    if (coop && B > 0 && H > 0 && static_cast<int64_t>(U) * sms >= H &&
-        B * U <= int64_t{kBItems} * kPThreads) {
+    if (coop && B > 0 && B <= kBackMaxBatch && H > 0 && static_cast<int64_t>(U) * sms >= H &&
+        B * U <= kBItems * kPThreads) {
       const size_t smem = back_smem<T>(B, H, U);
       const void* kernel = back_kernel_for<T>(U);
       if (smem <= static_cast<size_t>(optin)) {
@@ -607,18 +623,24 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
   return out->blocks > 0;
 }
 
-template <typename T>
-bool both_fit(int64_t B, int64_t H) {
-  Geometry g;
-  return plan<T>(B, H, &g) && back_plan<T>(B, H, &g);
-}
-
 }  // namespace
 
 bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
+  Geometry g;
   switch (t_bytes) {
-    case 4: return both_fit<float>(B, H);
-    case 2: return bf16 ? both_fit<__nv_bfloat16>(B, H) : both_fit<__half>(B, H);
+    case 4: return plan<float>(B, H, &g);
+    case 2: return bf16 ? plan<__nv_bfloat16>(B, H, &g) : plan<__half>(B, H, &g);
+    default: return false;
+  }
+}
+
+bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
+  Geometry g;
+  switch (t_bytes) {
+    case 4: return plan<float>(B, H, &g) && back_plan<float>(B, H, &g);
+    case 2:
+      return bf16 ? plan<__nv_bfloat16>(B, H, &g) && back_plan<__nv_bfloat16>(B, H, &g)
+                  : plan<__half>(B, H, &g) && back_plan<__half>(B, H, &g);
     default: return false;
   }
 }

@@ -41,11 +41,12 @@ def lstm(input: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
 
 
 def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
-                    device: torch.device) -> bool:
-    """Whether the persistent kernels (the lstm_persistent and lstm_backward_persistent ops on
-    CUDA) serve `batch` sequences of `hidden` units in `dtype` on `device`: float32, float16 or
-    bfloat16, the layer's rows of w_hh and the batch's h_{t-1} within a block's shared memory,
-    every block resident at once, in both passes."""
+                    device: torch.device, backward: bool = False) -> bool:
+    """Whether the persistent kernel (the lstm_persistent op on CUDA) serves `batch` sequences of
+    `hidden` units in `dtype` on `device`: float32, float16 or bfloat16, the layer's rows of w_hh
+    and the batch's h_{t-1} within a block's shared memory, every block resident at once.
+    `backward`: whether the persistent backward (lstm_backward_persistent) serves them too
+    (batches up to 16; lstm_persistent's gradient is lstm_backward's elsewhere)."""
     device = torch.device(device)
     if device.type != "cuda" or dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
@@ -53,7 +54,8 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
     fits = getattr(_C, "lstm_persistent_fits", None)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return bool(fits is not None and fits(int(batch), int(hidden),
-                                          str(dtype).replace("torch.", ""), index))
+                                          str(dtype).replace("torch.", ""), index,
+                                          bool(backward)))
 
 
 def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,
@@ -135,7 +137,15 @@ def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h,
 
 
 def _backward_lstm_persistent(ctx, *grads):
-    return _backward_lstm(ctx, *grads, op=torch.ops.fastlayers.lstm_backward_persistent)
+    # The persistent backward where it fits (batches up to 16: above, every block reading the
+    # gates' gradients of the whole batch each step costs more than the step-wise GEMMs).
+    input, w_hh = ctx.saved_tensors[0], ctx.saved_tensors[4]
+    batched = ctx.saved_tensors[6] is None and input.dim() == 3 and ctx.saved_tensors[5] is None
+    fits = (batched and input.is_cuda and
+            persistent_fits(input.shape[1], w_hh.shape[1], input.dtype, input.device, True))
+    op = torch.ops.fastlayers.lstm_backward_persistent if fits else \
+        torch.ops.fastlayers.lstm_backward
+    return _backward_lstm(ctx, *grads, op=op)
 
 
 def _backward_lstm_backward(ctx, *grads):
