@@ -4,7 +4,8 @@ traces it) whose layers run as fastlayers.lstm ops, one op call per layer
 and direction, the step loop in C++/CUDA.
 
 What runs is an algorithm choice per input signature: "fused" (the lstm ops), "persistent" (the
-lstm_persistent op: the recurrence as one kernel, on CUDA where the batch and hidden size fit it)
+lstm_persistent op: the recurrence as one kernel, on CUDA where the batch and hidden size fit it;
+its backward's too up to batch 16)
 or "native" (nn.LSTM's own forward), from the tuner (pass "training" when gradients are needed,
 else "forward"; measured on CUDA, or on CPU with FASTLAYERS_TUNE_CPU=1), unless
 ``force_algorithm`` pins one. ``fastlayers.tuner.report()`` shows every decision with its reason.

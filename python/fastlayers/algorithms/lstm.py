@@ -83,7 +83,7 @@ class PersistentLstm(Family):
 
     def describe(self, choice):
         return ("fastlayers LSTM ops, the recurrence as one persistent kernel (w_hh on chip, a "
-                "grid barrier per step)")
+                "grid barrier per step; the backward's too up to batch 16)")
 
     def deterministic(self, choice):
         return True  # no atomics; the input GEMM on cuBLAS
