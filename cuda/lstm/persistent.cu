@@ -336,6 +336,31 @@ size_t kernel_smem(int64_t B, int64_t H, int units) {
   return smem_bytes<T>(B, H, units);
 }
 
+// What a device offers cooperative kernels: SMs, opt-in shared memory a block, cooperative launch.
+struct Limits {
+  int sms = 0, optin = 0, coop = 0;
+};
+inline Limits limits(int device) {
+  Limits d;
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&d.coop, cudaDevAttrCooperativeLaunch, device));
+  return d;
+}
+
+// The geometry of `kernel` with `units` of H a block and `smem` bytes of shared memory if every
+// one of its blocks can be resident at once (what a grid barrier needs), else an empty one.
+inline Geometry resident(const void* kernel, const Limits& d, int64_t H, int units, size_t smem) {
+  if (smem > static_cast<size_t>(d.optin)) return Geometry{0, 0, 0};
+  // The attribute is the kernel's, not the shape's: set to the device's limit, so that a plan
+  // made later for a smaller shape does not lower it under an earlier plan's need.
+  FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.optin));
+  int per_sm = 0;
+  FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads, smem));
+  const int blocks = static_cast<int>((H + units - 1) / units);
+  return per_sm * d.sms >= blocks ? Geometry{units, blocks, smem} : Geometry{0, 0, 0};
+}
+
 std::mutex plan_mutex;
 // (device, kernel, B, H): each instantiation has its own shared-memory attribute to set
 std::map<std::tuple<int, const void*, int64_t, int64_t>, Geometry> plans;
@@ -350,24 +375,10 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
   auto it = plans.find(key);
   if (it == plans.end()) {
     Geometry g{0, 0, 0};
-    int sms = 0, optin = 0, coop = 0;
-    FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    FL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    FL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
-    if (coop && B > 0 && H > 0 && H <= (int64_t{1} << 20) && B <= 4096) {
-      const int units = static_cast<int>((H + sms - 1) / sms);
-      const size_t smem = kernel_smem<T>(B, H, units);
-      if (smem <= static_cast<size_t>(optin)) {
-        // The attribute is the kernel's, not the shape's: set to the device's limit, so that a
-        // plan made later for a smaller shape does not lower it under an earlier plan's need.
-        FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           optin));
-        int per_sm = 0;
-        FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads,
-                                                                    smem));
-        const int blocks = static_cast<int>((H + units - 1) / units);
-        if (per_sm * sms >= blocks) g = Geometry{units, blocks, smem};
-      }
+    const Limits d = limits(device);
+    if (d.coop && B > 0 && H > 0 && H <= (int64_t{1} << 20) && B <= 4096) {
+      const int units = static_cast<int>((H + d.sms - 1) / d.sms);
+      g = resident(kernel, d, H, units, kernel_smem<T>(B, H, units));
     }
     it = plans.emplace(key, g).first;
   }
@@ -598,25 +609,11 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
   auto it = back_plans.find(key);
   if (it == back_plans.end()) {
     Geometry g{0, 0, 0};
-    int sms = 0, optin = 0, coop = 0;
-    FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    FL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    FL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
-    const int U = back_units(H, sms);
-    if (coop && B > 0 && B <= kBackMaxBatch && H > 0 && static_cast<int64_t>(U) * sms >= H &&
-        B * U <= kBItems * kPThreads) {
-      const size_t smem = back_smem<T>(B, H, U);
-      const void* kernel = back_kernel_for<T>(U);
-      if (smem <= static_cast<size_t>(optin)) {
-        FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           optin));
-        int per_sm = 0;
-        FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads,
-                                                                    smem));
-        const int blocks = static_cast<int>((H + U - 1) / U);
-        if (per_sm * sms >= blocks) g = Geometry{U, blocks, smem};
-      }
-    }
+    const Limits d = limits(device);
+    const int U = back_units(H, d.sms);
+    if (d.coop && B > 0 && B <= kBackMaxBatch && H > 0 && static_cast<int64_t>(U) * d.sms >= H &&
+        B * U <= kBItems * kPThreads)
+      g = resident(back_kernel_for<T>(U), d, H, U, back_smem<T>(B, H, U));
     it = back_plans.emplace(key, g).first;
   }
   *out = it->second;
