@@ -34,27 +34,19 @@ Outputs forward_persistent(const Tensor& input, const Tensor& h0, const Tensor& 
   return forward_cpu(g, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, tf32);
 }
 
+// lstm_backward, and lstm_backward_persistent on the CPU (lstm_backward's kernel): `Op` names the
+// op in errors.
+constexpr char kBackward[] = "lstm_backward";
+constexpr char kBackwardPersistent[] = "lstm_backward_persistent";
+
+template <const char* Op>
 Grads backward(const Tensor& grad_output, const OptTensor& grad_h_n, const OptTensor& grad_c_n,
                const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                const Tensor& w_hh, const OptTensor& w_hr, const OptTensor& batch_sizes,
                const Tensor& reserve, const Tensor& reserve_h, bool reverse, bool tf32,
                bool need_input, bool need_weights) {
-  const Geometry g = check("lstm_backward", input, h0, c0, w_ih, w_hh, std::nullopt,
-                           std::nullopt, w_hr, batch_sizes);
-  check_backward(g, input, grad_output, grad_h_n, grad_c_n, reserve, reserve_h);
-  return backward_cpu(g, grad_output, grad_h_n, grad_c_n, input, h0, c0, w_ih, w_hh, w_hr,
-                      reserve, reserve_h, reverse, tf32, need_input, need_weights);
-}
-
-// lstm_backward_persistent on the CPU: lstm_backward's kernel.
-Grads backward_persistent(const Tensor& grad_output, const OptTensor& grad_h_n,
-                          const OptTensor& grad_c_n, const Tensor& input, const Tensor& h0,
-                          const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                          const OptTensor& w_hr, const OptTensor& batch_sizes,
-                          const Tensor& reserve, const Tensor& reserve_h, bool reverse, bool tf32,
-                          bool need_input, bool need_weights) {
-  const Geometry g = check("lstm_backward_persistent", input, h0, c0, w_ih, w_hh, std::nullopt,
-                           std::nullopt, w_hr, batch_sizes);
+  const Geometry g = check(Op, input, h0, c0, w_ih, w_hh, std::nullopt, std::nullopt, w_hr,
+                           batch_sizes);
   check_backward(g, input, grad_output, grad_h_n, grad_c_n, reserve, reserve_h);
   return backward_cpu(g, grad_output, grad_h_n, grad_c_n, input, h0, c0, w_ih, w_hh, w_hr,
                       reserve, reserve_h, reverse, tf32, need_input, need_weights);
@@ -173,8 +165,8 @@ Grads backward_cpu(const Geometry& g, const Tensor& grad_output, const OptTensor
 TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
   m.impl("lstm", &forward);
   m.impl("lstm_persistent", &forward_persistent);
-  m.impl("lstm_backward", &backward);
-  m.impl("lstm_backward_persistent", &backward_persistent);
+  m.impl("lstm_backward", &backward<kBackward>);
+  m.impl("lstm_backward_persistent", &backward<kBackwardPersistent>);
 }
 
 }  // namespace lstm_host
