@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "../common/mma.cuh"
@@ -396,11 +397,12 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
 // float), its units' gate gradients into dgates, and the grid synchronises. dgates [N, 4H] is
 // the exchange buffer and the result the weight and input gradients' GEMMs read afterwards.
 
-constexpr int kBItems = 1;  // (row, unit) items a thread carries through a step: B U <= kPThreads
 // Batches it serves: every block reads the whole dgates_(t+1) [B, 4H] each step through L2, 4x
 // the forward's exchange; at batch 64 (hidden 512, an H100) that made a step 58 us against the
 // step-wise backward's 11, and lstm_persistent's backward is lstm_backward's above this.
 constexpr int kBackMaxBatch = 16;
+// A thread per (row, unit) of the block: batch rows times units a block (up to 16) within a block.
+static_assert(kBackMaxBatch * 16 <= kPThreads, "a (row, unit) item a thread");
 
 template <typename T>
 struct BackArgs {
@@ -520,49 +522,40 @@ __global__ void __launch_bounds__(kPThreads) persistent_backward_kernel(const Ba
   }
   __syncthreads();
 
-  const int items = B * nu;
+  // The thread's (row, unit) item: b = tid / nu, unit u (tid < B nu).
+  const bool mine = tid < B * nu;
+  const int b = mine ? tid / nu : 0, u = tid - b * nu, j = u0 + u;
   int64_t t_prev = 0;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t bstep = steps - 1 - i, t = reverse ? steps - 1 - bstep : bstep;
-    // This step's dy and reserve for the thread's items, loaded before the products, which they
-    // do not depend on.
-    float pdy[kBItems] = {}, pr[kBItems][5] = {};
+    const int64_t row = t * B + b;
+    // This step's dy and reserve of the item, loaded before the products, which they do not
+    // depend on.
+    float dyv = 0.f, r[5] = {};
+    if (mine) {
+      dyv = to_compute(dy[row * H + j]);
 #pragma unroll
-    for (int m = 0; m < kBItems; ++m) {
-      const int k = tid + m * kPThreads;
-      if (k < items) {
-        const int b = k / nu, j = u0 + (k - b * nu);
-        const int64_t row = t * B + b;
-        pdy[m] = to_compute(dy[row * H + j]);
-#pragma unroll
-        for (int q = 0; q < 5; ++q) pr[m][q] = reserve[row * 5 * H + q * H + j];
-      }
+      for (int q = 0; q < 5; ++q) r[q] = reserve[row * 5 * H + q * H + j];
     }
     if (i > 0) back_products<T, U>(dgates + t_prev * B * H4, w_s, red_s, dh_s, B, H4);
-#pragma unroll
-    for (int m = 0; m < kBItems; ++m) {
-      const int k = tid + m * kPThreads;
-      if (k < items) {  // cell_backward's arithmetic, in the same order
-        const int b = k / nu, u = k - b * nu, j = u0 + u;
-        const float dht = pdy[m] + dh_s[b * U + u];
-        const float ig = pr[m][0], f = pr[m][1], g = pr[m][2], o = pr[m][3], cp = pr[m][4];
-        const float tc = tanh(f * cp + ig * g);
-        const float dcn = dc_s[b * U + u] + dht * o * (1.f - tc * tc);
-        T* d = dgates + (t * B + b) * H4 + j;
-        d[0] = from_compute<T>(dcn * g * ig * (1.f - ig));
-        d[H] = from_compute<T>(dcn * cp * f * (1.f - f));
-        d[2 * H] = from_compute<T>(dcn * ig * (1.f - g * g));
-        d[3 * H] = from_compute<T>(dht * tc * o * (1.f - o));
-        dc_s[b * U + u] = dcn * f;
-      }
+    if (mine) {  // cell_backward's arithmetic, in the same order
+      const float dht = dyv + dh_s[b * U + u];
+      const float ig = r[0], f = r[1], g = r[2], o = r[3], cp = r[4];
+      const float tc = tanh(f * cp + ig * g);
+      const float dcn = dc_s[b * U + u] + dht * o * (1.f - tc * tc);
+      T* d = dgates + row * H4 + j;
+      d[0] = from_compute<T>(dcn * g * ig * (1.f - ig));
+      d[H] = from_compute<T>(dcn * cp * f * (1.f - f));
+      d[2 * H] = from_compute<T>(dcn * ig * (1.f - g * g));
+      d[3 * H] = from_compute<T>(dht * tc * o * (1.f - o));
+      dc_s[b * U + u] = dcn * f;
     }
     t_prev = t;
     grid.sync();  // every unit's gate gradients written before any block reads them
   }
   back_products<T, U>(dgates + t_prev * B * H4, w_s, red_s, dh_s, B, H4);  // h0's gradient
-  for (int k = tid; k < items; k += kPThreads) {
-    const int b = k / nu, u = k - b * nu;
-    const int64_t at = static_cast<int64_t>(b) * H + u0 + u;
+  if (mine) {
+    const int64_t at = static_cast<int64_t>(b) * H + j;
     dh0[at] = from_compute<T>(dh_s[b * U + u]);
     dc0[at] = from_compute<T>(dc_s[b * U + u]);
   }
@@ -611,8 +604,7 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
     Geometry g{0, 0, 0};
     const Limits d = limits(device);
     const int U = back_units(H, d.sms);
-    if (d.coop && B > 0 && B <= kBackMaxBatch && H > 0 && static_cast<int64_t>(U) * d.sms >= H &&
-        B * U <= kBItems * kPThreads)
+    if (d.coop && B > 0 && B <= kBackMaxBatch && H > 0 && static_cast<int64_t>(U) * d.sms >= H)
       g = resident(back_kernel_for<T>(U), d, H, U, back_smem<T>(B, H, U));
     it = back_plans.emplace(key, g).first;
   }
@@ -642,16 +634,21 @@ bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
   }
 }
 
+// The padded, projection-free input both persistent kernels take (`pass`: "forward" or
+// "backward" in the error).
+inline void check_steps(const Steps& s, const char* pass) {
+  if (s.proj || s.N != s.T * s.B || s.T <= 0 || s.B <= 0)
+    throw std::invalid_argument(std::string("fastlayers: the persistent LSTM ") + pass +
+                                " takes padded input without a projection, T and B at least 1");
+}
+
 template <typename T>
 void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                         const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,
                         void* reserve, T* reserve_h, void* workspace, size_t workspace_size,
                         cudaStream_t stream, cublasHandle_t blas, bool tf32) {
   using G = GemmTypes<T>;
-  if (s.proj || s.N != s.T * s.B || s.T <= 0 || s.B <= 0)
-    throw std::invalid_argument(
-        "fastlayers: the persistent LSTM forward takes padded input without a projection, "
-        "T and B at least 1");
+  check_steps(s, "forward");
   Geometry g;
   if (!plan<T>(s.B, s.H, &g))
     throw std::invalid_argument("fastlayers: the persistent LSTM forward does not fit this "
@@ -682,10 +679,7 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
                          T* dx, T* dh0, T* dc0, bool weights, T* dw_ih, T* dw_hh, T* db,
                          void* workspace, size_t workspace_size, cudaStream_t stream,
                          cublasHandle_t blas, bool tf32) {
-  if (s.proj || s.N != s.T * s.B || s.T <= 0 || s.B <= 0)
-    throw std::invalid_argument(
-        "fastlayers: the persistent LSTM backward takes padded input without a projection, "
-        "T and B at least 1");
+  check_steps(s, "backward");
   Geometry g;
   if (!back_plan<T>(s.B, s.H, &g))
     throw std::invalid_argument("fastlayers: the persistent LSTM backward does not fit this "
