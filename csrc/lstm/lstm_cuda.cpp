@@ -105,7 +105,7 @@ Outputs run_forward(const char* op, bool persistent, const Tensor& input_in,
                      cptr<T, scalar_t>(b_hh), cptr<T, scalar_t>(w_hr), mptr<T, scalar_t>(out),
                      mptr<T, scalar_t>(h_n), mptr<T, scalar_t>(c_n), reserve.mutable_data_ptr(),
                      mptr<T, scalar_t>(reserve_h), ws.mutable_data_ptr(), ws_bytes, stream, blas,
-                     tf32);
+                     at::cuda::getChosenWorkspaceSize(), tf32);
   });
   return {out, h_n, c_n, reserve, reserve_h};
 }
@@ -184,7 +184,8 @@ Grads run_backward(const char* op, bool persistent, const Tensor& grad_output_in
                       need_weights ? mptr<T, scalar_t>(dw_hh) : nullptr,
                       need_weights ? mptr<T, scalar_t>(db) : nullptr,
                       need_weights && g.proj ? mptr<T, scalar_t>(dw_hr) : nullptr,
-                      ws.mutable_data_ptr(), ws_bytes, stream, blas, tf32);
+                      ws.mutable_data_ptr(), ws_bytes, stream, blas,
+                      at::cuda::getChosenWorkspaceSize(), tf32);
   });
   return {dx, dh0, dc0, dw_ih, dw_hh, db, dw_hr};
 }

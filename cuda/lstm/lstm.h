@@ -5,7 +5,9 @@
 // every step in one call before the recurrence, one GEMM per step for all four gates, one fused
 // point-wise kernel per step (which also saves what the backward reads); backward: one fused
 // point-wise kernel and one GEMM per step, then the input gradient and each weight gradient as
-// one GEMM over every step.
+// one GEMM over every step. The step loops run as cached CUDA graphs (step_graph.h) with their
+// GEMMs on the cache's cuBLAS handle and `blas_workspace` bytes of its workspace (the framework's
+// size, so cuBLAS chooses as it would on the framework's handle); `blas` runs the rest.
 //
 // Layout (row-major, every tensor contiguous): rows of the input are [N, I] with step t's
 // bs[t] rows at off[t] (a padded [T, B, I] input is bs[t] = B, off[t] = t B); active rows of a
@@ -34,16 +36,19 @@ struct Steps {
 };
 
 // Workspace bytes of forward() and backward() for storage type size `t_bytes` and accumulation
-// type size `a_bytes`.
+// type size `a_bytes`, and of their step loops' state within it (sequence.cuh).
 size_t forward_workspace(const Steps& s, int t_bytes, int a_bytes);
 size_t backward_workspace(const Steps& s, int t_bytes, int a_bytes);
+size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes);
+size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes);
+constexpr size_t kRowsBytes = 256;  // a state's piece for the per-call pointers
 
 // T: float, double, __half, __nv_bfloat16; A: float (double for double).
 template <typename T>
 void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih, const T* w_hh,
              const T* b_ih, const T* b_hh, const T* w_hr, T* out, T* h_n, T* c_n, void* reserve,
              T* reserve_h, void* workspace, size_t workspace_size, cudaStream_t stream,
-             cublasHandle_t blas, bool tf32);
+             cublasHandle_t blas, size_t blas_workspace, bool tf32);
 
 // The persistent forward (persistent.cu): the same results and reserve as forward() for padded
 // input without a projection (N = T B, w_hr null), T: float, __half, __nv_bfloat16; one
@@ -77,7 +82,7 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
               const T* w_ih, const T* w_hh, const T* w_hr, const void* reserve,
               const T* reserve_h, T* dx, T* dh0, T* dc0, bool weights, T* dw_ih, T* dw_hh, T* db,
               T* dw_hr, void* workspace, size_t workspace_size, cudaStream_t stream,
-              cublasHandle_t blas, bool tf32);
+              cublasHandle_t blas, size_t blas_workspace, bool tf32);
 
 }  // namespace lstm
 }  // namespace fastlayers

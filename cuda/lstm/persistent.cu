@@ -658,7 +658,7 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   const int64_t H = s.H;
   Carve ws(workspace);
   float* xp = ws.take<float>(s.N * 4 * H);
-  T* hbuf = ws.take<T>(2 * s.B * H);  // within the step-wise forward's c [B, H] A and h [B, R] T
+  T* hbuf = ws.take<T>(2 * s.B * H);  // within the step-wise forward's state (its g alone is larger)
   if (s.I > 0) {
     const gemm::Pinned pin(blas, stream);
     gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih, s.I, x,
@@ -687,9 +687,7 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
   if (workspace_size < backward_workspace(s, sizeof(T), sizeof(float)))
     throw std::invalid_argument("fastlayers: LSTM backward workspace too small");
   const int64_t H = s.H;
-  Carve ws(workspace);  // backward()'s carving: dh, dc (unused here), dgates, ones
-  ws.take<float>(s.B * H);
-  ws.take<float>(s.B * H);
+  Carve ws(workspace);  // backward()'s carving: dgates, ones (its state unused here)
   T* dgates = ws.take<T>(s.N * 4 * H);
   T* ones = ws.take<T>(s.N);
   BackArgs<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), s.reverse, dy, dh_n, dc_n,

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "../common/check.h"
 #include "../common/gemm.h"
 #include "../common/launch.cuh"
+#include "../common/step_graph.h"
 #include "cell.cuh"
 #include "lstm.h"
 
@@ -30,23 +32,13 @@ class Carve {
   size_t used_ = 0;
 };
 
-// C [m, n] (column-major, ld ldc) = op_a(A) op_b(B) (+ C with beta 1), one GEMM on the handle
-// pinned for the whole sequence: operands of type `ab`, result of type `c`.
+// C [m, n] (column-major, ld ldc) = op_a(A) op_b(B), one GEMM on a pinned handle: operands of
+// type `ab`, result of type `c`.
 inline void gemm1(const gemm::Pinned& blas, gemm::Type ab, gemm::Type c, bool tf32,
                   cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
-                  const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc,
-                  double beta = 0) {
-  gemm::Scale scale;
-  scale.beta = beta;
+                  const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
   blas.strided_batched(ab, c, tf32, gemm::Dims{op_a, op_b, m, n, k, lda, ldb, ldc}, A, 0, B, 0,
-                       C, 0, 1, scale);
-}
-
-template <typename From, typename To>
-void convert_n(int64_t n, const From* in, To* out, cudaStream_t stream) {
-  if (n <= 0) return;
-  convert<From, To><<<blocks_for(n), kThreads, 0, stream>>>(n, in, out);
-  FL_LAUNCH_CHECK();
+                       C, 0, 1);
 }
 
 // TF32 (`tf32`, fp32 data) goes to the input GEMM and the input gradient, the GEMMs over every
@@ -56,61 +48,114 @@ void convert_n(int64_t n, const From* in, To* out, cudaStream_t stream) {
 // read 2.8x cuDNN's error on w_hh's gradient on an H100. Either would be less precise than the
 // nn.LSTM being replaced.
 
-// Forward workspace: xp [N, 4H] A, c [B, H] A, h [B, R] T, htil [B, H] T (projection).
+// The step loops run as CUDA graphs (step_graph.h): two launches a step cost more host time
+// than device time below batch 64 or so. A loop's key is everything its recording bakes in: the
+// storage type, the step geometry (packed batch sizes included) and the recurrent weights'
+// addresses; the per-call pointers go through the Rows in its state.
+template <typename T>
+std::string loop_key(const char* tag, const Steps& s, const T* w_hh, const T* w_hr) {
+  std::string key(tag);
+  const auto put = [&key](const void* p, size_t n) { key.append(static_cast<const char*>(p), n); };
+  const int64_t geometry[] = {static_cast<int64_t>(sizeof(T)), GemmTypes<T>::store == gemm::Type::BF16,
+                              s.T, s.B, s.H, s.R, s.proj, s.reverse};
+  put(geometry, sizeof(geometry));
+  put(s.bs, sizeof(int64_t) * static_cast<size_t>(s.T));
+  const void* weights[] = {w_hh, w_hr};
+  put(weights, sizeof(weights));
+  return key;
+}
+
+// The forward loop's state (forward_state_bytes): rows, g [B, 4H] A (the recurrent products),
+// c [B, H] A, h [B, R] T, htil [B, H] T (projection).
+template <typename T>
+struct ForwardState {
+  ForwardRows<T>* rows;
+  compute_t<T>* g;
+  compute_t<T>* c;
+  T* h;
+  T* htil;
+  ForwardState(void* base, const Steps& s) {
+    static_assert(sizeof(ForwardRows<T>) <= kRowsBytes, "rows exceed their piece");
+    Carve ws(base);
+    rows = ws.take<ForwardRows<T>>(1);
+    g = ws.take<compute_t<T>>(s.B * 4 * s.H);
+    c = ws.take<compute_t<T>>(s.B * s.H);
+    h = ws.take<T>(s.B * s.R);
+    htil = s.proj ? ws.take<T>(s.B * s.H) : nullptr;
+  }
+};
+
+// The forward's recurrence over a state (recorded once per key): per step g = h w_hh^T, then the
+// cell; with a projection, h = htil w_hr^T and the step's output rows.
+template <typename T>
+void forward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state, cudaStream_t stream,
+                   cublasHandle_t blas) {
+  using G = GemmTypes<T>;
+  const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
+  const ForwardState<T> st(state, s);
+  const gemm::Pinned pin(blas, stream);
+  for (int64_t step = 0; step < s.T; ++step) {
+    const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];
+    if (R > 0)  // g [n, 4H] = h [n, R] w_hh^T
+      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R, st.h, R,
+            st.g, 4 * H);
+    cell_forward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
+        n, H, R, rh_cols, o, st.rows, R > 0 ? st.g : nullptr, st.c, st.h, st.htil);
+    FL_LAUNCH_CHECK();
+    if (s.proj) {  // h [n, R] = htil [n, H] w_hr^T, then the step's output rows
+      gemm1(pin, G::store, G::store, false, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H, st.htil,
+            H, st.h, R);
+      store_out<T><<<blocks_for(n * R), kThreads, 0, stream>>>(n * R, o, R, st.rows, st.h);
+      FL_LAUNCH_CHECK();
+    }
+  }
+}
+
+// Forward workspace: xp [N, 4H] A, then a forward state (used when the caller's stream is being
+// captured; otherwise the loop's graph owns one).
 template <typename T>
 void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                   const T* w_hh, const T* b_ih, const T* b_hh, const T* w_hr, T* out, T* h_n,
                   T* c_n, void* reserve_v, T* reserve_h, void* workspace, size_t workspace_size,
-                  cudaStream_t stream, cublasHandle_t blas, bool tf32) {
+                  cudaStream_t stream, cublasHandle_t blas, size_t blas_workspace, bool tf32) {
   using A = compute_t<T>;
   using G = GemmTypes<T>;
   if (workspace_size < forward_workspace(s, sizeof(T), sizeof(A)))
     throw std::invalid_argument("fastlayers: LSTM forward workspace too small");
-  const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
+  const int64_t H = s.H, R = s.R;
   Carve ws(workspace);
-  const gemm::Pinned pin(blas, stream);
   A* xp = ws.take<A>(s.N * 4 * H);
-  A* c = ws.take<A>(s.B * H);
-  T* h = ws.take<T>(s.B * R);
-  T* htil = s.proj ? ws.take<T>(s.B * H) : nullptr;
-  A* reserve = static_cast<A*>(reserve_v);
+  const size_t state_bytes = forward_state_bytes(s, sizeof(T), sizeof(A));
+  void* fallback = ws.take<char>(static_cast<int64_t>(state_bytes));
 
   // The input GEMM of every step: xp [N, 4H] = x [N, I] w_ih^T.
   if (s.N > 0) {
     if (s.I > 0) {
+      const gemm::Pinned pin(blas, stream);
       gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih,
             s.I, x, s.I, xp, 4 * H);
     } else {
       FL_CUDA_CHECK(cudaMemsetAsync(xp, 0, sizeof(A) * s.N * 4 * H, stream));
     }
   }
-  if (s.B > 0) {
-    FL_CUDA_CHECK(cudaMemcpyAsync(h, h0, sizeof(T) * s.B * R, cudaMemcpyDeviceToDevice, stream));
-    convert_n<T, A>(s.B * H, c0, c, stream);
-  }
-  for (int64_t step = 0; step < s.T; ++step) {
-    const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];
-    A* pre = xp + o * 4 * H;
-    // pre [n, 4H] += h [n, R] w_hh^T
-    if (R > 0)
-      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R,
-            h, R, pre, 4 * H, 1.0);
-    cell_forward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
-        n, H, R, pre, b_ih, b_hh, c, h, out + o * R, htil, reserve + o * 5 * H,
-        reserve_h + o * rh_cols, rh_cols);
-    FL_LAUNCH_CHECK();
-    if (s.proj) {
-      // h [n, R] = htil [n, H] w_hr^T, then the step's output rows
-      gemm1(pin, G::store, G::store, false, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H,
-            htil, H, h, R);
-      FL_CUDA_CHECK(cudaMemcpyAsync(out + o * R, h, sizeof(T) * n * R, cudaMemcpyDeviceToDevice,
-                                    stream));
-    }
-  }
-  if (s.B > 0) {
-    FL_CUDA_CHECK(cudaMemcpyAsync(h_n, h, sizeof(T) * s.B * R, cudaMemcpyDeviceToDevice, stream));
-    convert_n<A, T>(s.B * H, c, c_n, stream);
-  }
+  if (s.B == 0) return;
+  const bool loop = s.T > 0;
+  step_graph::Run run;
+  if (loop)
+    run = step_graph::prepare(
+        loop_key("lstm-forward", s, w_hh, w_hr), stream, state_bytes, fallback, blas_workspace,
+        [&](cudaStream_t st, cublasHandle_t b, void* state) {
+          forward_steps<T>(s, w_hh, w_hr, state, st, b);
+        });
+  const ForwardState<T> st(loop ? run.state() : fallback, s);
+  const ForwardRows<T> rows{xp, b_ih, b_hh, out, static_cast<A*>(reserve_v), reserve_h};
+  loop_edge<<<blocks_for(s.B * (R + H)), kThreads, 0, stream>>>(rows, st.rows, s.B * R, h0, st.h,
+                                                                s.B * H, c0, st.c);
+  FL_LAUNCH_CHECK();
+  if (loop) run.launch(stream);
+  loop_edge<<<blocks_for(s.B * (R + H)), kThreads, 0, stream>>>(
+      rows, static_cast<ForwardRows<T>*>(nullptr), s.B * R, st.h, h_n, s.B * H, st.c, c_n);
+  FL_LAUNCH_CHECK();
 }
 
 // The backward after its recurrence, from the gates' gradients dgates [N, 4H] of every row: the
@@ -154,51 +199,95 @@ void backward_gemms(const Steps& s, const gemm::Pinned& pin, const T* dgates, T*
           reserve_h + R, rh_cols, dhn, R, dw_hr, H);
 }
 
-// Backward workspace: dh [B, R] A, dc [B, H] A, dgates [N, 4H] T, ones [N] T; with a projection
-// dhn [N, R] T (the gradient on h_t of every row, for w_hr's gradient) and dhtil [B, H] A.
+// The backward loop's state (backward_state_bytes): rows, gd [B, 4H] T (the step's gate
+// gradients, the recurrent GEMM's operand), dh [B, R] A, dc [B, H] A; with a projection gdh [B, R]
+// T and dhtil [B, H] A.
+template <typename T>
+struct BackwardState {
+  BackwardRows<T>* rows;
+  T* gd;
+  compute_t<T>* dh;
+  compute_t<T>* dc;
+  T* gdh;
+  compute_t<T>* dhtil;
+  BackwardState(void* base, const Steps& s) {
+    static_assert(sizeof(BackwardRows<T>) <= kRowsBytes, "rows exceed their piece");
+    Carve ws(base);
+    rows = ws.take<BackwardRows<T>>(1);
+    gd = ws.take<T>(s.B * 4 * s.H);
+    dh = ws.take<compute_t<T>>(s.B * s.R);
+    dc = ws.take<compute_t<T>>(s.B * s.H);
+    gdh = s.proj ? ws.take<T>(s.B * s.R) : nullptr;
+    dhtil = s.proj ? ws.take<compute_t<T>>(s.B * s.H) : nullptr;
+  }
+};
+
+// The backward's recurrence over a state, from the last step to the first: with a projection
+// dhn = dy + dh and dhtil = dhn w_hr; the cell's gradients; dh = gd w_hh.
+template <typename T>
+void backward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state,
+                    cudaStream_t stream, cublasHandle_t blas) {
+  using G = GemmTypes<T>;
+  const int64_t H = s.H, R = s.R;
+  const BackwardState<T> st(state, s);
+  const gemm::Pinned pin(blas, stream);
+  for (int64_t step = s.T - 1; step >= 0; --step) {
+    const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];
+    if (s.proj) {
+      add_rows<T><<<blocks_for(n * R), kThreads, 0, stream>>>(n * R, o, R, st.rows, st.dh,
+                                                             st.gdh);
+      FL_LAUNCH_CHECK();
+      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H, st.gdh, R,
+            st.dhtil, H);
+    }
+    cell_backward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(n, H, o, st.rows, st.dh,
+                                                                 st.dhtil, st.dc, st.gd);
+    FL_LAUNCH_CHECK();
+    if (R > 0)  // dh [n, R] = gd [n, 4H] w_hh
+      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R, st.gd,
+            4 * H, st.dh, R);
+  }
+}
+
+// Backward workspace: dgates [N, 4H] T, ones [N] T, with a projection dhn [N, R] T (the gradient
+// on h_t of every row, for w_hr's gradient); then a backward state (as forward's).
 template <typename T>
 void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T* x,
                    const T* w_ih, const T* w_hh, const T* w_hr, const void* reserve_v,
                    const T* reserve_h, T* dx, T* dh0, T* dc0, bool weights, T* dw_ih, T* dw_hh,
                    T* db, T* dw_hr, void* workspace, size_t workspace_size, cudaStream_t stream,
-                   cublasHandle_t blas, bool tf32) {
+                   cublasHandle_t blas, size_t blas_workspace, bool tf32) {
   using A = compute_t<T>;
-  using G = GemmTypes<T>;
   if (workspace_size < backward_workspace(s, sizeof(T), sizeof(A)))
     throw std::invalid_argument("fastlayers: LSTM backward workspace too small");
   const int64_t H = s.H, R = s.R;
   Carve ws(workspace);
-  const gemm::Pinned pin(blas, stream);
-  A* dh = ws.take<A>(s.B * R);
-  A* dc = ws.take<A>(s.B * H);
   T* dgates = ws.take<T>(s.N * 4 * H);
   T* ones = ws.take<T>(s.N);
   T* dhn = s.proj ? ws.take<T>(s.N * R) : nullptr;
-  A* dhtil = s.proj ? ws.take<A>(s.B * H) : nullptr;
-  const A* reserve = static_cast<const A*>(reserve_v);
+  const size_t state_bytes = backward_state_bytes(s, sizeof(T), sizeof(A));
+  void* fallback = ws.take<char>(static_cast<int64_t>(state_bytes));
 
-  convert_n<T, A>(s.B * R, dh_n, dh, stream);  // null: zeros
-  convert_n<T, A>(s.B * H, dc_n, dc, stream);
-  for (int64_t step = s.T - 1; step >= 0; --step) {
-    const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];
-    if (s.proj) {
-      // dhn [n, R] = dy + dh; dhtil [n, H] = dhn w_hr
-      add_rows<T><<<blocks_for(n * R), kThreads, 0, stream>>>(n * R, dy + o * R, dh,
-                                                             dhn + o * R);
-      FL_LAUNCH_CHECK();
-      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H,
-            dhn + o * R, R, dhtil, H);
-    }
-    cell_backward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
-        n, H, dy + o * R, dh, dhtil, reserve + o * 5 * H, dc, dgates + o * 4 * H);
+  if (s.B > 0) {
+    const bool loop = s.T > 0;
+    step_graph::Run run;
+    if (loop)
+      run = step_graph::prepare(
+          loop_key("lstm-backward", s, w_hh, w_hr), stream, state_bytes, fallback,
+          blas_workspace, [&](cudaStream_t st, cublasHandle_t b, void* state) {
+            backward_steps<T>(s, w_hh, w_hr, state, st, b);
+          });
+    const BackwardState<T> st(loop ? run.state() : fallback, s);
+    const BackwardRows<T> rows{dy, static_cast<const A*>(reserve_v), dgates, dhn};
+    loop_edge<<<blocks_for(s.B * (R + H)), kThreads, 0, stream>>>(rows, st.rows, s.B * R, dh_n,
+                                                                  st.dh, s.B * H, dc_n, st.dc);
     FL_LAUNCH_CHECK();
-    // dh [n, R] = dgates [n, 4H] w_hh
-    if (R > 0)
-      gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R,
-            dgates + o * 4 * H, 4 * H, dh, R);
+    if (loop) run.launch(stream);
+    loop_edge<<<blocks_for(s.B * (R + H)), kThreads, 0, stream>>>(
+        rows, static_cast<BackwardRows<T>*>(nullptr), s.B * R, st.dh, dh0, s.B * H, st.dc, dc0);
+    FL_LAUNCH_CHECK();
   }
-  convert_n<A, T>(s.B * R, dh, dh0, stream);
-  convert_n<A, T>(s.B * H, dc, dc0, stream);
+  const gemm::Pinned pin(blas, stream);
   backward_gemms(s, pin, dgates, ones, dhn, x, w_ih, reserve_h, dx, weights, dw_ih, dw_hh, db,
                  dw_hr, stream, tf32);
 }
@@ -207,10 +296,10 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
 #define FL_LSTM_INSTANTIATE(T)                                                                   \
   template void forward<T>(const Steps&, const T*, const T*, const T*, const T*, const T*,       \
                            const T*, const T*, const T*, T*, T*, T*, void*, T*, void*, size_t,   \
-                           cudaStream_t, cublasHandle_t, bool);                                  \
+                           cudaStream_t, cublasHandle_t, size_t, bool);                          \
   template void backward<T>(const Steps&, const T*, const T*, const T*, const T*, const T*,      \
                             const T*, const T*, const void*, const T*, T*, T*, T*, bool, T*, T*, \
-                            T*, T*, void*, size_t, cudaStream_t, cublasHandle_t, bool);
+                            T*, T*, void*, size_t, cudaStream_t, cublasHandle_t, size_t, bool);
 
 }  // namespace lstm
 }  // namespace fastlayers

@@ -11,15 +11,24 @@ size_t piece(int64_t count, int bytes) {
 
 }  // namespace
 
+size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
+  return kRowsBytes + piece(s.B * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) +
+         piece(s.B * s.R, t_bytes) + (s.proj ? piece(s.B * s.H, t_bytes) : 0);
+}
+
+size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
+  return kRowsBytes + piece(s.B * 4 * s.H, t_bytes) + piece(s.B * s.R, a_bytes) +
+         piece(s.B * s.H, a_bytes) +
+         (s.proj ? piece(s.B * s.R, t_bytes) + piece(s.B * s.H, a_bytes) : 0);
+}
+
 size_t forward_workspace(const Steps& s, int t_bytes, int a_bytes) {
-  return piece(s.N * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.B * s.R, t_bytes) +
-         (s.proj ? piece(s.B * s.H, t_bytes) : 0);
+  return piece(s.N * 4 * s.H, a_bytes) + forward_state_bytes(s, t_bytes, a_bytes);
 }
 
 size_t backward_workspace(const Steps& s, int t_bytes, int a_bytes) {
-  return piece(s.B * s.R, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.N * 4 * s.H, t_bytes) +
-         piece(s.N, t_bytes) +
-         (s.proj ? piece(s.N * s.R, t_bytes) + piece(s.B * s.H, a_bytes) : 0);
+  return piece(s.N * 4 * s.H, t_bytes) + piece(s.N, t_bytes) +
+         (s.proj ? piece(s.N * s.R, t_bytes) : 0) + backward_state_bytes(s, t_bytes, a_bytes);
 }
 
 }  // namespace lstm

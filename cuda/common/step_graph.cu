@@ -1,0 +1,162 @@
+// step_graph.h: the cache of recorded loops.
+#include "step_graph.h"
+
+#include <list>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "check.h"
+
+namespace fastlayers {
+namespace step_graph {
+
+struct Entry {
+  int device = 0;
+  cudaGraphExec_t exec = nullptr;
+  void* state = nullptr;
+  ~Entry() {
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    cudaSetDevice(device);
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (state != nullptr) cudaFree(state);
+    cudaSetDevice(current);
+    (void)cudaGetLastError();  // a failure here (process exit) is not the next call's
+  }
+};
+
+namespace {
+
+// Per device: the loops' cuBLAS handle, the stream graphs are recorded on, and a cuBLAS workspace
+// per stream the loops run on (graphs of two streams may run at once; a stream's are ordered).
+struct Device {
+  cublasHandle_t blas = nullptr;
+  cudaStream_t side = nullptr;
+  std::map<std::pair<cudaStream_t, size_t>, void*> workspaces;  // never freed: graphs bake them
+};
+
+struct Cache {
+  std::mutex mutex;
+  std::map<int, Device> devices;
+  std::list<std::pair<std::string, std::shared_ptr<Entry>>> lru;  // most recent first
+  std::unordered_map<std::string, decltype(lru)::iterator> index;
+};
+
+// Never destroyed: entries outliving the CUDA runtime at exit would free into a dead context.
+Cache& cache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+Device& device_of(Cache& c, int device) {
+  Device& d = c.devices[device];
+  if (d.blas == nullptr) {
+    FL_CUBLAS_CHECK(cublasCreate(&d.blas));
+    FL_CUDA_CHECK(cudaStreamCreateWithFlags(&d.side, cudaStreamNonBlocking));
+  }
+  return d;
+}
+
+// The handle bound to `stream` with that stream's workspace (cublasSetStream resets the
+// workspace, so it is set after).
+cublasHandle_t bind(Device& d, cudaStream_t stream, cudaStream_t ws_stream, size_t bytes) {
+  void*& ws = d.workspaces[{ws_stream, bytes}];
+  if (ws == nullptr && bytes > 0) {
+    // Allowed while this thread captures (a first loop inside a user's graph): relaxed mode.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    FL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t made = cudaMalloc(&ws, bytes);
+    FL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    FL_CUDA_CHECK(made);
+  }
+  FL_CUBLAS_CHECK(cublasSetStream(d.blas, stream));
+  FL_CUBLAS_CHECK(cublasSetWorkspace(d.blas, ws, bytes));
+  return d.blas;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FL_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+void Run::launch(cudaStream_t stream) const {
+  if (entry_ != nullptr) {
+    FL_CUDA_CHECK(cudaGraphLaunch(entry_->exec, stream));
+    return;
+  }
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  int device = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&device));
+  Device& d = device_of(c, device);
+  record_(stream, bind(d, stream, stream, workspace_bytes_), state_);
+}
+
+Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
+            void* fallback_state, size_t workspace_bytes, Record record) {
+  Run run;
+  run.workspace_bytes_ = workspace_bytes;
+  if (capturing(stream)) {
+    run.state_ = fallback_state;
+    run.record_ = std::move(record);
+    return run;
+  }
+  int device = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&device));
+  std::ostringstream full;
+  full << device << '/' << static_cast<const void*>(stream) << '/' << workspace_bytes << '/'
+       << state_bytes << '/' << key;
+  const std::string id = full.str();
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto hit = c.index.find(id);
+  if (hit != c.index.end()) {
+    c.lru.splice(c.lru.begin(), c.lru, hit->second);
+    run.entry_ = hit->second->second;
+    run.state_ = run.entry_->state;
+    return run;
+  }
+  Device& d = device_of(c, device);
+  auto entry = std::make_shared<Entry>();
+  entry->device = device;
+  FL_CUDA_CHECK(cudaMalloc(&entry->state, state_bytes > 0 ? state_bytes : 1));
+  cublasHandle_t blas = bind(d, d.side, stream, workspace_bytes);
+  FL_CUDA_CHECK(cudaStreamBeginCapture(d.side, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    record(d.side, blas, entry->state);
+  } catch (...) {
+    cudaStreamEndCapture(d.side, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  FL_CUDA_CHECK(cudaStreamEndCapture(d.side, &graph));
+  const cudaError_t made = cudaGraphInstantiate(&entry->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  FL_CUDA_CHECK(made);
+  c.lru.emplace_front(id, entry);
+  c.index[id] = c.lru.begin();
+  while (c.lru.size() > kCapacity) {
+    c.index.erase(c.lru.back().first);
+    c.lru.pop_back();
+  }
+  run.entry_ = std::move(entry);
+  run.state_ = run.entry_->state;
+  return run;
+}
+
+size_t cached() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.lru.size();
+}
+
+}  // namespace step_graph
+}  // namespace fastlayers

@@ -1,0 +1,61 @@
+// A loop of small launches repeated call after call with the same geometry (the LSTM's step
+// loop: a GEMM and a point-wise kernel per step) replayed as one CUDA graph. Enqueuing such a
+// loop costs 5-13 us of host time a launch, more than the launch's device time at small sizes;
+// a graph launch costs one.
+//
+// The recording may bake in only what stays fixed for its key: shapes, the weights' addresses
+// (part of the key) and `state`, device memory the cache owns for the graph's life. Whatever
+// changes from call to call (inputs, outputs) the recorded kernels read through `state`, which
+// the caller fills on the stream before `launch`. GEMMs in the loop run on the cache's own cuBLAS
+// handle with a workspace of the caller's size per stream, in both modes below, so a loop gives
+// the same bits however it runs.
+//
+// Graphs are per (device, stream, key), at most kCapacity of them (least recently used dropped).
+// When the caller's stream is itself being captured (a user's CUDA graph), nothing is cached: the
+// loop is recorded straight into the caller's capture with `fallback_state`, memory of the
+// caller's (the capture's pool keeps it).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace fastlayers {
+namespace step_graph {
+
+// Enqueues the loop on `stream` with GEMMs on `blas` (bound to `stream`), reading `state`.
+using Record = std::function<void(cudaStream_t stream, cublasHandle_t blas, void* state)>;
+
+constexpr size_t kCapacity = 64;
+
+struct Entry;
+
+class Run {
+ public:
+  // The loop's fixed memory: fill it on the launch stream before launch().
+  void* state() const { return state_; }
+  // Enqueues the loop on `stream` (the stream given to prepare()).
+  void launch(cudaStream_t stream) const;
+
+ private:
+  friend Run prepare(const std::string&, cudaStream_t, size_t, void*, size_t, Record);
+  std::shared_ptr<Entry> entry_;  // null: record directly (the caller's stream is capturing)
+  void* state_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  Record record_;
+};
+
+// The loop for `key` on `stream` and the current device, recorded into a new graph on first use;
+// `state_bytes` of fixed memory; `workspace_bytes` of cuBLAS workspace for the loop's GEMMs.
+Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
+            void* fallback_state, size_t workspace_bytes, Record record);
+
+// Graphs held now (all devices), for tests.
+size_t cached();
+
+}  // namespace step_graph
+}  // namespace fastlayers
