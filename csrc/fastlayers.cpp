@@ -85,6 +85,16 @@ TORCH_LIBRARY(fastlayers, m) {
         "Tensor? batch_sizes, Tensor reserve, Tensor reserve_h, bool reverse=False, "
         "bool tf32=False, bool need_input=True, bool need_weights=True) "
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // A unidirectional stack of lstm layers over padded input without a projection, layer l's input
+  // layer l-1's output, in one call (on CUDA one wavefront: every layer's step t - l at once,
+  // see cuda/lstm/lstm.h; on the CPU lstm's kernel layer by layer). input [T, B, I]; h0, c0
+  // [L, B, H]; `weights`: per layer w_ih [4H, I (first layer) or H], w_hh [4H, H], and with
+  // `has_biases` b_ih, b_hh [4H] (nn.LSTM's flat weights); 1 <= L <= 8 on CUDA.
+  // -> output [T, B, H], h_n, c_n [L, B, H], and what each layer's lstm_backward reads: inner
+  //    [L-1, T, B, H] (the other layers' outputs, the next layers' inputs), reserve [L, T B, 5H]
+  //    and reserve_h [L, T B, H] (each layer's lstm reserve).
+  m.def("lstm_stack(Tensor input, Tensor h0, Tensor c0, Tensor[] weights, bool has_biases, "
+        "bool tf32=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // One step of lstm for a loop of one's own: input [B, I], hx [B, R], cx [B, H] -> (h [B, R],
   // c [B, H]); lstm with T = 1 (so its autograd).
   m.def("lstm_cell(Tensor input, Tensor hx, Tensor cx, Tensor w_ih, Tensor w_hh, Tensor? b_ih, "

@@ -266,6 +266,30 @@ def lstm_cases(dev):
                           % (T, B, H, R, dtype, err, bound), flush=True)
         print("lstm T=%d B=%d I=%d H=%d R=%d lengths=%s reverse=%s: worst (scaled to fp32) so far "
               "%.2e" % (T, B, I, H, R, lengths, reverse, worst), flush=True)
+    # lstm_stack (the wavefront) against the CPU op in float64, with more layers than steps
+    for T, B, I, H, L in ((4, 3, 5, 6, 3), (2, 5, 3, 12, 4)):
+        x = torch.randn(T, B, I, generator=g, dtype=torch.float64)
+        h0, c0 = (torch.randn(L, B, H, generator=g, dtype=torch.float64) for _ in range(2))
+        w = []
+        for layer in range(L):
+            w += [torch.randn(4 * H, I if layer == 0 else H, generator=g, dtype=torch.float64) *
+                  0.5, torch.randn(4 * H, H, generator=g, dtype=torch.float64) * 0.5,
+                  torch.randn(4 * H, generator=g, dtype=torch.float64),
+                  torch.randn(4 * H, generator=g, dtype=torch.float64)]
+        ref = fl.lstm_stack(x, h0, c0, w, True)
+        for dtype, bound in ((torch.float32, 1e-5), (torch.float16, 5e-2)):
+            out = fl.lstm_stack(x.to(dev, dtype), h0.to(dev, dtype), c0.to(dev, dtype),
+                                [t.to(dev, dtype) for t in w], True)
+            for got, r in zip(out, ref):
+                if r.numel() == 0:
+                    continue
+                err = ((got.double().cpu() - r).norm() / r.norm()).item()
+                worst = max(worst, err / bound * 1e-5)
+                if err > bound:
+                    print("lstm_stack T=%d B=%d H=%d L=%d %s: rel err %.2e > %.0e"
+                          % (T, B, H, L, dtype, err, bound), flush=True)
+        print("lstm_stack T=%d B=%d H=%d L=%d: worst (scaled to fp32) so far %.2e"
+              % (T, B, H, L, worst), flush=True)
     return worst
 
 

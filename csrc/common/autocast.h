@@ -10,12 +10,13 @@
 #include <torch/library.h>
 
 #include <initializer_list>
+#include <vector>
 
 namespace fastlayers {
 
 // The autocast kernel of device D (CPU or CUDA): casts every floating-point tensor argument of
-// the device with at::autocast::cached_cast (float64 and other devices' tensors stay as they are)
-// and calls the op again below autocast.
+// the device, and every tensor of a list argument, with at::autocast::cached_cast (float64 and
+// other devices' tensors stay as they are) and calls the op again below autocast.
 template <c10::DeviceType D>
 void autocast_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static_assert(D == c10::DeviceType::CUDA || D == c10::DeviceType::CPU, "CPU or CUDA");
@@ -25,7 +26,14 @@ void autocast_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto dtype = at::autocast::get_autocast_dtype(D);
   const size_t args = op.schema().arguments().size();
   for (auto it = stack->end() - static_cast<std::ptrdiff_t>(args); it != stack->end(); ++it) {
-    if (it->isTensor()) *it = at::autocast::cached_cast(dtype, it->toTensor(), D);
+    if (it->isTensor()) {
+      *it = at::autocast::cached_cast(dtype, it->toTensor(), D);
+    } else if (it->isTensorList()) {
+      std::vector<at::Tensor> cast;
+      for (const at::Tensor& t : it->toTensorVector())
+        cast.push_back(at::autocast::cached_cast(dtype, t, D));
+      *it = c10::IValue(cast);
+    }
   }
   op.callBoxed(stack);
 }

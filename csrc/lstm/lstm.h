@@ -56,6 +56,18 @@ Grads backward_cpu(const Geometry& g, const Tensor& grad_output, const OptTensor
                    const OptTensor& w_hr, const Tensor& reserve, const Tensor& reserve_h,
                    bool reverse, bool tf32, bool need_input, bool need_weights);
 
+// lstm_stack: its arguments checked; the first layer's geometry (the others' have I = H) and the
+// layer count L; per layer its weights (biases null without `has_biases`).
+struct StackArgs {
+  Geometry g;
+  int64_t L = 0;
+  std::vector<Tensor> w_ih, w_hh;
+  std::vector<OptTensor> b_ih, b_hh;
+};
+StackArgs check_stack(const char* op, const Tensor& input, const Tensor& h0, const Tensor& c0,
+                      at::TensorList weights, bool has_biases);
+using StackOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+
 // Checks lstm_backward's extra arguments against the geometry.
 void check_backward(const Geometry& g, const Tensor& input, const Tensor& grad_output,
                     const OptTensor& grad_h_n, const OptTensor& grad_c_n, const Tensor& reserve,

@@ -6,6 +6,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <string>
+
 #include "../common/autocast.h"
 #include "module_api.h"
 
@@ -120,6 +122,42 @@ void check_backward(const Geometry& g, const Tensor& input, const Tensor& grad_o
               reserve_h.sizes(), ", dtype ", reserve_h.scalar_type(), ")");
 }
 
+StackArgs check_stack(const char* op, const Tensor& input, const Tensor& h0, const Tensor& c0,
+                      at::TensorList weights, bool has_biases) {
+  StackArgs a;
+  const int64_t per = has_biases ? 4 : 2;
+  TORCH_CHECK(!weights.empty() && static_cast<int64_t>(weights.size()) % per == 0, op,
+              ": `weights` must hold ", per, " tensors a layer (w_ih, w_hh",
+              has_biases ? ", b_ih, b_hh" : "", "), got ", weights.size());
+  a.L = static_cast<int64_t>(weights.size()) / per;
+  TORCH_CHECK(h0.dim() == 3 && c0.dim() == 3 && h0.size(0) == a.L && c0.size(0) == a.L, op,
+              ": `h0` and `c0` must be [layers, B, hidden_size] with ", a.L,
+              " layers (from `weights`), got ", h0.sizes(), " and ", c0.sizes());
+  for (int64_t l = 0; l < a.L; ++l) {
+    a.w_ih.push_back(weights[per * l]);
+    a.w_hh.push_back(weights[per * l + 1]);
+    a.b_ih.push_back(has_biases ? OptTensor(weights[per * l + 2]) : std::nullopt);
+    a.b_hh.push_back(has_biases ? OptTensor(weights[per * l + 3]) : std::nullopt);
+  }
+  a.g = check(op, input, h0[0], c0[0], a.w_ih[0], a.w_hh[0], a.b_ih[0], a.b_hh[0], std::nullopt,
+              std::nullopt);
+  const int64_t H = a.g.H;
+  check_operand(op, "h0", h0, {a.L, a.g.B, H}, input, "input");
+  check_operand(op, "c0", c0, {a.L, a.g.B, H}, input, "input");
+  for (int64_t l = 1; l < a.L; ++l) {
+    const std::string at = "weights[" + std::to_string(per * l);
+    check_operand(op, (at + "] (w_ih of layer " + std::to_string(l) + ")").c_str(), a.w_ih[l],
+                  {4 * H, H}, input, "input");
+    check_operand(op, ("weights[" + std::to_string(per * l + 1) + "] (w_hh of layer " +
+                       std::to_string(l) + ")").c_str(), a.w_hh[l], {4 * H, H}, input, "input");
+    for (int k = 2; k < per; ++k)
+      check_operand(op, ("weights[" + std::to_string(per * l + k) + "] (a bias of layer " +
+                         std::to_string(l) + ")").c_str(), weights[per * l + k], {4 * H},
+                    input, "input");
+  }
+  return a;
+}
+
 bool rnn_tf32_allowed() { return at::globalContext().allowTF32CuDNN(at::Float32Op::RNN); }
 
 namespace {
@@ -149,8 +187,8 @@ TORCH_LIBRARY_IMPL(fastlayers, CompositeImplicitAutograd, m) {
 
 // Autocast: the LSTM runs in the autocast dtype, as nn.LSTM does.
 TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
-  fastlayers::register_autocast<c10::DeviceType::CUDA>(m, {"lstm", "lstm_persistent"});
+  fastlayers::register_autocast<c10::DeviceType::CUDA>(m, {"lstm", "lstm_persistent", "lstm_stack"});
 }
 TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) {
-  fastlayers::register_autocast<c10::DeviceType::CPU>(m, {"lstm", "lstm_persistent"});
+  fastlayers::register_autocast<c10::DeviceType::CPU>(m, {"lstm", "lstm_persistent", "lstm_stack"});
 }

@@ -34,6 +34,30 @@ Outputs forward_persistent(const Tensor& input, const Tensor& h0, const Tensor& 
   return forward_cpu(g, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, tf32);
 }
 
+// lstm_stack on the CPU: lstm's kernel layer by layer.
+StackOutputs forward_stack(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                           at::TensorList weights, bool has_biases, bool tf32) {
+  const StackArgs a = check_stack("lstm_stack", input, h0, c0, weights, has_biases);
+  Geometry g = a.g;
+  Tensor x = input;
+  std::vector<Tensor> ys, h_n, c_n, reserve, reserve_h;
+  for (int64_t l = 0; l < a.L; ++l) {
+    if (l > 0) g.I = g.H;
+    auto out = forward_cpu(g, x, h0[l], c0[l], a.w_ih[l], a.w_hh[l], a.b_ih[l], a.b_hh[l],
+                           std::nullopt, false, tf32);
+    x = std::get<0>(out).reshape({g.T, g.B, g.H});
+    ys.push_back(x);
+    h_n.push_back(std::get<1>(out));
+    c_n.push_back(std::get<2>(out));
+    reserve.push_back(std::get<3>(out));
+    reserve_h.push_back(std::get<4>(out));
+  }
+  const Tensor inner = a.L > 1 ? at::stack(at::TensorList(ys).slice(0, a.L - 1))
+                               : input.new_empty({0, g.T, g.B, g.H});
+  return {ys.back().clone(), at::stack(h_n), at::stack(c_n), inner, at::stack(reserve),
+          at::stack(reserve_h)};
+}
+
 // lstm_backward, and lstm_backward_persistent on the CPU (lstm_backward's kernel): `Op` names the
 // op in errors.
 constexpr char kBackward[] = "lstm_backward";
@@ -165,6 +189,7 @@ Grads backward_cpu(const Geometry& g, const Tensor& grad_output, const OptTensor
 TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
   m.impl("lstm", &forward);
   m.impl("lstm_persistent", &forward_persistent);
+  m.impl("lstm_stack", &forward_stack);
   m.impl("lstm_backward", &backward<kBackward>);
   m.impl("lstm_backward_persistent", &backward<kBackwardPersistent>);
 }

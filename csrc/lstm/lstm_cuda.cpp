@@ -125,6 +125,56 @@ Outputs forward_persistent(const Tensor& input, const Tensor& h0, const Tensor& 
                      batch_sizes, reverse, tf32);
 }
 
+StackOutputs forward_stack(const Tensor& input_in, const Tensor& h0_in, const Tensor& c0_in,
+                           at::TensorList weights, bool has_biases, bool tf32) {
+  const char* op = "lstm_stack";
+  const StackArgs a = check_stack(op, input_in, h0_in, c0_in, weights, has_biases);
+  TORCH_CHECK(a.L <= lstm::kMaxStack, op, ": `weights` holds ", a.L, " layers; the CUDA kernel "
+              "takes at most ", lstm::kMaxStack, " (run the layers with lstm one by one)");
+  const Geometry& g = a.g;
+  c10::cuda::CUDAGuard guard(input_in.device());
+  const auto input = contig(input_in), h0 = contig(h0_in), c0 = contig(c0_in);
+  std::vector<Tensor> keep;  // the weights made contiguous, alive for the call
+  const auto opts = input.options();
+  auto out = at::empty({g.T, g.B, g.H}, opts);
+  auto h_n = at::empty({a.L, g.B, g.H}, opts), c_n = at::empty({a.L, g.B, g.H}, opts);
+  auto inner = at::empty({a.L - 1, g.T, g.B, g.H}, opts);
+  auto reserve = at::empty({a.L, g.N, g.reserve_cols()}, opts.dtype(acc_type(input.scalar_type())));
+  auto reserve_h = at::empty({a.L, g.N, g.H}, opts);
+  const lstm::Steps s = steps_of(g, false);
+  const int a_bytes = input.scalar_type() == at::kDouble ? 8 : 4;
+  const size_t ws_bytes =
+      lstm::stack_workspace(s, static_cast<int>(a.L), static_cast<int>(input.element_size()),
+                            a_bytes);
+  auto ws = workspace(ws_bytes, input);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "lstm_stack_cuda", [&] {
+    using T = typename DeviceType<scalar_t>::type;
+    lstm::StackWeights<T> w{};
+    for (int64_t l = 0; l < a.L; ++l) {
+      keep.push_back(contig(a.w_ih[l]));
+      w.w_ih[l] = cptr<T, scalar_t>(keep.back());
+      keep.push_back(contig(a.w_hh[l]));
+      w.w_hh[l] = cptr<T, scalar_t>(keep.back());
+      if (a.b_ih[l].has_value()) {
+        keep.push_back(contig(*a.b_ih[l]));
+        w.b_ih[l] = cptr<T, scalar_t>(keep.back());
+        keep.push_back(contig(*a.b_hh[l]));
+        w.b_hh[l] = cptr<T, scalar_t>(keep.back());
+      }
+    }
+    lstm::forward_stack<T>(s, static_cast<int>(a.L), cptr<T, scalar_t>(input),
+                           cptr<T, scalar_t>(h0), cptr<T, scalar_t>(c0), w,
+                           mptr<T, scalar_t>(out), mptr<T, scalar_t>(h_n),
+                           mptr<T, scalar_t>(c_n), mptr<T, scalar_t>(inner),
+                           reserve.mutable_data_ptr(), mptr<T, scalar_t>(reserve_h),
+                           ws.mutable_data_ptr(), ws_bytes, stream, blas,
+                           at::cuda::getChosenWorkspaceSize(), tf32);
+  });
+  return {out, h_n, c_n, inner, reserve, reserve_h};
+}
+
 Grads run_backward(const char* op, bool persistent, const Tensor& grad_output_in,
                    const OptTensor& grad_h_n_in, const OptTensor& grad_c_n_in,
                    const Tensor& input_in, const Tensor& h0, const Tensor& c0,
@@ -216,6 +266,7 @@ Grads backward_persistent(const Tensor& grad_output, const OptTensor& grad_h_n,
 TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("lstm", &forward);
   m.impl("lstm_persistent", &forward_persistent);
+  m.impl("lstm_stack", &forward_stack);
   m.impl("lstm_backward", &backward);
   m.impl("lstm_backward_persistent", &backward_persistent);
 }

@@ -66,21 +66,37 @@ IntDims int_dims(const Dims& d, int64_t batch) {
           as_int(batch, "GEMM batch")};
 }
 
-// The GEMM of strided_batched on a handle already pinned.
-cublasStatus_t strided_call(cublasHandle_t blas, Type type, Type c_type, bool tf32, const Dims& d,
-                            const void* A, int64_t stride_a, const void* B, int64_t stride_b,
-                            void* C, int64_t stride_c, int64_t batch, Scale scale) {
+void check_result_type(Type type, Type c_type) {
   const bool half_into_float =
       (type == Type::F16 || type == Type::BF16) && c_type == Type::F32;
   if (c_type != type && !half_into_float)
     throw std::runtime_error("fastlayers: GEMM result type must be the operands' or F32 from "
                              "F16/BF16 operands");
+}
+
+// The GEMM of strided_batched on a handle already pinned.
+cublasStatus_t strided_call(cublasHandle_t blas, Type type, Type c_type, bool tf32, const Dims& d,
+                            const void* A, int64_t stride_a, const void* B, int64_t stride_b,
+                            void* C, int64_t stride_c, int64_t batch, Scale scale) {
+  check_result_type(type, c_type);
   const IntDims i = int_dims(d, batch);
   const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
   return cublasGemmStridedBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A,
                                     data_type(type), i.lda, stride_a, B, data_type(type), i.ldb,
                                     stride_b, &beta, C, data_type(c_type), i.ldc, stride_c,
                                     i.batch, compute_type(type, tf32), CUBLAS_GEMM_DEFAULT);
+}
+
+// The GEMM of pointer_batched on a handle already pinned.
+cublasStatus_t pointer_call(cublasHandle_t blas, Type type, Type c_type, bool tf32,
+                            const Dims& d, const void* const* A, const void* const* B,
+                            void* const* C, int64_t batch, Scale scale) {
+  check_result_type(type, c_type);
+  const IntDims i = int_dims(d, batch);
+  const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
+  return cublasGemmBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, data_type(type),
+                             i.lda, B, data_type(type), i.ldb, &beta, C, data_type(c_type),
+                             i.ldc, i.batch, compute_type(type, tf32), CUBLAS_GEMM_DEFAULT);
 }
 
 }  // namespace
@@ -121,17 +137,16 @@ void strided_batched(cublasHandle_t blas, cudaStream_t stream, Type type, Type c
                                        stride_c, batch, scale);
 }
 
+void Pinned::pointer_batched(Type type, Type c_type, bool tf32, const Dims& d,
+                             const void* const* A, const void* const* B, void* const* C,
+                             int64_t batch, Scale scale) const {
+  FL_CUBLAS_CHECK(pointer_call(blas_, type, c_type, tf32, d, A, B, C, batch, scale));
+}
+
 void pointer_batched(cublasHandle_t blas, cudaStream_t stream, Type type, bool tf32,
                      const Dims& d, const void* const* A, const void* const* B, void* const* C,
                      int64_t batch, Scale scale) {
-  const IntDims i = int_dims(d, batch);
-  const cudaDataType dt = data_type(type);
-  const cublasComputeType_t ct = compute_type(type, tf32);
-  const Scalar alpha = scalar(type, scale.alpha), beta = scalar(type, scale.beta);
-  Pinned pin(blas, stream);
-  FL_CUBLAS_CHECK(cublasGemmBatchedEx(blas, d.op_a, d.op_b, i.m, i.n, i.k, &alpha, A, dt, i.lda,
-                                      B, dt, i.ldb, &beta, C, dt, i.ldc, i.batch, ct,
-                                      CUBLAS_GEMM_DEFAULT));
+  Pinned(blas, stream).pointer_batched(type, type, tf32, d, A, B, C, batch, scale);
 }
 
 }  // namespace gemm

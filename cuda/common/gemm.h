@@ -60,6 +60,10 @@ class Pinned {
   void strided_batched(Type type, Type c_type, bool tf32, const Dims& d, const void* A,
                        int64_t stride_a, const void* B, int64_t stride_b, void* C,
                        int64_t stride_c, int64_t batch, Scale scale = {}) const;
+  // As pointer_batched, with C of `c_type` (as strided_batched's).
+  void pointer_batched(Type type, Type c_type, bool tf32, const Dims& d, const void* const* A,
+                       const void* const* B, void* const* C, int64_t batch,
+                       Scale scale = {}) const;
 
  private:
   cublasHandle_t blas_;

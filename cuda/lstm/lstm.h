@@ -74,6 +74,32 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
                          void* workspace, size_t workspace_size, cudaStream_t stream,
                          cublasHandle_t blas, bool tf32);
 
+// A unidirectional stack of L layers (1 <= L <= kMaxStack) over padded input without a
+// projection (N = T B, s.I the first layer's input size, R = H), as a wavefront: at wavefront
+// step w every layer l with t = w - l in [0, T) runs its step t, all of them in one
+// pointer-batched GEMM (each layer's recurrent product, and for l >= 1 its input product from
+// layer l-1's output of step t, written at w - 1) and one cell launch. The first layer's input
+// GEMM of every step runs before (TF32 where `tf32`); the others' input products run in the
+// recurrence in full precision. Per layer l: w_ih[l] [4H, I_l] (I_0 = s.I, else H), w_hh[l]
+// [4H, H], b_ih[l], b_hh[l] [4H] or null. h0, c0, h_n, c_n [L, B, H]; out [T, B, H] the last
+// layer's output; inner [L-1, T, B, H] the others'; reserve [L, N, 5H] A and reserve_h [L, N, H]
+// T: each layer's as forward() writes them (so backward() takes a layer's slices).
+constexpr int kMaxStack = 8;
+template <typename T>
+struct StackWeights {
+  const T* w_ih[kMaxStack];
+  const T* w_hh[kMaxStack];
+  const T* b_ih[kMaxStack];
+  const T* b_hh[kMaxStack];
+};
+size_t stack_workspace(const Steps& s, int L, int t_bytes, int a_bytes);
+size_t stack_state_bytes(const Steps& s, int L, int t_bytes, int a_bytes);
+template <typename T>
+void forward_stack(const Steps& s, int L, const T* x, const T* h0, const T* c0,
+                   const StackWeights<T>& w, T* out, T* h_n, T* c_n, T* inner, void* reserve,
+                   T* reserve_h, void* workspace, size_t workspace_size, cudaStream_t stream,
+                   cublasHandle_t blas, size_t blas_workspace, bool tf32);
+
 // dy [N, R]; dh_n [B, R], dc_n [B, H] or null (zero). Outputs: dx [N, I] (null: not computed),
 // dh0 [B, R], dc0 [B, H], and with `weights`: dw_ih [4H, I], dw_hh [4H, R], db [4H] (the
 // gradient of b_ih and of b_hh alike), dw_hr [R, H] (null without a projection).

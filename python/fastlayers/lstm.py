@@ -92,6 +92,16 @@ def _lstm_fake(input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse
     return out, h0.new_empty(h0.shape), c0.new_empty(c0.shape), reserve, reserve_h
 
 
+@torch.library.register_fake("fastlayers::lstm_stack")
+def _lstm_stack_fake(input, h0, c0, weights, has_biases, tf32=False):
+    torch._check(input.dim() == 3, lambda: "lstm_stack: `input` must be 3-D [T, B, I]")
+    L, T, B, H = h0.shape[0], input.shape[0], input.shape[1], h0.shape[2]
+    return (input.new_empty((T, B, H)), h0.new_empty(h0.shape), c0.new_empty(c0.shape),
+            input.new_empty((L - 1, T, B, H)),
+            input.new_empty((L, T * B, 5 * H), dtype=_acc(input.dtype)),
+            input.new_empty((L, T * B, H)))
+
+
 @torch.library.register_fake("fastlayers::lstm_backward_persistent")
 @torch.library.register_fake("fastlayers::lstm_backward")
 def _lstm_backward_fake(grad_output, grad_h_n, grad_c_n, input, h0, c0, w_ih, w_hh, w_hr,
@@ -148,6 +158,45 @@ def _backward_lstm_persistent(ctx, *grads):
     return _backward_lstm(ctx, *grads, op=op)
 
 
+def _setup_lstm_stack(ctx, inputs, output):
+    input, h0, c0, weights, has_biases, tf32 = inputs
+    _, _, _, inner, reserve, reserve_h = output
+    ctx.save_for_backward(input, h0, c0, inner, reserve, reserve_h, *weights)
+    ctx.flags = (has_biases, tf32)
+    ctx.mark_non_differentiable(inner, reserve, reserve_h)
+
+
+def _backward_lstm_stack(ctx, g_out, g_h, g_c, _g_inner, _g_reserve, _g_reserve_h):
+    # Layer by layer from the top: each layer's lstm_backward on its slices of what the stack
+    # saved; a layer's input gradient is the gradient of the layer below's output.
+    input, h0, c0, inner, reserve, reserve_h, *weights = ctx.saved_tensors
+    has_biases, tf32 = ctx.flags
+    need = ctx.needs_input_grad
+    per = 4 if has_biases else 2
+    L = h0.shape[0]
+    gw = [None] * len(weights)
+    gh0, gc0 = [None] * L, [None] * L
+    g = g_out if g_out is not None else torch.zeros_like(input[..., :1]).expand(
+        *input.shape[:-1], h0.shape[2])
+    for layer in reversed(range(L)):
+        x = input if layer == 0 else inner[layer - 1]
+        w_ih, w_hh = weights[per * layer], weights[per * layer + 1]
+        gx, gh0[layer], gc0[layer], gw_ih, gw_hh, gb, _ = torch.ops.fastlayers.lstm_backward(
+            g.contiguous(), None if g_h is None else g_h[layer],
+            None if g_c is None else g_c[layer], x, h0[layer], c0[layer], w_ih, w_hh, None,
+            None, reserve[layer], reserve_h[layer], False, tf32, layer > 0 or need[0],
+            any(need[3]))
+        mine = [gw_ih, gw_hh] + ([gb, gb] if has_biases else [])
+        for k, grad in enumerate(mine):
+            gw[per * layer + k] = grad if need[3][per * layer + k] else None
+        g = gx
+    grads = (g if need[0] else None, torch.stack(gh0) if need[1] else None,
+             torch.stack(gc0) if need[2] else None, gw if any(need[3]) else None, None, None)
+    # as many as the call passed (the dispatcher drops trailing arguments left at their
+    # defaults; with a list among the inputs the count must match)
+    return grads[:len(need)]
+
+
 def _backward_lstm_backward(ctx, *grads):
     raise RuntimeError("fastlayers.lstm: double backward is not supported (lstm_backward is not "
                        "differentiable, as nn.LSTM on cuDNN)")
@@ -160,6 +209,8 @@ def _setup_nothing(ctx, inputs, output):
 torch.library.register_autograd("fastlayers::lstm", _backward_lstm, setup_context=_setup_lstm)
 torch.library.register_autograd("fastlayers::lstm_persistent", _backward_lstm_persistent,
                                 setup_context=_setup_lstm)
+torch.library.register_autograd("fastlayers::lstm_stack", _backward_lstm_stack,
+                                setup_context=_setup_lstm_stack)
 # Without an autograd kernel of its own, lstm_backward would be differentiated through the ATen
 # ops it runs, which do not see how the reserve depends on the inputs: a wrong second derivative.
 torch.library.register_autograd("fastlayers::lstm_backward", _backward_lstm_backward,

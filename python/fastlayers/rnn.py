@@ -127,6 +127,14 @@ class LSTM(nn.RNNBase):
             choice = routes[key] = self._fl_choice(data, T, B, packed, training)
         return choice
 
+    def _fl_stacks(self, packed: bool, data: torch.Tensor) -> bool:
+        """Whether the layers run as one lstm_stack call: two or more unidirectional layers
+        without a projection over padded input, no dropout between them (in training), at most
+        8 layers on CUDA."""
+        return (self.num_layers >= 2 and not self.bidirectional and self.proj_size == 0 and
+                not packed and not (self.dropout > 0 and self.training) and
+                (not data.is_cuda or self.num_layers <= 8))
+
     def forward(self, input, hx=None):
         packed = isinstance(input, PackedSequence)
         data = input.data if packed else input
@@ -172,6 +180,13 @@ class LSTM(nn.RNNBase):
         lstm = (torch.ops.fastlayers.lstm_persistent if choice == "persistent" else
                 torch.ops.fastlayers.lstm)
         x = data if packed else data.contiguous()
+        if choice == "fused" and self._fl_stacks(packed, data):
+            # one wavefront over every layer (lstm_stack): no dropout between them here
+            y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(
+                x, h0, c0, self._flat_weights, self.bias, tf32)
+            if not batched:
+                return y.squeeze(1), (h.squeeze(1), c.squeeze(1))
+            return (y.transpose(0, 1) if self.batch_first else y), (h, c)
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             outs = []
