@@ -704,11 +704,20 @@ def summary(docs: dict) -> str:
     if ls:
         devices.append(ls[1]["device"]["name"])
         layers = ls[1].get("layers", [])
-        rs = [r for r in layers if r.get("config") == "512x64x100"
-              and r.get("algorithm", "fused") == "fused"]
-        rows.append(("Fused LSTM over `nn.LSTM`, 512/64/100, forward+backward back to back",
-                     "; ".join("%s %sx" % (r["mode"], f((r.get("fwdbwd_wall") or {}).get("ratio")))
-                               for r in rs) + " (target 1.2x)"))
+        fused = {(r.get("config"), r["mode"]): r for r in layers
+                 if r.get("algorithm", "fused") == "fused"}
+
+        def walls(r):
+            return "%s / %sx" % (f((r.get("fwd_wall") or {}).get("ratio")),
+                                 f((r.get("fwdbwd_wall") or {}).get("ratio")))
+        one = [(m, r) for (c, m), r in fused.items() if c == "512x64x100"]
+        if one:
+            rows.append((
+                "Fused LSTM over `nn.LSTM`, 512/64/100, back to back, forward / forward+backward: "
+                "one layer, four layers (`lstm_stack`)",
+                "; ".join("%s %s, %s" % (m, walls(r), walls(fused[("512x64x100-L4", m)])
+                                         if ("512x64x100-L4", m) in fused else "-")
+                          for m, r in one) + " (targets: 1.2x; four layers fp16 2x)"))
         ps = [r for r in layers if r.get("algorithm") == "persistent" and r.get("fwd")
               and r.get("B", 99) <= 16]
         if ps:
@@ -721,14 +730,6 @@ def summary(docs: dict) -> str:
                              span([r["fwdbwd"]["ratio"] for r in ps
                                    if r["mode"] == m and r.get("fwdbwd")]) + "x")
                                    for m in modes) + " (target 3x at batch 1..8)"))
-        p64 = [r for r in layers if r.get("algorithm") == "persistent" and r.get("fwd")
-               and r.get("config") == "512x64x100"]
-        if p64:
-            rows.append(("Persistent LSTM over `nn.LSTM`, 512/64/100, device time: forward / "
-                         "forward+backward (the fused backward)",
-                         "; ".join("%s %s / %sx" % (r["mode"], f(r["fwd"]["ratio"]),
-                                                    f((r.get("fwdbwd") or {}).get("ratio")))
-                                   for r in p64) + " (target 1.2x)"))
     shown = ("table4", "modules", "fbfft", "paper-conv", "networks", "winograd", "large-kernels",
              "lstm")
     dirty = [k for k in shown if k in docs and docs[k][1].get("git", {}).get("dirty") is not False]
