@@ -15,6 +15,7 @@
 
 #ifdef FASTLAYERS_WITH_CUDA
 #include "../cuda/common/cufft_plans.h"
+#include "../cuda/common/step_graph.h"
 #endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -52,6 +53,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);
   m.def("clear_cufft_plan_cache", &fastlayers::cufft_plans::clear_cache);
   m.def("cufft_version", &fastlayers::cufft_plans::library_version);
+  // The step loops' CUDA graphs held now (cuda/common/step_graph.h).
+  m.def("step_graphs_cached", &fastlayers::step_graph::cached);
 #else
   m.attr("with_cuda") = false;
   m.attr("with_lstm_cuda") = false;

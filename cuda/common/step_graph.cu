@@ -38,11 +38,37 @@ struct Device {
   std::map<std::pair<cudaStream_t, size_t>, void*> workspaces;  // never freed: graphs bake them
 };
 
+// Keys seen once, most recent first: a loop is recorded the second time its key comes.
+class Seen {
+ public:
+  // Whether `id` came before; remembers it now.
+  bool check_in(const std::string& id) {
+    auto it = index_.find(id);
+    if (it != index_.end()) {
+      order_.erase(it->second);
+      index_.erase(it);
+      return true;
+    }
+    order_.push_front(id);
+    index_[id] = order_.begin();
+    if (order_.size() > kSeen) {
+      index_.erase(order_.back());
+      order_.pop_back();
+    }
+    return false;
+  }
+
+ private:
+  std::list<std::string> order_;
+  std::unordered_map<std::string, std::list<std::string>::iterator> index_;
+};
+
 struct Cache {
   std::mutex mutex;
   std::map<int, Device> devices;
   std::list<std::pair<std::string, std::shared_ptr<Entry>>> lru;  // most recent first
   std::unordered_map<std::string, decltype(lru)::iterator> index;
+  Seen seen;
 };
 
 // Never destroyed: entries outliving the CUDA runtime at exit would free into a dead context.
@@ -102,11 +128,9 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
             void* fallback_state, size_t workspace_bytes, Record record) {
   Run run;
   run.workspace_bytes_ = workspace_bytes;
-  if (capturing(stream)) {
-    run.state_ = fallback_state;
-    run.record_ = std::move(record);
-    return run;
-  }
+  run.state_ = fallback_state;  // the direct modes
+  run.record_ = record;
+  if (capturing(stream)) return run;
   int device = 0;
   FL_CUDA_CHECK(cudaGetDevice(&device));
   std::ostringstream full;
@@ -122,6 +146,7 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
     run.state_ = run.entry_->state;
     return run;
   }
+  if (!c.seen.check_in(id)) return run;  // first sight: run directly
   Device& d = device_of(c, device);
   auto entry = std::make_shared<Entry>();
   entry->device = device;

@@ -11,9 +11,11 @@
 // the same bits however it runs.
 //
 // Graphs are per (device, stream, key), at most kCapacity of them (least recently used dropped).
-// When the caller's stream is itself being captured (a user's CUDA graph), nothing is cached: the
-// loop is recorded straight into the caller's capture with `fallback_state`, memory of the
-// caller's (the capture's pool keeps it).
+// A key's first call runs the loop directly on the caller's stream (launch by launch, with
+// `fallback_state`, memory of the caller's); its second records the graph: a key that never
+// comes back (packed batches of ever new lengths) costs no recording. When the caller's stream
+// is itself being captured (a user's CUDA graph), nothing is cached either: the loop is recorded
+// straight into the caller's capture with `fallback_state` (the capture's pool keeps it).
 #pragma once
 
 #include <cublas_v2.h>
@@ -31,6 +33,7 @@ namespace step_graph {
 using Record = std::function<void(cudaStream_t stream, cublasHandle_t blas, void* state)>;
 
 constexpr size_t kCapacity = 64;
+constexpr size_t kSeen = 256;  // keys remembered as seen once
 
 struct Entry;
 
@@ -43,7 +46,7 @@ class Run {
 
  private:
   friend Run prepare(const std::string&, cudaStream_t, size_t, void*, size_t, Record);
-  std::shared_ptr<Entry> entry_;  // null: record directly (the caller's stream is capturing)
+  std::shared_ptr<Entry> entry_;  // null: run the recording directly
   void* state_ = nullptr;
   size_t workspace_bytes_ = 0;
   Record record_;

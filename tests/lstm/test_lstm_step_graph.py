@@ -1,10 +1,10 @@
 """The CUDA step loops of lstm and lstm_backward run as cached CUDA graphs (one per geometry,
-recurrent weights and stream) that read each call's tensors through their state. A graph
-recorded for one call must give a later call's results in that call's tensors: the same bits as
-a graph recorded afresh for the later call (its weights cloned: another key), with the earlier
-call's results untouched; inside a user's CUDA graph capture the loop is recorded into it
-directly, with the same bits. The values themselves are checked against nn.LSTM by the other
-files (every call there runs through these graphs)."""
+recurrent weights and stream, recorded the second time a key comes; the first call runs the
+loop launch by launch) that read each call's tensors through their state. A graph recorded on
+one call must give a later call's results in that call's tensors: the bits of the loop run
+directly, with the other calls' results untouched; inside a user's CUDA graph capture the loop
+is recorded into it directly, with the same bits. The values themselves are checked against
+nn.LSTM by the other files."""
 import pytest
 import torch
 
@@ -60,20 +60,37 @@ def _same(a, b):
 def test_a_cached_loop_serves_new_tensors(case, dtype):
     w, xs1, bs = _problem(case, dtype)
     _, xs2, _ = _problem(case, dtype, salt=1)
-    out1 = _forward(case, w, xs1, bs)           # records the forward's graph for w
-    kept = [t.clone() for t in out1]
-    out2 = _forward(case, w, xs2, bs)           # replays it on other tensors
-    fresh = [t.clone() if t is not None else None for t in w]
-    ref2 = _forward(case, fresh, xs2, bs)       # a graph recorded for these tensors
-    _same(out2, ref2)
-    _same(out1, kept)
+    out1 = _forward(case, w, xs1, bs)           # the key's first call: the loop runs directly
+    kept1 = [t.clone() for t in out1]
+    out2 = _forward(case, w, xs2, bs)           # the second records the graph
+    kept2 = [t.clone() for t in out2]
+    out3 = _forward(case, w, xs1, bs)           # replayed on other tensors than it recorded
+    _same(out3, kept1)
+    _same(out1, kept1)
+    _same(out2, kept2)
     assert not torch.equal(out1[0], out2[0])
+    fresh = [t.clone() if t is not None else None for t in w]
+    _same(out2, _forward(case, fresh, xs2, bs))  # another key's first call: direct
     g1, g2 = _grads(case, dtype, out1), _grads(case, dtype, out2, salt=1)
     d1 = _backward(case, w, xs1, bs, out1, g1)
     d1_kept = [t.clone() for t in d1]
     d2 = _backward(case, w, xs2, bs, out2, g2)
-    _same(d2, _backward(case, fresh, xs2, bs, ref2, g2))
+    d2_kept = [t.clone() for t in d2]
+    _same(_backward(case, w, xs1, bs, out3, g1), d1_kept)
     _same(d1, d1_kept)
+    _same(d2, d2_kept)
+
+
+def test_a_key_is_recorded_on_its_second_call():
+    from fastlayers import _C
+    case = CASES[0]
+    w, xs, bs = _problem(case, torch.float32)
+    w[1] = w[1].clone()                          # a key no other test made
+    before = _C.step_graphs_cached()
+    _forward(case, w, xs, bs)
+    assert _C.step_graphs_cached() == before
+    _forward(case, w, xs, bs)
+    assert _C.step_graphs_cached() in (before + 1, 64)
 
 
 @pytest.mark.parametrize("case", CASES[:3], ids=str)
@@ -81,6 +98,7 @@ def test_weights_changed_in_place_are_read(case):
     # The graph bakes the weights' addresses, not their values.
     w, xs, bs = _problem(case, torch.float32)
     _forward(case, w, xs, bs)
+    _forward(case, w, xs, bs)                    # recorded
     w[1].mul_(1.5)
     out = _forward(case, w, xs, bs)
     _same(out, _forward(case, [t.clone() if t is not None else None for t in w], xs, bs))
@@ -91,13 +109,14 @@ def test_side_stream():
     case = CASES[1]
     w, xs, bs = _problem(case, torch.float32)
     here = _forward(case, w, xs, bs)
+    here = _forward(case, w, xs, bs)             # recorded on the current stream
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        there = _forward(case, w, xs, bs)
-        there = [t.clone() for t in there]
+        there = [[t.clone() for t in _forward(case, w, xs, bs)] for _ in range(3)]
     torch.cuda.current_stream().wait_stream(s)
-    _same(there, here)
+    for one in there:                            # direct, recording, replaying
+        _same(one, here)
 
 
 @pytest.mark.parametrize("case", CASES[:4], ids=str)
@@ -165,7 +184,8 @@ def test_each_key_ingredient_gets_its_own_graph(what):
     if w_a[4] is not None:
         w_b[4] = w_a[4] * 0.5 if what == "w_hr" else same(w_a[4])
     _forward(case_a, w_a, xs_a, bs_a)
-    out = _forward(case_b, w_b, xs_b, bs_b)
+    _forward(case_a, w_a, xs_a, bs_a)                  # a's graph recorded
+    out = _forward(case_b, w_b, xs_b, bs_b)            # b must not replay it
     ref = _cpu_reference(case_b, w_b, xs_b, bs_b)
     tol = {torch.float64: 1e-10, torch.bfloat16: 5e-2}[dtype_b]
     for u, v in zip(out, ref):
