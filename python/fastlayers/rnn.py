@@ -1,7 +1,8 @@
 """fastlayers.LSTM: a drop-in torch.nn.LSTM (same constructor, parameters, initialisation,
 state_dict, inputs and outputs; an nn.RNNBase, not an nn.LSTM instance, so that torch.compile
 traces it) whose layers run as fastlayers.lstm ops, one op call per layer
-and direction, the step loop in C++/CUDA.
+and direction (one lstm_stack call for a unidirectional stack), the step loop in C++/CUDA; on
+CUDA a bidirectional layer's two directions run on two streams.
 
 What runs is an algorithm choice per input signature: "fused" (the lstm ops), "persistent" (the
 lstm_persistent op: the recurrence as one kernel, on CUDA where the batch and hidden size fit it;
@@ -188,15 +189,22 @@ class LSTM(nn.RNNBase):
                 return y.squeeze(1), (h.squeeze(1), c.squeeze(1))
             return (y.transpose(0, 1) if self.batch_first else y), (h, c)
         h_n, c_n = [], []
+        side = _side_stream(x) if dirs == 2 else None
         for layer in range(self.num_layers):
             outs = []
+            if side is not None:  # read on the side stream, there too by the backward
+                for t in (x, h0, c0):
+                    t.record_stream(side)
             for d in range(dirs):
                 k = layer * dirs + d
-                y, h, c, _, _ = lstm(x, h0[k], c0[k], *self._fl_weights(layer, d), batch_sizes,
-                                     d == 1, tf32)
+                with _on(side if d == 1 else None):
+                    y, h, c, _, _ = lstm(x, h0[k], c0[k], *self._fl_weights(layer, d),
+                                         batch_sizes, d == 1, tf32)
                 outs.append(y)
                 h_n.append(h)
                 c_n.append(c)
+            if side is not None:
+                _join(side, outs[1], h_n[-1], c_n[-1])
             x = outs[0] if dirs == 1 else torch.cat(outs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
@@ -209,6 +217,37 @@ class LSTM(nn.RNNBase):
         return (x.transpose(0, 1) if self.batch_first else x), hidden
 
 
+_SIDE = {}
+
+
+def _side_stream(x: torch.Tensor) -> Optional[torch.cuda.Stream]:
+    """A second stream for a bidirectional layer's reverse direction on CUDA (the two
+    recurrences are independent and each leaves most of the GPU idle), forked from the current
+    one; None where it does not apply (the CPU, a traced graph)."""
+    if not x.is_cuda or torch.compiler.is_compiling():
+        return None
+    s = _SIDE.get(x.device)
+    if s is None:
+        s = _SIDE[x.device] = torch.cuda.Stream(x.device)
+    s.wait_stream(torch.cuda.current_stream(x.device))
+    return s
+
+
+def _on(stream: Optional[torch.cuda.Stream]):
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _join(side: torch.cuda.Stream, *made: torch.Tensor) -> None:
+    """The current stream waits for the side stream's direction; its results, allocated there,
+    are marked as used on the current stream (so the allocator does not hand their memory to
+    the side stream again too early). Autograd runs that direction's backward on the side
+    stream too, with the same synchronisation."""
+    current = torch.cuda.current_stream(side.device)
+    current.wait_stream(side)
+    for t in made:
+        t.record_stream(current)
+
+
 # Runs as Python when a graph is traced; its result enters the graph as a constant.
 @torch.compiler.assume_constant_result
 def _choose(config, T, B, dtype, device, packed, tf32, deterministic, pass_) -> str:
@@ -217,6 +256,37 @@ def _choose(config, T, B, dtype, device, packed, tf32, deterministic, pass_) -> 
     from .tuner.lstm import LstmProblem, choose_lstm
     p = LstmProblem.of(config, T, B, dtype, device, packed, tf32, deterministic)
     return choose_lstm(p, pass_, device)
+
+
+_SIDE = {}
+
+
+def _side_stream(x: torch.Tensor) -> Optional[torch.cuda.Stream]:
+    """A second stream for a bidirectional layer's reverse direction on CUDA (the two
+    recurrences are independent and each leaves most of the GPU idle), forked from the current
+    one; None where it does not apply (the CPU, a traced graph)."""
+    if not x.is_cuda or torch.compiler.is_compiling():
+        return None
+    s = _SIDE.get(x.device)
+    if s is None:
+        s = _SIDE[x.device] = torch.cuda.Stream(x.device)
+    s.wait_stream(torch.cuda.current_stream(x.device))
+    return s
+
+
+def _on(stream: Optional[torch.cuda.Stream]):
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _join(side: torch.cuda.Stream, *made: torch.Tensor) -> None:
+    """The current stream waits for the side stream's direction; its results, allocated there,
+    are marked as used on the current stream (so the allocator does not hand their memory to
+    the side stream again too early). Autograd runs that direction's backward on the side
+    stream too, with the same synchronisation."""
+    current = torch.cuda.current_stream(side.device)
+    current.wait_stream(side)
+    for t in made:
+        t.record_stream(current)
 
 
 # Runs as Python when a graph is traced; its result enters the graph as a constant.
