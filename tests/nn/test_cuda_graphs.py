@@ -75,3 +75,61 @@ def test_captured_training_step_replays_like_eager(how):
         torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
     for p, q in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+class _Tagger(nn.Module):
+    def __init__(self, bidirectional):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 16, num_layers=2, bidirectional=bidirectional)
+        self.head = nn.Linear(32 if bidirectional else 16, 3)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["stack", "bidirectional"])
+def test_captured_lstm_training_step_replays_like_eager(bidirectional):
+    # The fused LSTM inside a user's graph: lstm_stack's wavefront (unidirectional), or the two
+    # directions on two streams (bidirectional); their loops are recorded into the capture.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    model = fastlayers.convert(_Tagger(bidirectional).cuda())
+    model.lstm.force_algorithm("fused")
+    eager = copy.deepcopy(model)
+    x = torch.randn(7, 4, 6, device="cuda")
+    y = torch.randint(0, 3, (7 * 4,), device="cuda")
+
+    def trainer(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(xs, ys):
+            opt.zero_grad(set_to_none=False)
+            loss = nn.functional.cross_entropy(m(xs).flatten(0, 1), ys)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    step, eager_step = trainer(model), trainer(eager)
+    static_x, static_y = x.clone(), y.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(static_x, static_y)
+            eager_step(x, y)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with RecordOps() as rec, torch.cuda.graph(g):
+        static_loss = step(static_x, static_y)
+    assert ("lstm" if bidirectional else "lstm_stack") in {n for n, _ in rec.calls}
+    for _ in range(4):
+        xi, yi = torch.randn_like(x), torch.randint(0, 3, (7 * 4,), device="cuda")
+        static_x.copy_(xi)
+        static_y.copy_(yi)
+        g.replay()
+        loss = eager_step(xi, yi)
+        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
