@@ -223,8 +223,12 @@ _SIDE = {}
 def _side_stream(x: torch.Tensor) -> Optional[torch.cuda.Stream]:
     """A second stream for a bidirectional layer's reverse direction on CUDA (the two
     recurrences are independent and each leaves most of the GPU idle), forked from the current
-    one; None where it does not apply (the CPU, a traced graph)."""
-    if not x.is_cuda or torch.compiler.is_compiling():
+    one; None where it does not apply: the CPU, a traced graph, and while the current stream is
+    being captured into a CUDA graph (there a captured training step with the reverse direction
+    on a side stream trained differently from eager steps, which match the one-stream order bit
+    for bit: H100, 76696f3)."""
+    if (not x.is_cuda or torch.compiler.is_compiling() or
+            torch.cuda.is_current_stream_capturing()):
         return None
     s = _SIDE.get(x.device)
     if s is None:
@@ -264,8 +268,12 @@ _SIDE = {}
 def _side_stream(x: torch.Tensor) -> Optional[torch.cuda.Stream]:
     """A second stream for a bidirectional layer's reverse direction on CUDA (the two
     recurrences are independent and each leaves most of the GPU idle), forked from the current
-    one; None where it does not apply (the CPU, a traced graph)."""
-    if not x.is_cuda or torch.compiler.is_compiling():
+    one; None where it does not apply: the CPU, a traced graph, and while the current stream is
+    being captured into a CUDA graph (there a captured training step with the reverse direction
+    on a side stream trained differently from eager steps, which match the one-stream order bit
+    for bit: H100, 76696f3)."""
+    if (not x.is_cuda or torch.compiler.is_compiling() or
+            torch.cuda.is_current_stream_capturing()):
         return None
     s = _SIDE.get(x.device)
     if s is None:
