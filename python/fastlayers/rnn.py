@@ -192,9 +192,8 @@ class LSTM(nn.RNNBase):
         side = _side_stream(x) if dirs == 2 else None
         for layer in range(self.num_layers):
             outs = []
-            if side is not None:  # read on the side stream, there too by the backward
-                for t in (x, h0, c0):
-                    t.record_stream(side)
+            if side is not None:
+                _fork(side, x, h0, c0)
             for d in range(dirs):
                 k = layer * dirs + d
                 with _on(side if d == 1 else None):
@@ -222,19 +221,22 @@ _SIDE = {}
 
 def _side_stream(x: torch.Tensor) -> Optional[torch.cuda.Stream]:
     """A second stream for a bidirectional layer's reverse direction on CUDA (the two
-    recurrences are independent and each leaves most of the GPU idle), forked from the current
-    one; None where it does not apply: the CPU, a traced graph, and while the current stream is
-    being captured into a CUDA graph (there a captured training step with the reverse direction
-    on a side stream trained differently from eager steps, which match the one-stream order bit
-    for bit: H100, 76696f3)."""
-    if (not x.is_cuda or torch.compiler.is_compiling() or
-            torch.cuda.is_current_stream_capturing()):
+    recurrences are independent and each leaves most of the GPU idle); None where it does not
+    apply (the CPU, a traced graph)."""
+    if not x.is_cuda or torch.compiler.is_compiling():
         return None
     s = _SIDE.get(x.device)
     if s is None:
         s = _SIDE[x.device] = torch.cuda.Stream(x.device)
-    s.wait_stream(torch.cuda.current_stream(x.device))
     return s
+
+
+def _fork(side: torch.cuda.Stream, *used: torch.Tensor) -> None:
+    """The side stream waits for the current one (a layer's input is the layer below's output,
+    made there), and what it reads is marked as used on it (the backward reads it there too)."""
+    side.wait_stream(torch.cuda.current_stream(side.device))
+    for t in used:
+        t.record_stream(side)
 
 
 def _on(stream: Optional[torch.cuda.Stream]):
@@ -260,41 +262,6 @@ def _choose(config, T, B, dtype, device, packed, tf32, deterministic, pass_) -> 
     from .tuner.lstm import LstmProblem, choose_lstm
     p = LstmProblem.of(config, T, B, dtype, device, packed, tf32, deterministic)
     return choose_lstm(p, pass_, device)
-
-
-_SIDE = {}
-
-
-def _side_stream(x: torch.Tensor) -> Optional[torch.cuda.Stream]:
-    """A second stream for a bidirectional layer's reverse direction on CUDA (the two
-    recurrences are independent and each leaves most of the GPU idle), forked from the current
-    one; None where it does not apply: the CPU, a traced graph, and while the current stream is
-    being captured into a CUDA graph (there a captured training step with the reverse direction
-    on a side stream trained differently from eager steps, which match the one-stream order bit
-    for bit: H100, 76696f3)."""
-    if (not x.is_cuda or torch.compiler.is_compiling() or
-            torch.cuda.is_current_stream_capturing()):
-        return None
-    s = _SIDE.get(x.device)
-    if s is None:
-        s = _SIDE[x.device] = torch.cuda.Stream(x.device)
-    s.wait_stream(torch.cuda.current_stream(x.device))
-    return s
-
-
-def _on(stream: Optional[torch.cuda.Stream]):
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-
-
-def _join(side: torch.cuda.Stream, *made: torch.Tensor) -> None:
-    """The current stream waits for the side stream's direction; its results, allocated there,
-    are marked as used on the current stream (so the allocator does not hand their memory to
-    the side stream again too early). Autograd runs that direction's backward on the side
-    stream too, with the same synchronisation."""
-    current = torch.cuda.current_stream(side.device)
-    current.wait_stream(side)
-    for t in made:
-        t.record_stream(current)
 
 
 # Runs as Python when a graph is traced; its result enters the graph as a constant.

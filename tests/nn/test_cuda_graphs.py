@@ -90,9 +90,10 @@ class _Tagger(nn.Module):
 @pytest.mark.gpu
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["stack", "bidirectional"])
 def test_captured_lstm_training_step_replays_like_eager(bidirectional):
-    # The fused LSTM inside a user's graph: lstm_stack's wavefront (unidirectional), or a
-    # bidirectional stack, whose directions run on two streams in the eager steps and one after
-    # the other in the capture; their loops are recorded into the capture.
+    # The fused LSTM inside a user's graph: lstm_stack's wavefront (unidirectional), or the two
+    # directions on two streams (bidirectional: a graph keeps only the order the streams state,
+    # so a missing wait of the side stream for the layer below shows here every time); their
+    # loops are recorded into the capture.
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     model = fastlayers.convert(_Tagger(bidirectional).cuda())
