@@ -17,6 +17,52 @@ def cnn():
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).cuda()
 
 
+def trainer(m, loss_of):
+    """A training step of `m` (SGD) on fixed-shape inputs: loss_of(m(xs), ys), backward, step."""
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+    def step(xs, ys):
+        opt.zero_grad(set_to_none=False)
+        loss = loss_of(m(xs), ys)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def warm_and_capture(step, eager_step, x, y):
+    """Three warm-up steps of each on a side stream (tuning, plans, workspaces before capture),
+    then `step` captured on static copies of x, y: (graph, static x, static y, static loss, the
+    fastlayers ops captured)."""
+    static_x, static_y = x.clone(), y.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(static_x, static_y)
+            eager_step(x, y)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with RecordOps() as rec, torch.cuda.graph(g):
+        static_loss = step(static_x, static_y)
+    return g, static_x, static_y, static_loss, rec.calls
+
+
+def replays_like_eager(captured, eager_step, batch, steps, model, eager):
+    """Replays of the captured step on new batches give the eager steps' losses, and both models
+    end with the same parameters."""
+    g, static_x, static_y, static_loss, _ = captured
+    for _ in range(steps):
+        xi, yi = batch()
+        static_x.copy_(xi)
+        static_y.copy_(yi)
+        g.replay()
+        loss = eager_step(xi, yi)
+        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
 def labels(model):
     return [("fft:16x16", "fbfft:16x16", "fft:16x16,tile=10x10"),
             ("fbfft:16x16", "fft:16x16", "fbfft:8x8,tile=6x6")]
@@ -37,44 +83,18 @@ def test_captured_training_step_replays_like_eager(how):
     x = torch.randn(4, 3, 12, 12, device="cuda")
     y = torch.randint(0, 4, (4,), device="cuda")
 
-    def trainer(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-
-        def step(xs, ys):
-            opt.zero_grad(set_to_none=False)
-            loss = nn.functional.cross_entropy(m(xs), ys)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    step, eager_step = trainer(model), trainer(eager)
-    static_x, static_y = x.clone(), y.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up: tuning, plans and workspaces before capture
-        for _ in range(3):
-            step(static_x, static_y)
-            eager_step(x, y)
-    torch.cuda.current_stream().wait_stream(side)
+    step, eager_step = (trainer(m, nn.functional.cross_entropy) for m in (model, eager))
+    captured = warm_and_capture(step, eager_step, x, y)
+    calls = captured[-1]
     if how == "tuned":
         assert {r["source"] for r in tuner.decisions()} >= {"tuned"}
-    g = torch.cuda.CUDAGraph()
-    with RecordOps() as rec, torch.cuda.graph(g):
-        static_loss = step(static_x, static_y)
     chosen = [c for m in convs for c in m._fl_forced or ()] if how == "forced" else None
     if how == "forced":
-        assert {name for name, _ in rec.calls} == {
+        assert {name for name, _ in calls} == {
             "fft_conv2d", "fft_conv2d_input_grad", "fft_conv2d_weight_grad"}, chosen
-    for _ in range(5):
-        xi, yi = torch.randn_like(x), torch.randint(0, 4, (4,), device="cuda")
-        static_x.copy_(xi)
-        static_y.copy_(yi)
-        g.replay()
-        loss = eager_step(xi, yi)
-        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
-    for p, q in zip(model.parameters(), eager.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    replays_like_eager(captured, eager_step,
+                       lambda: (torch.randn_like(x), torch.randint(0, 4, (4,), device="cuda")), 5,
+                       model, eager)
 
 
 class _Tagger(nn.Module):
@@ -102,36 +122,10 @@ def test_captured_lstm_training_step_replays_like_eager(bidirectional):
     x = torch.randn(7, 4, 6, device="cuda")
     y = torch.randint(0, 3, (7 * 4,), device="cuda")
 
-    def trainer(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-
-        def step(xs, ys):
-            opt.zero_grad(set_to_none=False)
-            loss = nn.functional.cross_entropy(m(xs).flatten(0, 1), ys)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    step, eager_step = trainer(model), trainer(eager)
-    static_x, static_y = x.clone(), y.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step(static_x, static_y)
-            eager_step(x, y)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with RecordOps() as rec, torch.cuda.graph(g):
-        static_loss = step(static_x, static_y)
-    assert ("lstm" if bidirectional else "lstm_stack") in {n for n, _ in rec.calls}
-    for _ in range(4):
-        xi, yi = torch.randn_like(x), torch.randint(0, 3, (7 * 4,), device="cuda")
-        static_x.copy_(xi)
-        static_y.copy_(yi)
-        g.replay()
-        loss = eager_step(xi, yi)
-        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
-    for p, q in zip(model.parameters(), eager.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    loss_of = lambda out, ys: nn.functional.cross_entropy(out.flatten(0, 1), ys)  # noqa: E731
+    step, eager_step = (trainer(m, loss_of) for m in (model, eager))
+    captured = warm_and_capture(step, eager_step, x, y)
+    assert ("lstm" if bidirectional else "lstm_stack") in {n for n, _ in captured[-1]}
+    replays_like_eager(captured, eager_step,
+                       lambda: (torch.randn_like(x), torch.randint(0, 3, (7 * 4,), device="cuda")),
+                       4, model, eager)
