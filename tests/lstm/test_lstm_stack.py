@@ -3,6 +3,7 @@ nn.LSTM of as many layers per device and precision with lstm's rule (lstm_sample
 h_n, c_n and every gradient (input, h0, c0, each layer's weights); its reserve slices against
 lstm's per layer; gradcheck, opcheck, autocast and its errors."""
 import copy
+import re
 from typing import NamedTuple
 
 import pytest
@@ -149,7 +150,7 @@ def test_bad_arguments_name_the_argument(device, what):
     m, (x, h0, c0), _ = _problem(STACKS[0], torch.float32, device)
     w = [p.detach() for p in m._flat_weights]
     make, message = BAD[what]
-    with pytest.raises(RuntimeError, match=__import__("re").escape(message)):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
         fl.lstm_stack(*make(w, x, h0, c0))
 
 
