@@ -3,6 +3,7 @@
 
     python3 benchmarks/bench_networks.py [--out DIR] [--quick] [--nets vgg16,resnet18]
                                          [--modes fp32,tf32,bf16] [--steps N] [--rounds R]
+                                         [--best-of K]
 
 Per network and precision mode (fp32: TF32 off; tf32: PyTorch's convolution default; bf16:
 autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's method says:
@@ -16,7 +17,9 @@ autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's 
               last one's completion, host and device together); plain, converted and a second
               plain copy in an order rotated round by round; the ratio plain / converted is the
               median of per-round ratios, with its quartiles; beside it, plain / the copy from
-              the same rounds (A/A: the noise floor of the ratio)
+              the same rounds (A/A: the noise floor of the ratio); with --best-of K, a round
+              is K such rotations and each model's figure the least of its K trials (a shared
+              host's noise only adds time)
 The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
 """
 from __future__ import annotations
@@ -156,10 +159,11 @@ def run_network(doc, res, stats, name, mode, args):
             for _ in range(2):
                 s()
         row["steps_per_trial"] = args.steps
+        row["best_of"] = args.best_of
         # The three models in one rotation: A/B and A/A come from the same rounds, so the A/A
         # spread is the noise the A/B ratio saw (a host-bound step's host is shared and bursty).
         per = common.rotating({k: timed(s, args.steps) for k, s in steps.items()},
-                              lambda fn: fn()["ms"], args.rounds)
+                              lambda fn: fn()["ms"], args.rounds, args.best_of)
         row["ab"] = common.ratio_of(per["plain"], per["converted"])
         row["aa"] = common.ratio_of(per["plain"], per["twin"])
         row["ratio"] = row["ab"]["ratio"]
@@ -184,6 +188,8 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
     ap.add_argument("--steps", type=int, default=None, help="steps per timed trial (default 10, quick 4)")
     ap.add_argument("--rounds", type=int, default=None, help="rotated rounds (default 15, quick 3)")
+    ap.add_argument("--best-of", type=int, default=1,
+                    help="rotations per round, each model's least trial kept (default 1)")
     args = ap.parse_args(argv)
     args.steps = args.steps or (4 if args.quick else 10)
     args.rounds = args.rounds or (3 if args.quick else 15)
@@ -194,7 +200,8 @@ def main(argv=None) -> int:
     tuner.clear()
     torch.backends.cudnn.benchmark = True
     t_start = time.perf_counter()
-    doc = common.meta("networks", args, steps=args.steps, rounds=args.rounds, quick=args.quick,
+    doc = common.meta("networks", args, steps=args.steps, rounds=args.rounds,
+                      best_of=args.best_of, quick=args.quick,
                       cudnn_benchmark=True, timer="wall clock, steps back to back")
     doc["rows"] = []
     res = common.Results(args.out, doc)

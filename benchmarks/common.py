@@ -323,16 +323,24 @@ def interleaved(a, b, time_one, rounds: int = 5) -> dict:
             "rounds": rounds}
 
 
-def rotating(fns: dict, time_one, rounds: int) -> dict:
+def rotating(fns: dict, time_one, rounds: int, best_of: int = 1) -> dict:
     """Each round times every function once, in an order rotated round by round (every function
     takes every position equally often), so pairs compared afterwards saw the same conditions.
-    `time_one(fn)` returns ms. Returns name -> list of per-round ms (see ratio_of)."""
+    With best_of = k, a round is k such rotations and each function's figure for the round is
+    the least of its k: on a shared host, noise only adds time. `time_one(fn)` returns ms.
+    Returns name -> list of per-round ms (see ratio_of)."""
     names = list(fns)
     per = {n: [] for n in names}
+    turn = 0
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for n in order:
-            per[n].append(time_one(fns[n]))
+        best = {n: math.inf for n in names}
+        for _ in range(best_of):
+            order = names[turn % len(names):] + names[:turn % len(names)]
+            turn += 1
+            for n in order:
+                best[n] = min(best[n], time_one(fns[n]))
+        for n in names:
+            per[n].append(best[n])
     return per
 
 
