@@ -250,3 +250,30 @@ def test_the_accuracy_check_skips_cudnns_search(monkeypatch, device):
                                                             (torch.float32, check)}
     assert {b for dt, n, b in seen if n == p.S} == {True}  # the timed calls
     assert {dt for dt, n, b in seen if n == p.S} == {torch.float32}
+
+
+@pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])
+def test_a_gradient_is_timed_as_a_backward_pays_for_it(timed, no_fft, device, monkeypatch, pass_):
+    """PyTorch's candidate for a gradient pass is its one convolution_backward of both gradients;
+    any other candidate is timed beside PyTorch's call for the other gradient alone, which a
+    backward then runs (and a host-bound step pays)."""
+    seen = set()
+    real = algorithms.conv2d_grads
+
+    def spy(igrad, wgrad, padding, tf32):
+        fn = real(igrad, wgrad, padding, tf32)
+
+        def grads(x, w, gy, need_x, need_w):
+            seen.add((str(igrad), str(wgrad), need_x, need_w))
+            return fn(x, w, gy, need_x, need_w)
+        return grads
+    monkeypatch.setattr(algorithms, "conv2d_grads", spy)
+    timed("timed:memo")
+    tuner.set_budget(0.1)
+    p = problem(device)
+    tuner.choose_conv2d(p, pass_)
+    pair = ("timed:memo", "native") if pass_ == "input_grad" else ("native", "timed:memo")
+    assert seen == {("native", "native", True, True), pair + (True, True)}
+    row = row_of(p, pass_)
+    assert set(row["times_ms"]) == {"native", "timed:memo"}
+    assert "other gradient on PyTorch's path" in row["reason"]

@@ -137,13 +137,32 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
         # one's.
         with _cudnn_benchmark(False):
             ref = reference(pass_, pad, xc.double(), w.double(), gyc.double())
-        return measure_candidates(
+        d = measure_candidates(
             algorithms.candidates(p, pass_),
-            call=lambda c: algorithms.conv2d_call(c, pass_, pad, p.tf32),
+            call=lambda c: pass_call(c, pass_, pad, p.tf32),
             workspace=lambda c: algorithms.workspace_bytes(c, p, pass_),
             args=(x, w, None, gy), check_args=(xc, w, None, gyc), ref=ref, device=device,
             floor=error_floor(p.torch_dtype, p.tf32),
             check_context=lambda: _cudnn_benchmark(False))
+    if pass_ != "forward":
+        d.reason += "; timed with the other gradient on PyTorch's path, as a backward runs them"
+    return d
+
+
+def pass_call(choice, pass_: str, pad, tf32: bool):
+    """The call the tuner times for one pass: the forward by itself; a gradient as a layer's
+    backward pays for it, beside the other gradient on PyTorch's path. PyTorch computes both
+    gradients in one convolution_backward, so a candidate that takes over one of them leaves the
+    other to a call of its own, which a step whose host is the bottleneck pays in full; timed
+    against PyTorch's gradient alone, a candidate would be credited with host time it does not
+    save. The call returns the pass's result, for the accuracy check."""
+    if pass_ == "forward":
+        return algorithms.conv2d_call(choice, pass_, pad, tf32)
+    if pass_ == "input_grad":
+        grads, i = algorithms.conv2d_grads(choice, NATIVE, pad, tf32), 0
+    else:
+        grads, i = algorithms.conv2d_grads(NATIVE, choice, pad, tf32), 1
+    return lambda x, w, b, gy: grads(x, w, gy, True, True)[i]
 
 
 def reference(pass_: str, pad, x, w, gy) -> torch.Tensor:
