@@ -218,10 +218,11 @@ def test_a_large_kernel_measures_fft_in_every_pass(monkeypatch, device):
         assert set(row["times_ms"]) - {"native"}, (pass_, row)
 
 
-def test_the_accuracy_check_skips_cudnns_search(monkeypatch, device):
-    """The accuracy check's calls (a few samples: shapes of their own; the float64 reference and
-    the baseline's own error) run with cudnn.benchmark off, which stays as the user set it for
-    the timed calls at the problem's size."""
+def test_only_the_float64_reference_skips_cudnns_search(monkeypatch, device):
+    """The float64 reference (a few samples: a shape of its own) runs with cudnn.benchmark off;
+    the candidates' accuracy checks run at the problem's size, as the timed calls do, with
+    cudnn.benchmark as the user set it: PyTorch's error is that of the algorithm its layer
+    runs."""
     monkeypatch.setattr(tuner._state, "tune_cpu", True)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     seen = []
@@ -245,11 +246,9 @@ def test_the_accuracy_check_skips_cudnns_search(monkeypatch, device):
     p = problem(device)
     check = tuner.conv2d.CHECK_SAMPLES
     assert p.S > check
-    assert {b for dt, n, b in seen if n == check} == {False}
-    assert {(dt, n) for dt, n, b in seen if n == check} == {(torch.float64, check),
-                                                            (torch.float32, check)}
-    assert {b for dt, n, b in seen if n == p.S} == {True}  # the timed calls
-    assert {dt for dt, n, b in seen if n == p.S} == {torch.float32}
+    assert {(dt, n, b) for dt, n, b in seen if n != p.S} == {(torch.float64, check, False)}
+    assert {(dt, b) for dt, n, b in seen if n == p.S} == {(torch.float32, True)}
+    assert sum(n == p.S for dt, n, b in seen) > 2  # the check, the warm-up and the timed calls
 
 
 @pytest.mark.parametrize("pass_", ["input_grad", "weight_grad"])

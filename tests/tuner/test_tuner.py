@@ -399,6 +399,38 @@ def test_inaccurate_or_failing_candidates_are_rejected(tune_cpu, monkeypatch):
     assert set(reasons[1:]) == {"failed: out of luck"}
 
 
+@pytest.mark.parametrize("pass_", tuner.PASSES)
+def test_accuracy_is_checked_at_the_problems_size(tune_cpu, monkeypatch, pass_):
+    """A candidate accurate on a few samples but not at the problem's batch (as a library that
+    takes a less accurate kernel from some size up) is rejected in every pass."""
+    real = algorithms.conv2d_call
+
+    def conv2d_call(choice, pass_, padding, tf32):
+        fn = real(choice, pass_, padding, tf32)
+        if choice == algorithms.NATIVE:
+            return fn
+
+        def by_size(x, w, b, gy):
+            out = fn(x, w, b, gy)
+            return out * 1.001 if x.shape[0] > tuner_conv2d.CHECK_SAMPLES else out
+        return by_size
+
+    # the gradient passes bind their calls through the registry (conv2d_grads)
+    monkeypatch.setattr(algorithms, "conv2d_call", conv2d_call)
+    monkeypatch.setattr(algorithms.registry, "conv2d_call", conv2d_call)
+    algorithms.registry._forget()
+    tuner.set_budget(60)
+    p = problem(S=5)
+    try:
+        assert tuner.choose_conv2d(p, pass_) == "native"
+    finally:
+        monkeypatch.undo()
+        algorithms.registry._forget()
+    skipped = by_key()[p.key(pass_)]["skipped"]
+    assert set(skipped) == set(tuner.candidates_conv2d(p, pass_)[1:])
+    assert all(r.startswith("error ") and "> tolerance" in r for r in skipped.values())
+
+
 def test_deterministic_mode_is_part_of_the_key(no_measuring):
     p = problem()
     old = torch.are_deterministic_algorithms_enabled()

@@ -16,11 +16,10 @@ more rounds, and a round times fewer calls of a slow candidate than of a fast on
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
-from typing import Callable, ContextManager, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 
@@ -100,19 +99,18 @@ def step_cost(wall: float, host: float, baseline_host: float) -> float:
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
                        workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
                        ref: torch.Tensor, device: torch.device, floor: float,
-                       check_context: Callable[[], ContextManager] = contextlib.nullcontext
+                       check_view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
                        ) -> Decision:
     """Checks, times and ranks `choices` (the baseline first) and returns the decision.
 
-    Accuracy: each candidate runs once on `check_args` (a small batch of the problem), and its
-    error against the float64 `ref` of those must be at most max(2 x the baseline's error,
-    `floor`); a candidate that raises (an OOM, a library refusal) or misses the tolerance is
-    skipped with the reason, as is one whose `workspace` exceeds the bound (the check calls run
-    inside `check_context()`). Time: every other
-    candidate is warmed up and timed once on `args` (the problem's size), then the budget buys
-    rounds for those within DROP_FACTOR of the best; each candidate's figure is step_cost of its
-    median wall and host times, and the lowest wins if it is below WIN_MARGIN x the
-    baseline's."""
+    Accuracy: each candidate runs once on `check_args` (a small batch of the problem, or the
+    problem's size holding one), and the error of `check_view` of its result against the float64
+    `ref` must be at most max(2 x the baseline's error, `floor`); a candidate that raises (an
+    OOM, a library refusal) or misses the tolerance is skipped with the reason, as is one whose
+    `workspace` exceeds the bound. Time: every other candidate is warmed up and timed once on
+    `args` (the problem's size), then the budget buys rounds for those within DROP_FACTOR of the
+    best; each candidate's figure is step_cost of its median wall and host times, and the lowest
+    wins if it is below WIN_MARGIN x the baseline's."""
     t_start = time.perf_counter()
     limit = workspace_limit(device)
     run = step_timer(device)
@@ -133,9 +131,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                 continue
         fn = call(choice)
         try:
-            with check_context():
-                out = fn(*check_args)
-            err = errors[label] = rel_err(out, ref)
+            out = fn(*check_args)
+            err = errors[label] = rel_err(check_view(out), ref)
             del out
             if label == baseline:
                 tol = max(2 * err, floor)
