@@ -16,6 +16,7 @@ from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import _C, algorithms
 from . import tuner as _tuner
+from .tuner import conv2d as _tuner_conv2d
 from ._common import conv_tf32_allowed
 from .algorithms import NATIVE, Choice
 from .rnn import LSTM
@@ -38,6 +39,7 @@ class _Plan(NamedTuple):
 
 
 _ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None, None)
+_ALL_NATIVE_LABELS = (NATIVE.label,) * 3
 
 
 def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
@@ -132,9 +134,12 @@ def _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, determinist
 # dynamo reads when asked (a dict it reads once per trace, before the next layer's entries).
 @torch.compiler.assume_constant_result
 def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms,
-            need_backward, forced) -> Tuple[str, str, str]:
+            need_backward, forced, bias, eager) -> Tuple[str, str, str]:
     """Each pass's label: the pinned one (`forced`, recorded for report()), else the tuner's
-    (PyTorch's path for the gradients when none is needed)."""
+    (PyTorch's path for the gradients when none is needed). In an eager training step, tuned
+    passes that are not all PyTorch's stay only where the layer as a whole beats PyTorch's
+    (tuner.conv2d.check_conv2d_layer); a compiled graph runs the ops without the eager path's
+    costs that the check weighs."""
     p = _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms)
     out = []
     for i, pass_ in enumerate(_tuner.PASSES):
@@ -146,7 +151,17 @@ def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministi
             out.append(NATIVE.label)
         else:
             out.append(_tuner.choose_conv2d(p, pass_, device))
-    return tuple(out)
+    labels = tuple(out)
+    if eager and need_backward and forced is None and labels != _ALL_NATIVE_LABELS:
+        plan = getattr(_Plans, _bound(labels, padding, tf32, False))
+
+        def run(x, w, b):
+            return (plan.cpp(x, w, b, True) if plan.cpp is not None
+                    else _ConvFunction.apply(x, w, b, plan))
+        if not _tuner_conv2d.check_conv2d_layer(_tuner_conv2d.LayerCheck(p, labels, bias, run),
+                                                device):
+            labels = _ALL_NATIVE_LABELS
+    return labels
 
 
 @torch.compiler.assume_constant_result
@@ -261,7 +276,7 @@ class _TunedConv:
         pad, padding = self._pad_spec()
         return (x if pad is None else F.pad(x, *pad)), padding
 
-    def _plan(self, x, w, padding, tf32, need_backward) -> _Plan:
+    def _plan(self, x, w, padding, tf32, need_backward, bias) -> _Plan:
         """This input signature's plan: _choose's labels, bound by _bound. Kept per module
         eagerly; under torch.compile each traced graph holds its own."""
         forced = self._fl_forced
@@ -274,7 +289,7 @@ class _TunedConv:
         # is_contiguous(): channels_last and contiguous inputs are different problems to the tuner
         key = (tuple(x.shape), x.dtype, x.device, x.is_contiguous(), padding, tf32, need_backward,
                torch.are_deterministic_algorithms_enabled(), transforms,
-               forced, _tuner.generation())
+               forced, bias, _tuner.generation())
         got = plans.get(key)
         if got is not None:
             return got
@@ -285,7 +300,8 @@ class _TunedConv:
         labels = _choose(tuple(guard_scalar(n) for n in x4.shape),
                          tuple(guard_scalar(n) for n in w4.shape), padding, x.dtype, x.device,
                          layout, tf32, torch.are_deterministic_algorithms_enabled(),
-                         transforms, need_backward, forced)
+                         transforms, need_backward, forced, bias,
+                         not torch.compiler.is_compiling())
         plan = getattr(_Plans, _bound(labels, padding, tf32, self._fl_dims == 1))
         if not torch.compiler.is_compiling():
             plans[key] = plan
@@ -366,7 +382,7 @@ class _TunedConv:
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
-        plan = self._plan(xp, w, padding, tf32, need_backward)
+        plan = self._plan(xp, w, padding, tf32, need_backward, b is not None)
         return _Route(plan, pad, padding, unbatched, need_backward)
 
     def _fl_run(self, route: "_Route", input: torch.Tensor, w, b, eager: bool) -> torch.Tensor:

@@ -208,8 +208,9 @@ def test_float32_within_pytorch_error(variant, device, monkeypatch):
         expected = forward_backward(copy.deepcopy(ref).double(), x.double(), gy.double())
         native = forward_backward(ref, x, gy)
         got = forward_backward(m, x, gy)
-    assert {d["source"] for d in tuner.decisions()} == {variant}
-    assert len(tuner.decisions()) == 3
+    passes = [d for d in tuner.decisions() if ".layer|" not in d["key"]]  # (the layer check's)
+    assert {d["source"] for d in passes} == {variant}
+    assert len(passes) == 3
     assert_within_rule(got, expected, native, m, x, gy, basis, what=variant)
 
 

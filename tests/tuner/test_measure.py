@@ -276,3 +276,37 @@ def test_a_gradient_is_timed_as_a_backward_pays_for_it(timed, no_fft, device, mo
     row = row_of(p, pass_)
     assert set(row["times_ms"]) == {"native", "timed:memo"}
     assert "other gradient on PyTorch's path" in row["reason"]
+
+
+@pytest.mark.parametrize("label, kept", [("timed:memo", True), ("timed:sleep=5", False)])
+def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label, kept):
+    """Passes tuned one by one stay in a training step only where the layer's forward and
+    backward with them beat PyTorch's layer: a label every pass picked (the test's) but costing
+    5 ms a call sends the layer back to PyTorch's path, recorded in the file and report()."""
+    import fastlayers
+    from fastlayers.tuner import conv2d as tuner_conv2d
+    timed(label)
+    tuner.set_budget(0.05)
+    real = tuner_conv2d.measure
+
+    def measure(p, pass_, device):
+        d = real(p, pass_, device)
+        d.choice = label
+        return d
+    monkeypatch.setattr(tuner_conv2d, "measure", measure)
+    m = fastlayers.Conv2d(32, 32, 3, padding=1)
+    x = torch.randn(4, 32, 32, 32, requires_grad=True)
+    m(x).sum().backward()
+    rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
+    assert len(rows) == 1, tuner.report()
+    row = rows[0]
+    assert row["choice"] == ("tuned" if kept else "native"), tuner.report()
+    assert set(row["times_ms"]) == {"native", "tuned"} and "plan=%s/%s/%s" % ((label,) * 3) in row["key"]
+    assert next(iter(m._fl_plans.values())).native == (not kept)
+    assert ("every pass on PyTorch's path" in tuner.report()) == (not kept)
+    assert tuner.cache.file_entries()[row["key"]]["choice"] == row["choice"]
+    # a new process (memory forgotten) reads the answer from the file
+    tuner.clear(memory=True)
+    m2 = fastlayers.Conv2d(32, 32, 3, padding=1)
+    m2(x).sum().backward()
+    assert next(iter(m2._fl_plans.values())).native == (not kept)

@@ -4,8 +4,9 @@ choice per pass."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import ClassVar, List, Optional, Sequence
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import error_floor, measure_candidates
+from .measure import WIN_MARGIN, error_floor, measure_candidates, step_cost, step_timer
 from .state import transforms_allowed
 
 
@@ -248,3 +249,91 @@ def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = N
     return decide.choose(p, pass_, device,
                          measure if pass_ == "forward" else _measure_gradient_pass, fixed)
 
+
+
+# The layer check: a training step's last word on a layer whose tuned passes are not all
+# PyTorch's. Each pass was timed by itself; leaving PyTorch's own layer costs a step what no
+# single pass pays (the module's autograd node, the bias gradient's reduction by itself), and a
+# step whose host is the bottleneck pays it in full. So the layer's forward and backward with
+# its tuned passes are timed against PyTorch's own, and the passes stay only where the layer
+# as a whole is faster by the win margin.
+LAYER = "layer"
+LAYER_ANSWERS = {"tuned": "the passes as tuned", "native": "every pass on PyTorch's path"}
+LAYER_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class LayerCheck:
+    """One layer's check: its problem, its tuned labels (forward, input grad, weight grad),
+    whether it has a bias, and its step with those labels, run(x, w, b) -> y (the module's own
+    call; not part of the key)."""
+    kind: ClassVar[str] = "conv2d"
+
+    problem: ConvProblem
+    labels: Tuple[str, str, str]
+    bias: bool
+    run: Callable = field(compare=False, hash=False, repr=False)
+
+    @property
+    def device_type(self) -> str:
+        return self.problem.device_type
+
+    def key(self, pass_: str) -> str:
+        head, _, tail = self.problem.key(pass_).partition("|torch=")
+        return "%s|bias=%d|plan=%s|torch=%s" % (head, self.bias, "/".join(self.labels), tail)
+
+    def describe(self) -> str:
+        return "%s, plan %s" % (self.problem.describe(), "/".join(self.labels))
+
+    def fits(self, label: str, pass_: str) -> Optional[str]:
+        """For a file entry: None when `label` is an answer of the check."""
+        return None if label in LAYER_ANSWERS else "not an answer of the layer check"
+
+
+def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Decision:
+    """The layer's forward and backward with its tuned passes against PyTorch's
+    (F.conv2d and its autograd), calls back to back in interleaved rounds; each figure the step
+    cost (measure.step_cost against PyTorch's host time)."""
+    p = c.problem
+    x, w, gy = inputs(p, device)
+    b = torch.randn(p.K, device=device, dtype=p.torch_dtype) if c.bias else None
+    leaves = tuple(t.requires_grad_() for t in (x, w, b) if t is not None)
+    pad = [p.ph, p.pw]
+    steps = {"native": lambda: torch.autograd.grad(F.conv2d(x, w, b, 1, pad), leaves, gy),
+             "tuned": lambda: torch.autograd.grad(c.run(x, w, b), leaves, gy)}
+    run = step_timer(device)
+    walls = {k: [] for k in steps}
+    hosts = {k: [] for k in steps}
+    with torch.autocast(device.type, enabled=False), torch.enable_grad():
+        for fn in steps.values():
+            fn()  # warm-up
+        first = max(run(lambda: fn(), ())[0] for fn in steps.values())
+        calls = max(1, min(16, int(2.0 / max(first, 1e-3))))
+        for _ in range(LAYER_ROUNDS):
+            for k, fn in steps.items():
+                wall, host = run(fn, (), calls)
+                walls[k].append(wall)
+                hosts[k].append(host)
+    host = {k: statistics.median(v) for k, v in hosts.items()}
+    times = {k: step_cost(statistics.median(walls[k]), host[k], host["native"]) for k in steps}
+    keep = times["tuned"] <= WIN_MARGIN * times["native"]
+    reason = ("the layer's forward + backward with its passes as tuned (%s) takes %.2fx "
+              "PyTorch's: %s (win margin %.0f%%; %d rounds of %d calls)" % (
+                  "/".join(c.labels), times["tuned"] / times["native"],
+                  "kept" if keep else "PyTorch's path instead", 100 * (1 - WIN_MARGIN),
+                  LAYER_ROUNDS, calls))
+    return decide.Decision(choice="tuned" if keep else "native", source="tuned", reason=reason,
+                           times_ms=times, runs={k: LAYER_ROUNDS * calls for k in steps},
+                           host_ms=host)
+
+
+def check_conv2d_layer(c: LayerCheck, device: Optional[torch.device] = None) -> bool:
+    """Whether a training step keeps the layer's tuned passes (else every pass on PyTorch's
+    path); decided once per key and kept with the tuner's other decisions. Where the tuner does
+    not measure (its mode, a CPU), a decision in the file stands, else the passes as tuned; so
+    too under inference mode and torch.func's transforms, where the check's backward cannot
+    run."""
+    if torch.is_inference_mode_enabled() or torch._C._are_functorch_transforms_active():
+        return True
+    return decide.choose(c, LAYER, device, measure_layer, observed=False,
+                         default="tuned") == "tuned"

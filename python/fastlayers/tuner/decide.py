@@ -69,7 +69,9 @@ def _from_file(key: str, entry: dict, problem, pass_: str) -> Tuple[Optional[Dec
         d, why = None, "malformed entry (%s)" % e
     else:
         try:
-            why = algorithms.fits(d.choice, problem, pass_)
+            fits = getattr(problem, "fits", None)  # a problem with answers of its own
+            why = (fits(d.choice, pass_) if fits is not None
+                   else algorithms.fits(d.choice, problem, pass_))
         except ValueError as e:  # a label no family knows, or malformed parameters
             why = str(e)
     if why is None:
@@ -83,19 +85,22 @@ def _from_file(key: str, entry: dict, problem, pass_: str) -> Tuple[Optional[Dec
 
 
 def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure,
-           fixed: Optional[Decision] = None) -> str:
+           fixed: Optional[Decision] = None, observed: bool = True,
+           default: Optional[str] = None) -> str:
     """The label for `pass_` of `problem` (anything with ``key(pass_)`` and ``device_type``): from
     memory, else `fixed` (the decision when there is nothing to choose from; kept in memory only),
     else (mode not 'off') the file, when its entry fits the problem, else measured with `measure`
     (mode 'tune', on CUDA, or on CPU when CPU tuning is on) and written to the file, else 'native'
-    with the reason. A new problem is measured on `device` (default: the current CUDA device, or
-    the CPU)."""
+    with the reason; with `default`, that answer instead, neither kept nor reported. A new problem
+    is measured on `device` (default: the current CUDA device, or the CPU). `observed`: the
+    observers (tune()'s progress) are told."""
     key = problem.key(pass_)
     d = _state.memory.get(key)
     if d is None:
-        d = _decide(key, problem, pass_, device, measure, fixed)
-    for watch in _state.observers:
-        watch(problem, pass_, d)
+        d = _decide(key, problem, pass_, device, measure, fixed, default)
+    if observed:  # (tune()'s progress counts passes)
+        for watch in _state.observers:
+            watch(problem, pass_, d)
     return d.choice
 
 
@@ -110,7 +115,7 @@ def observing(callback: Callable[[object, str, Decision], None]):
         _state.observers.remove(callback)
 
 
-def _decide(key, problem, pass_, device, measure, fixed) -> Decision:
+def _decide(key, problem, pass_, device, measure, fixed, default=None) -> Decision:
     with _state.lock:
         d = _state.memory.get(key)
         if d is not None:
@@ -125,6 +130,8 @@ def _decide(key, problem, pass_, device, measure, fixed) -> Decision:
             measurable = problem.device_type == "cuda" or (
                 problem.device_type == "cpu" and _state.tune_cpu)
             if not (_state.mode == "tune" and measurable):
+                if default is not None:
+                    return Decision(choice=default, source="heuristic", reason="not measured")
                 why = {"off": "tuner off", "cache": "not in cache (mode 'cache')"}.get(_state.mode)
                 if why is None:
                     why = "CPU tensors are not timed (FASTLAYERS_TUNE_CPU=1 to time them)"

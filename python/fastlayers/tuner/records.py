@@ -6,6 +6,7 @@ from typing import List
 
 from .. import algorithms
 from . import cache
+from .conv2d import LAYER, LAYER_ANSWERS
 from .decide import Decision
 from .state import _state
 
@@ -66,7 +67,9 @@ def report() -> str:
             key = key[len("forced|"):]
         head = key.split("|torch=")[0]
         lines.append("  %-12s %-11s %s" % (r["choice"], r["source"], head))
-        lines.append("      use: %s" % algorithms.describe(r["choice"]))
+        lines.append("      use: %s" % (LAYER_ANSWERS.get(r["choice"], r["choice"])
+                                         if head.startswith("conv2d.%s|" % LAYER)
+                                         else algorithms.describe(r["choice"])))
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
