@@ -7,6 +7,7 @@ from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from fastlayers import tuner
 from fastlayers.ops import conv_tf32_allowed, default_basis, good_fft_size
 
 PASSES = ("forward", "input_grad", "weight_grad")
@@ -520,3 +521,9 @@ if __name__ == "__main__":
     backend = "fbfft" if "fbfft" in rest else "cufft"
     torch.manual_seed(0)
     measure(device, [p for p in rest if p != "fbfft"] or ["float32"], backend)
+
+
+def pass_decisions():
+    """The tuner's decisions for single passes: its layer checks (tuner.conv2d.LayerCheck, made
+    in an eager training step whose tuned passes are not all PyTorch's) left out."""
+    return [r for r in tuner.decisions() if ".layer|" not in r["key"]]

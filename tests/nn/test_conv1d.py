@@ -14,7 +14,7 @@ from fastlayers import tuner
 from fastlayers.algorithms import parse
 from fastlayers.ops import good_fft_size
 from conv_samples import (assert_within_bound, cudnn_tf32, fft_reference, module_fft_label,
-                          rel_err)
+                          pass_decisions, rel_err)
 from test_modules import FL_OPS, CountOps, forward_backward
 
 CONFIGS = {
@@ -208,7 +208,7 @@ def test_float32_within_pytorch_error(variant, device, monkeypatch):
         expected = forward_backward(copy.deepcopy(ref).double(), x.double(), gy.double())
         native = forward_backward(ref, x, gy)
         got = forward_backward(m, x, gy)
-    passes = [d for d in tuner.decisions() if ".layer|" not in d["key"]]  # (the layer check's)
+    passes = pass_decisions()
     assert {d["source"] for d in passes} == {variant}
     assert len(passes) == 3
     assert_within_rule(got, expected, native, m, x, gy, basis, what=variant)

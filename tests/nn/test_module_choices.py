@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import fastlayers
 from fastlayers import tuner
-from conv_samples import RecordOps
+from conv_samples import RecordOps, pass_decisions
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_the_layer_switch_overrides_the_global_one(device, measuring):
         on(x)
         other = fastlayers.Conv2d(3, 4, 5, padding=2, device=device)
         other(x)
-    rows = {r["key"]: r for r in tuner.decisions()}
+    rows = {r["key"]: r for r in pass_decisions()}
     allowed = [r for k, r in rows.items() if "transforms=1" in k]
     assert len(allowed) == 3  # the three passes (the weight needs its gradient)
     assert all(len(r["times_ms"]) > 1 for r in allowed)  # FFT candidates were measured

@@ -17,7 +17,7 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import WIN_MARGIN, error_floor, measure_candidates, step_cost, step_timer
+from .measure import WIN_MARGIN, error_floor, measure_candidates, step_timer
 from .state import transforms_allowed
 
 
@@ -260,6 +260,7 @@ def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = N
 LAYER = "layer"
 LAYER_ANSWERS = {"tuned": "the passes as tuned", "native": "every pass on PyTorch's path"}
 LAYER_ROUNDS = 5
+LAYER_TRIAL_MS = 4.0
 
 
 @dataclass(frozen=True)
@@ -291,9 +292,12 @@ class LayerCheck:
 
 
 def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Decision:
-    """The layer's forward and backward with its tuned passes against PyTorch's
-    (F.conv2d and its autograd), calls back to back in interleaved rounds; each figure the step
-    cost (measure.step_cost against PyTorch's host time)."""
+    """The layer's forward and backward with its tuned passes against PyTorch's (F.conv2d and
+    its autograd): LAYER_ROUNDS interleaved rounds of about LAYER_TRIAL_MS of calls back to back,
+    each side's figure its median wall time per call. Back to back, a step whose host is the
+    bottleneck shows its host time and one whose device is shows the device's, so the wall time
+    alone is what the layer's own step pays (the passes were charged their extra host time
+    already)."""
     p = c.problem
     x, w, gy = inputs(p, device)
     b = torch.randn(p.K, device=device, dtype=p.torch_dtype) if c.bias else None
@@ -307,15 +311,15 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     with torch.autocast(device.type, enabled=False), torch.enable_grad():
         for fn in steps.values():
             fn()  # warm-up
-        first = max(run(lambda: fn(), ())[0] for fn in steps.values())
-        calls = max(1, min(16, int(2.0 / max(first, 1e-3))))
+        first = max(run(fn, (), 2)[0] for fn in steps.values())
+        calls = max(3, min(32, int(LAYER_TRIAL_MS / max(first, 1e-3))))
         for _ in range(LAYER_ROUNDS):
             for k, fn in steps.items():
                 wall, host = run(fn, (), calls)
                 walls[k].append(wall)
                 hosts[k].append(host)
     host = {k: statistics.median(v) for k, v in hosts.items()}
-    times = {k: step_cost(statistics.median(walls[k]), host[k], host["native"]) for k in steps}
+    times = {k: statistics.median(walls[k]) for k in steps}
     keep = times["tuned"] <= WIN_MARGIN * times["native"]
     reason = ("the layer's forward + backward with its passes as tuned (%s) takes %.2fx "
               "PyTorch's: %s (win margin %.0f%%; %d rounds of %d calls)" % (
