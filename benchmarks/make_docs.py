@@ -351,7 +351,7 @@ def networks(doc: dict) -> str:
 def layers(doc: dict) -> str:
     out = ["| layer | S, C→K, size, k, pad, stride | mode | step nn ms | fastlayers ms "
            "| x (quartiles; min-max) | A/A x (quartiles; min-max) | first step s "
-           "| choices (forward / input grad / weight grad) |",
+           "| choices (forward / input grad / weight grad / layer check) |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in doc.get("rows", []):
         head = "| %s | %d, %d→%d, %dx%d, %d, %d, %d | %s |" % (
@@ -378,7 +378,9 @@ def layers(doc: dict) -> str:
             "with quartiles; each round %s rotations of nn.Conv2d, fastlayers and a second "
             "nn.Conv2d, each module's least trial kept; A/A: nn.Conv2d over its twin from the same "
             "rounds. fp16 and bf16: module and input in that dtype. First step: fastlayers' first "
-            "step on a fresh tuner cache, after nn.Conv2d's." % (
+            "step on a fresh tuner cache, after nn.Conv2d's. Layer check (where a pass was tuned "
+            "off PyTorch's path): tuned, the passes stay; native, the layer runs PyTorch's path "
+            "(docs/tuner.md)." % (
                 f(c.get("trial_ms"), ".0f"), c.get("best_of", 1))]
     out += _merged_note(doc)
     return "\n".join(out)
