@@ -68,17 +68,6 @@ def make_step(m, x, gy):
     return step
 
 
-def timed(step, steps):
-    def run():
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3 / steps
-    return run
-
-
 def run_layer(doc, res, stats, layer, mode, args):
     name, S, C, K, H, W, k, pad, stride = layer
     row = {"layer": name, "mode": mode, "S": S, "C": C, "K": K, "H": H, "W": W, "k": k,
@@ -99,11 +88,7 @@ def run_layer(doc, res, stats, layer, mode, args):
         for key in ("nn", "twin"):  # cuDNN's benchmark of this shape, before fastlayers' first
             steps[key]()
         before = {d["key"] for d in tuner.decisions()}
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        steps["fastlayers"]()
-        torch.cuda.synchronize()
-        row["first_step_s"] = time.perf_counter() - t0
+        row["first_step_s"] = common.first_call_s(steps["fastlayers"])
         row["choices"] = {d["key"].split("|")[0]: d["choice"] for d in tuner.decisions()
                           if d["key"] not in before}
         row["on_fastlayers"] = sum(c != "native" for c in row["choices"].values())
@@ -118,10 +103,10 @@ def run_layer(doc, res, stats, layer, mode, args):
         for s in steps.values():
             for _ in range(3):
                 s()
-        pilot = min(timed(steps["nn"], 3)() for _ in range(3))
+        pilot = min(common.back_to_back(steps["nn"], 3)() for _ in range(3))
         n_steps = max(2, min(200, math.ceil(TRIAL_MS / max(pilot, 1e-3))))
         row["steps_per_trial"], row["best_of"] = n_steps, args.best_of
-        per = common.rotating({key: timed(s, n_steps) for key, s in steps.items()},
+        per = common.rotating({key: common.back_to_back(s, n_steps) for key, s in steps.items()},
                               lambda fn: fn(), args.rounds, args.best_of)
         row["ab"] = common.ratio_of(per["nn"], per["fastlayers"])
         row["aa"] = common.ratio_of(per["nn"], per["twin"])

@@ -97,23 +97,15 @@ def check(plain, conv, x, target, mode) -> dict:
     return row
 
 
-def timed(step, steps):
-    def run():
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        return {"ms": (time.perf_counter() - t0) * 1e3 / steps}
-    return run
-
-
-def first_step_s(step) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    step()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
+def pass_counts(choices: dict):
+    """(passes decided, passes that run a fastlayers algorithm) of a network's decisions {key:
+    label}: the tuner's layer checks are not passes, and one that sent its layer to PyTorch's path
+    leaves that shape's passes there."""
+    back = {k.split("|", 1)[1].split("|bias=")[0] for k, c in choices.items()
+            if k.startswith("conv2d.layer|") and c == "native"}
+    passes = {k: c for k, c in choices.items() if not k.startswith("conv2d.layer|")}
+    return len(passes), sum(c != "native" and k.split("|", 1)[1] not in back
+                            for k, c in passes.items())
 
 
 def run_network(doc, res, stats, name, mode, args):
@@ -134,12 +126,11 @@ def run_network(doc, res, stats, name, mode, args):
                  (("plain", plain), ("converted", conv), ("twin", twin))}
 
         tuner.clear()
-        row["first_step_s"] = {"plain": first_step_s(steps["plain"]),
-                               "converted": first_step_s(steps["converted"])}
+        row["first_step_s"] = {"plain": common.first_call_s(steps["plain"]),
+                               "converted": common.first_call_s(steps["converted"])}
         decisions = [d for d in tuner.decisions() if d["source"] in ("tuned", "file")]
-        row["passes_tuned"] = len(decisions)
-        row["passes_on_fastlayers"] = sum(d["choice"] != "native" for d in decisions)
         row["choices"] = {d["key"].split("|torch=")[0]: d["choice"] for d in decisions}
+        row["passes_tuned"], row["passes_on_fastlayers"] = pass_counts(row["choices"])
         log("  %-8s %-4s N=%-3d first step: plain %.2f s, converted %.2f s (%d passes tuned, "
             "%d on fastlayers)" % (name, mode, N, row["first_step_s"]["plain"],
                                    row["first_step_s"]["converted"], row["passes_tuned"],
@@ -162,8 +153,8 @@ def run_network(doc, res, stats, name, mode, args):
         row["best_of"] = args.best_of
         # The three models in one rotation: A/B and A/A come from the same rounds, so the A/A
         # spread is the noise the A/B ratio saw (a host-bound step's host is shared and bursty).
-        per = common.rotating({k: timed(s, args.steps) for k, s in steps.items()},
-                              lambda fn: fn()["ms"], args.rounds, args.best_of)
+        per = common.rotating({k: common.back_to_back(s, args.steps) for k, s in steps.items()},
+                              lambda fn: fn(), args.rounds, args.best_of)
         row["ab"] = common.ratio_of(per["plain"], per["converted"])
         row["aa"] = common.ratio_of(per["plain"], per["twin"])
         row["ratio"] = row["ab"]["ratio"]

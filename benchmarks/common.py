@@ -306,6 +306,28 @@ def _sync():
         torch.cuda.synchronize()
 
 
+def back_to_back(step, steps: int):
+    """fn() -> ms per call of `steps` calls of `step` issued back to back, wall clock from a
+    drained device to the last call's completion (host and device together: a training step)."""
+    def run():
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync()
+        return (time.perf_counter() - t0) * 1e3 / steps
+    return run
+
+
+def first_call_s(step) -> float:
+    """Seconds of one call of `step`, from a drained device to its completion."""
+    _sync()
+    t0 = time.perf_counter()
+    step()
+    _sync()
+    return time.perf_counter() - t0
+
+
 def interleaved(a, b, time_one, rounds: int = 5) -> dict:
     """A/B: `rounds` rounds of (time a, time b) in alternating order; the ratio is the median of
     the per-round ratios a / b (> 1: b faster). `time_one(fn)` returns a measurement dict."""
