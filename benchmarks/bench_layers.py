@@ -91,7 +91,6 @@ def run_layer(doc, res, stats, layer, mode, args):
         row["first_step_s"] = common.first_call_s(steps["fastlayers"])
         row["choices"] = {d["key"].split("|")[0]: d["choice"] for d in tuner.decisions()
                           if d["key"] not in before}
-        row["on_fastlayers"] = sum(c != "native" for c in row["choices"].values())
         from bench_modules import check_module
         ours.load_state_dict(ref.state_dict())
         row["check"] = chk = check_module(ref, ours, x.detach(), gy, tf32)
@@ -106,11 +105,8 @@ def run_layer(doc, res, stats, layer, mode, args):
         pilot = min(common.back_to_back(steps["nn"], 3)() for _ in range(3))
         n_steps = max(2, min(200, math.ceil(TRIAL_MS / max(pilot, 1e-3))))
         row["steps_per_trial"], row["best_of"] = n_steps, args.best_of
-        per = common.rotating({key: common.back_to_back(s, n_steps) for key, s in steps.items()},
-                              lambda fn: fn(), args.rounds, args.best_of)
-        row["ab"] = common.ratio_of(per["nn"], per["fastlayers"])
-        row["aa"] = common.ratio_of(per["nn"], per["twin"])
-        row["ratio"] = row["ab"]["ratio"]
+        row.update(common.ab_aa(steps, "nn", "fastlayers", "twin", n_steps, args.rounds,
+                                args.best_of))
         log("  %-15s %-4s nn %.3f ms, fastlayers %.3f ms: x%.3f (q %.3f-%.3f); A/A x%.3f "
             "(q %.3f-%.3f); first step %.2f s; %s" % (
                 name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],

@@ -151,13 +151,9 @@ def run_network(doc, res, stats, name, mode, args):
                 s()
         row["steps_per_trial"] = args.steps
         row["best_of"] = args.best_of
-        # The three models in one rotation: A/B and A/A come from the same rounds, so the A/A
-        # spread is the noise the A/B ratio saw (a host-bound step's host is shared and bursty).
-        per = common.rotating({k: common.back_to_back(s, args.steps) for k, s in steps.items()},
-                              lambda fn: fn(), args.rounds, args.best_of)
-        row["ab"] = common.ratio_of(per["plain"], per["converted"])
-        row["aa"] = common.ratio_of(per["plain"], per["twin"])
-        row["ratio"] = row["ab"]["ratio"]
+        # The three models in one rotation (a host-bound step's host is shared and bursty).
+        row.update(common.ab_aa(steps, "plain", "converted", "twin", args.steps, args.rounds,
+                                args.best_of))
         log("  %-8s %-4s plain %.2f ms, converted %.2f ms: x%.3f (quartiles %.3f-%.3f, %.3f-%.3f);"
             " A/A x%.3f (quartiles %.3f-%.3f, %.3f-%.3f)" % (
                 name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],

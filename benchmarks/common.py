@@ -366,6 +366,18 @@ def rotating(fns: dict, time_one, rounds: int, best_of: int = 1) -> dict:
     return per
 
 
+def ab_aa(steps: dict, base: str, ours: str, twin: str, calls: int, rounds: int,
+          best_of: int = 1) -> dict:
+    """`steps` (name -> step function) timed back to back, `calls` a trial, in one rotation
+    (see rotating): {"ab": base / ours, "aa": base / twin, "ratio": the A/B median}, each a
+    ratio_of. A/B and A/A come from the same rounds, so the A/A spread is the noise the A/B
+    ratio saw."""
+    per = rotating({k: back_to_back(s, calls) for k, s in steps.items()}, lambda fn: fn(),
+                   rounds, best_of)
+    ab = ratio_of(per[base], per[ours])
+    return {"ab": ab, "aa": ratio_of(per[base], per[twin]), "ratio": ab["ratio"]}
+
+
 def ratio_of(num, den) -> dict:
     """Per-round ratios num / den of two lists of ms from the same rounds: their median, min, max
     and quartiles, and each side's median ms."""

@@ -6,7 +6,9 @@ import time
 import pytest
 import torch
 
+import fastlayers
 from fastlayers import algorithms, tuner
+from fastlayers.tuner import conv2d as tuner_conv2d
 from fastlayers.algorithms import NATIVE, Family
 
 
@@ -283,8 +285,6 @@ def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label
     """Passes tuned one by one stay in a training step only where the layer's forward and
     backward with them beat PyTorch's layer: a label every pass picked (the test's) but costing
     5 ms a call sends the layer back to PyTorch's path, recorded in the file and report()."""
-    import fastlayers
-    from fastlayers.tuner import conv2d as tuner_conv2d
     timed(label)
     tuner.set_budget(0.05)
     real = tuner_conv2d.measure
