@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import fastlayers
+from conv_samples import pass_decisions
 from fastlayers import tuner
 
 
@@ -80,6 +81,6 @@ def test_tune_decides_lstm_layers_too(capsys):
     m = fastlayers.convert(Tagger())
     assert [type(layer).__name__ for layer in fastlayers.nn.tuned_layers(m)] == ["LSTM", "Conv1d"]
     fastlayers.tune(m, torch.randint(0, 20, (2, 7)))
-    kinds = sorted(r["key"].split("|")[0] for r in tuner.decisions())
+    kinds = sorted(r["key"].split("|")[0] for r in pass_decisions())
     assert kinds == ["conv2d.forward", "conv2d.input_grad", "conv2d.weight_grad", "lstm.training"]
     assert "4/4" in capsys.readouterr().err  # three conv passes and the LSTM's one
