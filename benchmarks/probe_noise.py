@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""How much of a host-bound training step's A/A spread is the host's own doing? (a diagnosis of
+the timing method, not a result.)
+
+    python3 benchmarks/probe_noise.py [--layers small,resnet-1x1-56] [--modes fp32,bf16]
+                                      [--rounds 20] [--configs free,gc,pin1,pin2]
+
+Per layer and mode, nn.Conv2d, fastlayers.Conv2d and a second nn.Conv2d are timed as
+bench_layers times them (common.ab_aa) under each host configuration in turn, then again in the
+reverse order:
+  free   as bench_layers runs today
+  gc     Python's collector off while timing (collected first)
+  pin1   gc, and every thread of the process on one CPU (the autograd thread shares the core
+         with the main thread, which waits for it)
+  pin2   gc, the main thread on one CPU and every other thread on a second
+For each: the A/A and A/B medians and quartile widths (q3 - q1 of the per-round ratios).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log, torch  # noqa: E402
+
+import bench_layers as bl  # noqa: E402
+import copy  # noqa: E402
+import math  # noqa: E402
+import tempfile  # noqa: E402
+
+import fastlayers  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+def build(layer, mode):
+    name, S, C, K, H, W, k, pad, stride = layer
+    common.set_precision("tf32" if mode == "tf32" else "fp32")
+    dtype = bl.DTYPE[mode]
+    torch.manual_seed(0)
+    ref = nn.Conv2d(C, K, k, padding=pad, stride=stride).cuda().to(dtype)
+    twin = copy.deepcopy(ref)
+    ours = fastlayers.convert(copy.deepcopy(ref))
+    x = torch.randn(S, C, H, W, device="cuda", dtype=dtype, requires_grad=True)
+    with torch.no_grad():
+        gy = torch.randn_like(ref(x))
+    steps = {"nn": bl.make_step(ref, x, gy), "fastlayers": bl.make_step(ours, x, gy),
+             "twin": bl.make_step(twin, x, gy)}
+    for s in steps.values():
+        for _ in range(4):
+            s()
+    pilot = min(common.back_to_back(steps["nn"], 3)() for _ in range(3))
+    n = max(2, min(200, math.ceil(bl.TRIAL_MS / max(pilot, 1e-3))))
+    return steps, n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("--layers", default="small,resnet-1x1-56,resnet-3x3-14")
+    ap.add_argument("--modes", default="fp32,bf16")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--best-of", type=int, default=3)
+    ap.add_argument("--configs", default="free,gc,pin1,pin2")
+    args = ap.parse_args(argv)
+    if not common.require_cuda("the noise probe"):
+        return 0
+    os.environ["FASTLAYERS_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastlayers-probe-noise-")
+    torch.backends.cudnn.benchmark = True
+    log("allowed CPUs: %s" % sorted(os.sched_getaffinity(0)))
+    configs = args.configs.split(",")
+    layers = {r[0]: r for r in bl.LAYERS}
+    for lname in args.layers.split(","):
+        for mode in args.modes.split(","):
+            steps, n = build(layers[lname], mode)
+            log("%s %s: %d steps a trial" % (lname, mode, n))
+            for cfg in configs + configs[::-1]:
+                with common.quiet_host(cfg):
+                    r = common.ab_aa(steps, "nn", "fastlayers", "twin", n, args.rounds,
+                                     args.best_of)
+                ab, aa = r["ab"], r["aa"]
+                log("  %-5s nn %.3f ms  A/B %.3f (iqr %.3f)  A/A %.3f (iqr %.3f, %.3f-%.3f)" % (
+                    cfg, ab["a_ms"], ab["ratio"], ab["ratio_q3"] - ab["ratio_q1"], aa["ratio"],
+                    aa["ratio_q3"] - aa["ratio_q1"], aa["ratio_min"], aa["ratio_max"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
