@@ -65,6 +65,20 @@ def make_step(m, x, gy):
         x.grad = None
         m(x).backward(gy)
         opt.step()
+
+    # the same step in its phases, for benchmarks/probe_noise.py --phases
+    out = []
+
+    def zero():
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+
+    def fwd():
+        out[:] = [m(x)]
+
+    def bwd():
+        out.pop().backward(gy)
+    step.phases = (zero, fwd, bwd, opt.step)
     return step
 
 

@@ -14,6 +14,8 @@ reverse order:
          with the main thread, which waits for it)
   pin2   gc, the main thread on one CPU and every other thread on a second
 For each: the A/A and A/B medians and quartile widths (q3 - q1 of the per-round ratios).
+With --phases, instead: the host time of each phase of a step (zero_grad, forward, backward,
+optimizer), the three modules' steps interleaved one by one (pin1), medians in us.
 """
 from __future__ import annotations
 
@@ -55,6 +57,30 @@ def build(layer, mode):
     return steps, n
 
 
+def phases(lname, mode, steps, n):
+    import statistics
+    import time
+    names = list(steps)
+    got = {k: [[], [], [], []] for k in names}
+    with common.quiet_host("pin1"):
+        torch.cuda.synchronize()
+        for i in range(n):
+            for k in names[i % 3:] + names[:i % 3]:
+                ph = steps[k].phases
+                ts = [time.perf_counter_ns()]
+                for f in ph:
+                    f()
+                    ts.append(time.perf_counter_ns())
+                for j in range(4):
+                    got[k][j].append((ts[j + 1] - ts[j]) / 1e3)
+            if i % 20 == 19:
+                torch.cuda.synchronize()
+    log("%s %s: host us per phase (zero_grad, forward, backward, optimizer), medians of %d" % (
+        lname, mode, n))
+    for k in names:
+        log("  %-10s %s" % (k, "  ".join("%7.1f" % statistics.median(v) for v in got[k])))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--layers", default="small,resnet-1x1-56,resnet-3x3-14")
@@ -62,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--best-of", type=int, default=3)
     ap.add_argument("--configs", default="free,gc,pin1,pin2")
+    ap.add_argument("--phases", type=int, default=0, help="steps per module for --phases mode")
     args = ap.parse_args(argv)
     if not common.require_cuda("the noise probe"):
         return 0
@@ -73,6 +100,9 @@ def main(argv=None) -> int:
     for lname in args.layers.split(","):
         for mode in args.modes.split(","):
             steps, n = build(layers[lname], mode)
+            if args.phases:
+                phases(lname, mode, steps, args.phases)
+                continue
             log("%s %s: %d steps a trial" % (lname, mode, n))
             for cfg in configs + configs[::-1]:
                 with common.quiet_host(cfg):
