@@ -223,3 +223,24 @@ def test_tf32_switch_is_seen():
         torch.backends.cudnn.allow_tf32 = old
     keys = [d["key"] for d in tuner.decisions()]
     assert any("tf32=0" in k for k in keys) and any("tf32=1" in k for k in keys)
+
+
+def test_signature_call_checks_its_arguments(device):
+    """fastlayers._C.conv_signature (a plain CPython function): TypeError for anything but
+    (tensor, tensor, tensor or None, int, truth value), which the module turns into nn.Conv2d's
+    own error; the bias's presence is part of the signature."""
+    from fastlayers import _C
+    x = torch.randn(2, 3, 5, 5, device=device)
+    w = torch.randn(4, 3, 3, 3, device=device)
+    b = torch.randn(4, device=device)
+    sig = _C.conv_signature
+    assert sig(x, w, b, 0, True) == sig(x, w, b, 0, True)
+    assert sig(x, w, None, 0, True) != sig(x, w, b, 0, True)
+    assert sig(x, w, b, 1, True) != sig(x, w, b, 0, True)
+    assert sig(x, w, b, 0, False) != sig(x, w, b, 0, True)
+    for args in ((1.0, w, b, 0, True), (x, [1], b, 0, True), (x, w, 3, 0, True),
+                 (x, w, b, "0", True), (x, w, b), ()):
+        with pytest.raises(TypeError):
+            sig(*args)
+    with pytest.raises(TypeError, match="conv2d"):  # nn.Conv2d's own error, through the module
+        fastlayers.Conv2d(3, 4, 3).to(device)("not a tensor")
