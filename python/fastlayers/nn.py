@@ -340,13 +340,15 @@ class _TunedConv:
         # grad mode and which operands need gradients, deterministic mode, PyTorch's TF32 switch
         # for convolution, the tuner's generation and transforms switch).
         try:
-            sig = _signature(input, w, b, _tuner._state.generation, _tuner._state.transforms)
+            sig = _signature(input, w, b, _tuner_state.generation, _tuner_state.transforms)
         except TypeError:  # not a tensor: nn.Conv*d's own error
             return self._conv_forward(input, w, b)
         route = self._fl_route
         if route is None or route[0] != sig:
             route = (sig, self._fl_decide(input, w, b))
             self.__dict__["_fl_route"] = route
+        if route[1].plan.native:  # _fl_run's first branch, a call frame sooner
+            return self._conv_forward(input, w, b)
         return self._fl_run(route[1], input, w, b, eager=True)
 
     def _fl_decide(self, input: torch.Tensor, w, b) -> "_Route":
@@ -433,6 +435,7 @@ _SUPER = _Route(_ALL_NATIVE, None, (0, 0), False, False)  # nn.Conv*d's own forw
 
 
 _signature = _C.conv_signature
+_tuner_state = _tuner._state  # one object for the process; its fields change, never it
 
 
 class Conv2d(_TunedConv, nn.Conv2d):
