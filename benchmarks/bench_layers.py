@@ -17,7 +17,8 @@ input in that dtype, TF32 off), with cudnn.benchmark on:
               nn.Conv2d in an order rotated round by round, each round K rotations with each
               module's least trial kept; x = nn.Conv2d / fastlayers, the median of per-round
               ratios with its quartiles, and nn.Conv2d / its twin from the same rounds (A/A)
-The summary counts the rows below 0.97x and 0.93x. Writes DIR/layers-<device>.json.
+The summary counts the rows below 0.97x and 0.93x, and those whose median's 95% interval
+(order statistics, common.median_ci) lies wholly below 0.97x. Writes DIR/layers-<device>.json.
 """
 from __future__ import annotations
 
@@ -121,10 +122,11 @@ def run_layer(doc, res, stats, layer, mode, args):
         row["steps_per_trial"], row["best_of"] = n_steps, args.best_of
         row.update(common.ab_aa(steps, "nn", "fastlayers", "twin", n_steps, args.rounds,
                                 args.best_of))
-        log("  %-15s %-4s nn %.3f ms, fastlayers %.3f ms: x%.3f (q %.3f-%.3f); A/A x%.3f "
-            "(q %.3f-%.3f); first step %.2f s; %s" % (
+        log("  %-15s %-4s nn %.3f ms, fastlayers %.3f ms: x%.3f (q %.3f-%.3f; 95%% %.3f-%.3f); "
+            "A/A x%.3f (q %.3f-%.3f); first step %.2f s; %s" % (
                 name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],
-                row["ab"]["ratio_q1"], row["ab"]["ratio_q3"], row["aa"]["ratio"],
+                row["ab"]["ratio_q1"], row["ab"]["ratio_q3"], *row["ab"]["ratio_ci95"],
+                row["aa"]["ratio"],
                 row["aa"]["ratio_q1"], row["aa"]["ratio_q3"], row["first_step_s"],
                 " / ".join(row["choices"].values()) or "-"))
 
@@ -138,6 +140,10 @@ def summarize(doc) -> dict:
     return {"rows": len(doc["rows"]), "measured": len(rows),
             "below_0.97": sum(x < 0.97 for x in ratios), "below_0.93": sum(x < 0.93 for x in ratios),
             "aa_below_0.97": sum(r["aa"]["ratio"] < 0.97 for r in rows),
+            # rows whose median's 95% interval (common.median_ci) lies wholly below 0.97x:
+            # below it beyond what the rounds' spread explains
+            "ci_below_0.97": sum("ratio_ci95" in r["ab"] and r["ab"]["ratio_ci95"][1] < 0.97
+                                 for r in rows),
             "min_ratio": worst["ratio"], "worst": "%s %s" % (worst["layer"], worst["mode"]),
             "geomean": common.geomean(ratios),
             "aa_span": [min(r["aa"]["ratio"] for r in rows), max(r["aa"]["ratio"] for r in rows)]}

@@ -432,14 +432,31 @@ def ab_aa(steps: dict, base: str, ours: str, twin: str, calls: int, rounds: int,
     return {"ab": ab, "aa": ratio_of(per[base], per[twin]), "ratio": ab["ratio"]}
 
 
+def median_ci(sorted_xs, level: float = 0.95):
+    """A distribution-free confidence interval for the median of the population `sorted_xs`
+    (ascending) was drawn from: the order statistics x_(k) and x_(n+1-k) with the largest k for
+    which P(Binomial(n, 1/2) < k) <= (1 - level) / 2. With fewer than 6 values no such k exists
+    at 95%; then the whole range."""
+    n = len(sorted_xs)
+    tail, k, cdf = (1 - level) / 2, 0, 0.0
+    while k < n:
+        nxt = cdf + math.comb(n, k) / 2 ** n  # P(B <= k)
+        if nxt > tail:
+            break
+        cdf, k = nxt, k + 1
+    k = max(k, 1)
+    return sorted_xs[k - 1], sorted_xs[n - k]
+
+
 def ratio_of(num, den) -> dict:
-    """Per-round ratios num / den of two lists of ms from the same rounds: their median, min, max
-    and quartiles, and each side's median ms."""
+    """Per-round ratios num / den of two lists of ms from the same rounds: their median, min, max,
+    quartiles and the median's 95% confidence interval (median_ci), and each side's median ms."""
     rs = sorted(a / b for a, b in zip(num, den))
     q = statistics.quantiles(rs, n=4) if len(rs) > 1 else [rs[0]] * 3
+    lo, hi = median_ci(rs)
     return {"a_ms": statistics.median(num), "b_ms": statistics.median(den),
             "ratio": statistics.median(rs), "ratio_min": rs[0], "ratio_max": rs[-1],
-            "ratio_q1": q[0], "ratio_q3": q[2], "rounds": len(rs)}
+            "ratio_q1": q[0], "ratio_q3": q[2], "ratio_ci95": [lo, hi], "rounds": len(rs)}
 
 
 # ---------------------------------------------------------------------------------------------

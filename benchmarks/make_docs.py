@@ -371,6 +371,9 @@ def layers(doc: dict) -> str:
                     s["measured"], s["rows"], s["below_0.97"], s["below_0.93"], f(s["min_ratio"], ".3f"),
                     s["worst"], f(s["geomean"], ".3f"), f(s["aa_span"][0], ".3f"),
                     f(s["aa_span"][1], ".3f"))]
+        if "ci_below_0.97" in s:
+            out[-1] += (" Rows whose median's 95%% interval (order statistics of the per-round "
+                        "ratios) lies wholly below 0.97x: %d." % s["ci_below_0.97"])
     c = doc.get("config", {})
     out += ["", "A training step (forward, backward with the input, weight and bias gradients, SGD "
             "with momentum) of one layer, back to back for about %s ms a trial, wall clock; x = "
