@@ -932,6 +932,12 @@ def render_doc(docs: dict) -> str:
             "CUDA-graph replays (transforms, whose kernels are shorter than the launch path). A/B "
             "ratios are medians of per-round ratios of interleaved trials. Host time: wall clock "
             "of calls issued back to back.",
+            "- Host-bound steps (a few hundred microseconds of one layer, or a network under "
+            "autocast) are the noisiest figures here: on the shared H100 host an A/A ratio's "
+            "quartiles span about 0.90-1.10 per round. Newer results files give each ratio's 95% "
+            "interval for the median (order statistics of the per-round ratios); a row below a "
+            "target whose interval reaches it is not shown to miss it, and one whose interval "
+            "lies wholly below it is.",
             "- Bandwidth shares are against a device-to-device copy of the same bytes measured in "
             "the same run.",
             "- Each results file records the device, the versions, the git commit and whether the "
