@@ -2,7 +2,7 @@
 """Host time of a swapped-in layer: fastlayers.Conv2d (tuned, and with every pass on PyTorch's
 path) against nn.Conv2d, forward + backward.
 
-    python3 benchmarks/bench_host.py [--out DIR] [--quick]
+    python3 benchmarks/bench_host.py [--out DIR] [--quick] [--rounds R]
 
 Per layer (fp32, TF32 off), after tuning and a warm-up:
   host      the host's own microseconds per forward + backward: calls issued back to back while
@@ -10,8 +10,10 @@ Per layer (fp32, TF32 off), after tuning and a warm-up:
             the least of 3 trials per round
   step      microseconds per forward + backward back to back with the device drained at the end
             (host and device together: what a training step sees)
-Each fastlayers variant against nn.Conv2d in interleaved rounds, the ratio the median of per-round
-ratios (> 1: fastlayers cheaper), and nn.Conv2d against a second nn.Conv2d beside (A/A). Outputs
+nn.Conv2d, a second nn.Conv2d, the tuned and the all-native fastlayers.Conv2d in one rotation per
+measure (common.rotating: 25 rounds, each of 3 rotations, each module's least trial kept); each
+fastlayers variant's ratio is the median of per-round ratios to nn.Conv2d (> 1: fastlayers
+cheaper) with its 95% interval, and nn.Conv2d against the second nn.Conv2d beside (A/A). Outputs
 and gradients are checked against a float64 nn.Conv2d first. Writes DIR/host-<device>.json.
 """
 from __future__ import annotations
@@ -35,6 +37,9 @@ LAYERS = [("resnet-3x3", 32, 256, 256, 14, 3, 1),
           ("small", 8, 16, 16, 16, 3, 1)]
 
 
+BEST_OF = 3  # rotations per round; each module's least trial of the round kept
+
+
 def fwd_bwd(m, x, gy):
     def call():
         y = m(x)
@@ -42,18 +47,16 @@ def fwd_bwd(m, x, gy):
     return call
 
 
-def timer(calls, what):
+def timer(calls, what, sleep_cycles):
     def time_one(fn):
         if what == "host_us":
-            # the least of 3 trials: on a shared host, noise only adds time
-            r = min((common.held_host_us(fn, calls=calls, reps=1, warmup=2) for _ in range(3)),
-                    key=lambda r: r["host_us"])
+            r = common.held_host_us(fn, calls=calls, reps=1, warmup=2, sleep_cycles=sleep_cycles)
             if not r["held"]:
                 raise RuntimeError("the sleep kernel did not hold the device through %d calls"
                                    % calls)
         else:
             r = common.host_us(fn, calls=calls, reps=1, warmup=2)
-        return {"ms": r[what]}
+        return r[what]
     return time_one
 
 
@@ -81,13 +84,18 @@ def run_layer(doc, res, stats, layer, args):
             stats["errors"] += 1
             return
         calls = 10 if args.quick else 20
-        rounds = 3 if args.quick else 9
+        rounds = args.rounds or (5 if args.quick else 25)
         fns = {k_: fwd_bwd(m, x, gy) for k_, m in
                (("nn", ref), ("twin", twin), ("tuned", tuned), ("native", native))}
+        # the sleep holding the device: 20 ms or three times the calls' device time, whichever is
+        # longer (a trial's cost is mostly this wait)
+        per_ms = common._sleep_cycles_per_ms()
+        step_ms = min(common.back_to_back(fns["nn"], 5)() for _ in range(3))
+        sleep_cycles = int(per_ms * max(20.0, 3 * calls * step_ms))
+        row["rounds"], row["best_of"] = rounds, BEST_OF
         for what in ("host_us", "us"):
-            t = timer(calls, what)
-            row[what] = {v: common.interleaved(fns["nn"], fns[v], t, rounds)
-                         for v in ("tuned", "native", "twin")}
+            per = common.rotating(fns, timer(calls, what, sleep_cycles), rounds, BEST_OF)
+            row[what] = {v: common.ratio_of(per["nn"], per[v]) for v in ("tuned", "native", "twin")}
         h = row["host_us"]
         log("  %-18s host us: nn %.0f, tuned %.0f (x%.2f), native-forced %.0f (x%.2f), A/A x%.2f | "
             "step us: nn %.0f, tuned %.0f (x%.2f), A/A x%.2f | %s" % (
@@ -103,7 +111,9 @@ def render(doc) -> str:
 
 
 def main(argv=None) -> int:
-    args = common.parser(__doc__).parse_args(argv)
+    ap = common.parser(__doc__)
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 25, quick 5)")
+    args = ap.parse_args(argv)
     if not common.require_cuda("host time of CUDA layers"):
         return 0
     t_start = time.perf_counter()

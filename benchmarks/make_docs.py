@@ -437,10 +437,13 @@ def host(doc: dict) -> str:
             r["layer"], e["tuned"]["a_ms"], e["tuned"]["b_ms"], e["tuned"]["ratio"],
             e["native"]["b_ms"], e["native"]["ratio"], e["twin"]["ratio"], s["tuned"]["a_ms"],
             s["tuned"]["b_ms"], s["tuned"]["ratio"], " / ".join(r["choices"].values())))
+    rotated = any("rounds" in r for r in doc["rows"])
     out += ["", "Forward + backward of one layer, fp32; x = nn.Conv2d / fastlayers (> 1: fastlayers "
-            "cheaper), median of per-round ratios of interleaved trials. Host us: the host's own time, "
+            "cheaper), median of per-round ratios of %s. Host us: the host's own time, "
             "calls issued while a sleep kernel holds the device; step us: back to back to the "
-            "device's completion."]
+            "device's completion." % (
+                "trials of the four modules in one rotation (each round 3 rotations, each "
+                "module's least trial kept)" if rotated else "interleaved trials")]
     return "\n".join(out)
 
 
