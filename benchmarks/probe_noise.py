@@ -20,17 +20,17 @@ optimizer), the three modules' steps interleaved one by one (pin1), medians in u
 from __future__ import annotations
 
 import argparse
+import copy
+import math
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import log, torch  # noqa: E402
 
 import bench_layers as bl  # noqa: E402
-import copy  # noqa: E402
-import math  # noqa: E402
-import tempfile  # noqa: E402
 
 import fastlayers  # noqa: E402
 from torch import nn  # noqa: E402

@@ -262,8 +262,7 @@ PassCall parse_pass(const py::tuple& t, int index) {
 // built in Python, the same signature cost several microseconds of host time a layer, which a
 // host-bound step (autocast, small layers) pays in full.
 PyObject* signature_bytes(const at::Tensor& input, const at::Tensor& weight,
-                                      const at::Tensor* bias, int64_t generation,
-                                      bool transforms) {
+                          const at::Tensor* bias, int64_t generation, bool transforms) {
   // Inline storage for 4-D operands; an input of any rank (nn.Conv*d's own error comes later)
   // only grows it.
   c10::SmallVector<int64_t, 24> v;
@@ -298,11 +297,10 @@ PyObject* signature_bytes(const at::Tensor& input, const at::Tensor& weight,
 }
 
 // fastlayers._C.conv_signature(input, weight, bias, generation, transforms) -> bytes: a plain
-// CPython function (METH_FASTCALL) rather than a pybind11 one. pybind11's generic dispatch
-// (overload records, argument vectors, casters) made this call cost 4-6 us of host time in a
-// training step on an H100 host (probe: the module's forward without the call ran at nn.Conv2d's
-// host time, with it 6-8 us more). TypeError, as before, where input or weight is not a tensor
-// (the module then lets nn.Conv*d raise its own error).
+// CPython function (METH_FASTCALL), since pybind11's generic dispatch (overload records, argument
+// vectors, casters) costs microseconds a call that a host-bound step pays on every layer.
+// TypeError where input or weight is not a tensor (the module then lets nn.Conv*d raise its own
+// error).
 PyObject* conv_signature(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5) {
     PyErr_SetString(PyExc_TypeError,
