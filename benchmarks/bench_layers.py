@@ -83,23 +83,31 @@ def make_step(m, x, gy):
     return step
 
 
+def modules(layer, mode):
+    """(tf32, ref, ours, x, gy, steps) for `layer` in `mode`: nn.Conv2d, a fastlayers copy and a
+    second nn.Conv2d (steps "nn", "fastlayers", "twin", each a make_step), precision set."""
+    name, S, C, K, H, W, k, pad, stride = layer
+    tf32 = common.set_precision("tf32" if mode == "tf32" else "fp32")
+    dtype = DTYPE[mode]
+    torch.manual_seed(0)
+    ref = nn.Conv2d(C, K, k, padding=pad, stride=stride).cuda().to(dtype)
+    twin = copy.deepcopy(ref)
+    ours = fastlayers.convert(copy.deepcopy(ref))
+    x = torch.randn(S, C, H, W, device="cuda", dtype=dtype, requires_grad=True)
+    with torch.no_grad():
+        gy = torch.randn_like(ref(x))
+    steps = {"nn": make_step(ref, x, gy), "fastlayers": make_step(ours, x, gy),
+             "twin": make_step(twin, x, gy)}
+    return tf32, ref, ours, x, gy, steps
+
+
 def run_layer(doc, res, stats, layer, mode, args):
     name, S, C, K, H, W, k, pad, stride = layer
     row = {"layer": name, "mode": mode, "S": S, "C": C, "K": K, "H": H, "W": W, "k": k,
            "padding": pad, "stride": stride}
     doc["rows"].append(row)
     with common.guard(row, stats, res, "%s %s" % (name, mode)):
-        tf32 = common.set_precision("tf32" if mode == "tf32" else "fp32")
-        dtype = DTYPE[mode]
-        torch.manual_seed(0)
-        ref = nn.Conv2d(C, K, k, padding=pad, stride=stride).cuda().to(dtype)
-        twin = copy.deepcopy(ref)
-        ours = fastlayers.convert(copy.deepcopy(ref))
-        x = torch.randn(S, C, H, W, device="cuda", dtype=dtype, requires_grad=True)
-        with torch.no_grad():
-            gy = torch.randn_like(ref(x))
-        steps = {"nn": make_step(ref, x, gy), "fastlayers": make_step(ours, x, gy),
-                 "twin": make_step(twin, x, gy)}
+        tf32, ref, ours, x, gy, steps = modules(layer, mode)
         for key in ("nn", "twin"):  # cuDNN's benchmark of this shape, before fastlayers' first
             steps[key]()
         before = {d["key"] for d in tuner.decisions()}

@@ -20,7 +20,6 @@ optimizer), the three modules' steps interleaved one by one (pin1), medians in u
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import os
 import sys
@@ -32,23 +31,10 @@ from common import log, torch  # noqa: E402
 
 import bench_layers as bl  # noqa: E402
 
-import fastlayers  # noqa: E402
-from torch import nn  # noqa: E402
 
 
 def build(layer, mode):
-    name, S, C, K, H, W, k, pad, stride = layer
-    common.set_precision("tf32" if mode == "tf32" else "fp32")
-    dtype = bl.DTYPE[mode]
-    torch.manual_seed(0)
-    ref = nn.Conv2d(C, K, k, padding=pad, stride=stride).cuda().to(dtype)
-    twin = copy.deepcopy(ref)
-    ours = fastlayers.convert(copy.deepcopy(ref))
-    x = torch.randn(S, C, H, W, device="cuda", dtype=dtype, requires_grad=True)
-    with torch.no_grad():
-        gy = torch.randn_like(ref(x))
-    steps = {"nn": bl.make_step(ref, x, gy), "fastlayers": bl.make_step(ours, x, gy),
-             "twin": bl.make_step(twin, x, gy)}
+    steps = bl.modules(layer, mode)[-1]
     for s in steps.values():
         for _ in range(4):
             s()
