@@ -148,6 +148,22 @@ def test_tuner_state_is_seen(device):
         tuner._state.transforms = True
 
 
+def test_tuner_generation_is_seen(device, monkeypatch):
+    """A new tuner generation (set_mode, clear) alone makes the next call decide again: the
+    tuner's answer changed here, and nothing else did."""
+    ref, fast = pair(device, padding=1)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
+    with torch.no_grad():
+        assert "fft_conv2d" not in ops_of(lambda: fast(x))[1]
+        monkeypatch.setattr(tuner, "choose_conv2d",
+                            lambda p, pass_, dev: "fft:8x8" if pass_ == "forward" else "native")
+        assert "fft_conv2d" not in ops_of(lambda: fast(x))[1]  # the same signature: route kept
+        tuner.set_mode(tuner.get_mode())  # a new generation
+        y, ops = ops_of(lambda: fast(x))
+        assert ops == ["fft_conv2d"]
+        torch.testing.assert_close(y, ref(x), rtol=1e-10, atol=1e-10)
+
+
 def test_deterministic_mode_is_seen(device):
     _, fast = pair(device, padding=1)
     x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64)
