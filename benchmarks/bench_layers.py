@@ -101,6 +101,12 @@ def modules(layer, mode):
     return tf32, ref, ours, x, gy, steps
 
 
+def steps_per_trial(step) -> int:
+    """Steps of `step` that fill about TRIAL_MS back to back (2..200), from a short pilot."""
+    pilot = min(common.back_to_back(step, 3)() for _ in range(3))
+    return max(2, min(200, math.ceil(TRIAL_MS / max(pilot, 1e-3))))
+
+
 def run_layer(doc, res, stats, layer, mode, args):
     name, S, C, K, H, W, k, pad, stride = layer
     row = {"layer": name, "mode": mode, "S": S, "C": C, "K": K, "H": H, "W": W, "k": k,
@@ -125,8 +131,7 @@ def run_layer(doc, res, stats, layer, mode, args):
         for s in steps.values():
             for _ in range(3):
                 s()
-        pilot = min(common.back_to_back(steps["nn"], 3)() for _ in range(3))
-        n_steps = max(2, min(200, math.ceil(TRIAL_MS / max(pilot, 1e-3))))
+        n_steps = steps_per_trial(steps["nn"])
         row["steps_per_trial"], row["best_of"] = n_steps, args.best_of
         row.update(common.ab_aa(steps, "nn", "fastlayers", "twin", n_steps, args.rounds,
                                 args.best_of))

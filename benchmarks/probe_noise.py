@@ -20,7 +20,6 @@ optimizer), the three modules' steps interleaved one by one (pin1), medians in u
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -38,9 +37,7 @@ def build(layer, mode):
     for s in steps.values():
         for _ in range(4):
             s()
-    pilot = min(common.back_to_back(steps["nn"], 3)() for _ in range(3))
-    n = max(2, min(200, math.ceil(bl.TRIAL_MS / max(pilot, 1e-3))))
-    return steps, n
+    return steps, bl.steps_per_trial(steps["nn"])
 
 
 def phases(lname, mode, steps, n):
