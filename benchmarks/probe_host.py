@@ -2,7 +2,7 @@
 """Where a layer's host time goes (a diagnosis, not a result): per call, the host's own time with a
 sleep kernel holding the device (no call waits for it), beside the drained and enqueue times, for
 raw ops (from Python and below autograd), nn.Conv2d and fastlayers.Conv2d (tuned, all-native,
-fbfft); then a CPU-side torch.profiler table of forward + backward for the ResNet 3x3 layer.
+fbfft); then a torch.profiler table (host-side rows, CUDA runtime calls among them) of forward + backward for the ResNet 3x3 layer.
 
     python3 benchmarks/probe_host.py
 """
@@ -89,13 +89,13 @@ def layer(S, C, K, n):
         return
     for label, f in (("nn", rows["nn fwd+bwd"]), ("tuned", rows["fl tuned fwd+bwd"])):
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             torch.cuda._sleep(int(3e8))
             for _ in range(20):
                 f()
         torch.cuda.synchronize()
         print("=====", label, "20 calls")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22,
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=34,
                                         max_name_column_width=55))
 
 
