@@ -6,8 +6,8 @@ path) against nn.Conv2d, forward + backward.
 
 Per layer (fp32, TF32 off), after tuning and a warm-up:
   host      the host's own microseconds per forward + backward: calls issued back to back while
-            a sleep kernel holds the device, so that no call waits for it (common.held_host_us),
-            the least of 3 trials per round
+            a sleep kernel holds the device, so that no call waits for it, the first two of each
+            trial untimed (common.held_host_us), the least of 3 trials per round
   step      microseconds per forward + backward back to back with the device drained at the end
             (host and device together: what a training step sees)
 nn.Conv2d, a second nn.Conv2d, the tuned and the all-native fastlayers.Conv2d in one rotation per
@@ -91,7 +91,7 @@ def run_layer(doc, res, stats, layer, args):
         # longer (a trial's cost is mostly this wait)
         per_ms = common._sleep_cycles_per_ms()
         step_ms = min(common.back_to_back(fns["nn"], 5)() for _ in range(3))
-        sleep_cycles = int(per_ms * max(20.0, 3 * calls * step_ms))
+        sleep_cycles = int(per_ms * max(20.0, 3 * (calls + 2) * step_ms))
         row["rounds"], row["best_of"] = rounds, BEST_OF
         for what in ("host_us", "us"):
             per = common.rotating(fns, timer(calls, what, sleep_cycles), rounds, BEST_OF)

@@ -18,7 +18,8 @@
 #include <c10/util/SmallVector.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check, THPVariable_Unpack
+#include <torch/csrc/Exceptions.h>  // HANDLE_TH_ERRORS
+#include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check, _Unpack, _Wrap
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor, intrusive_ptr holders
 
 #include <array>
@@ -240,6 +241,60 @@ at::Tensor call_plan(const c10::intrusive_ptr<Plan>& plan, const at::Tensor& x,
   return PlannedConv::apply(x, w, b, plan);
 }
 
+// Plan.fast_call(): call_plan as a plain CPython function (METH_FASTCALL) bound to the plan (held
+// in a capsule as `self`), since pybind11's generic dispatch of Conv2dPlan.__call__ costs
+// microseconds every eager call pays (the reason conv_signature is one too).
+constexpr const char* kPlanCapsule = "fastlayers.Conv2dPlan";
+
+void release_plan(PyObject* capsule) {
+  auto* p = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (p != nullptr) c10::intrusive_ptr<Plan>::reclaim(p);  // drops the capsule's reference
+}
+
+// f(input, weight, bias, need_backward) -> output. Errors: TypeError for arguments of the wrong
+// kind; the ops' errors as PyTorch raises them (torch.OutOfMemoryError included).
+PyObject* plan_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError,
+                    "Conv2dPlan call(input, weight, bias, need_backward): 4 arguments");
+    return nullptr;
+  }
+  if (!THPVariable_Check(args[0]) || !THPVariable_Check(args[1]) ||
+      (args[2] != Py_None && !THPVariable_Check(args[2]))) {
+    PyErr_SetString(PyExc_TypeError,
+                    "Conv2dPlan call: input and weight must be tensors, bias a tensor or None");
+    return nullptr;
+  }
+  const int need_backward = PyObject_IsTrue(args[3]);
+  if (need_backward < 0) return nullptr;
+  auto* raw = static_cast<Plan*>(PyCapsule_GetPointer(self, kPlanCapsule));
+  if (raw == nullptr) return nullptr;
+  const auto plan = c10::intrusive_ptr<Plan>::unsafe_reclaim_from_nonowning(raw);
+  std::optional<at::Tensor> bias;
+  if (args[2] != Py_None) bias = THPVariable_Unpack(args[2]);
+  return THPVariable_Wrap(call_plan(plan, THPVariable_Unpack(args[0]),
+                                    THPVariable_Unpack(args[1]), bias, need_backward != 0));
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef plan_call_def = {
+    "conv2d_plan_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(
+                            &plan_call)),
+    METH_FASTCALL,
+    "f(input, weight, bias, need_backward) -> output: a Conv2dPlan's call (Conv2dPlan.fast_call)."};
+
+py::object fast_call(const c10::intrusive_ptr<Plan>& plan) {
+  c10::intrusive_ptr<Plan> owned = plan;
+  PyObject* capsule = PyCapsule_New(owned.get(), kPlanCapsule, &release_plan);
+  if (capsule == nullptr) throw py::error_already_set();
+  static_cast<void>(owned.release());  // the capsule holds this reference now
+  PyObject* fn = PyCFunction_NewEx(&plan_call_def, capsule, nullptr);
+  Py_DECREF(capsule);  // the function holds the capsule
+  if (fn == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+
 PassCall parse_pass(const py::tuple& t, int index) {
   // (algo, backend, (bh, bw), (th, tw)): see Family.cpp_pass
   TORCH_CHECK(t.size() == 4, "Conv2dPlan: pass ", index, " must be (algo, backend, basis, tile)");
@@ -358,7 +413,10 @@ void bind(py::module_& m) {
            py::arg("forward"), py::arg("input_grad"), py::arg("weight_grad"), py::arg("padding"),
            py::arg("tf32"), py::arg("height_one"))
       .def("__call__", &call_plan, py::arg("input"), py::arg("weight"), py::arg("bias"),
-           py::arg("need_backward"));
+           py::arg("need_backward"))
+      .def("fast_call", &fast_call,
+           "The same call as a plain function f(input, weight, bias, need_backward), without "
+           "pybind11's dispatch: what the modules call on every eager step.");
 }
 
 }  // namespace conv_module

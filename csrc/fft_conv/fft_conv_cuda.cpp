@@ -1,11 +1,12 @@
 // CUDA host glue: tensors -> raw pointers, current stream, PyTorch's cuBLAS handle, a workspace
-// from the caching allocator.
+// from the caching allocator (common/workspace.h).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "../common/cuda_types.h"
+#include "../common/workspace.h"
 #include "../../cuda/fft_conv/fft_conv.h"
 #include "fft_conv.h"
 
@@ -27,7 +28,7 @@ at::Tensor untiled_cuda(Pass pass, const Geometry& g, const at::Tensor& a_in,
   const fft_conv::Shape s = g.shape();
   const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
   const size_t ws_bytes = fft_conv::workspace_bytes(pass, s, real_bytes, g.backend);
-  auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
+  const c10::DataPtr ws = cuda_workspace(ws_bytes);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
 
@@ -37,7 +38,7 @@ at::Tensor untiled_cuda(Pass pass, const Geometry& g, const at::Tensor& a_in,
                      reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
                      bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
                                     : nullptr,
-                     reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(),
+                     reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(),
                      ws_bytes, stream, blas, tf32, g.backend, {options.conjugate_skip});
   });
   return out;

@@ -1,5 +1,5 @@
 // CUDA host glue: tensors -> raw pointers, current stream, PyTorch's cuBLAS handle, a workspace
-// from the caching allocator.
+// from the caching allocator (common/workspace.h).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -7,6 +7,7 @@
 
 #include "../../cuda/winograd/winograd.h"
 #include "../common/cuda_types.h"
+#include "../common/workspace.h"
 #include "winograd.h"
 
 namespace fastlayers {
@@ -23,7 +24,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   auto out = at::empty(output_shape(pass, s), a.options());
   if (fused) {  // float16 or bfloat16 (check())
     const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
-    auto ws = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    const c10::DataPtr ws = cuda_workspace(bytes);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(a.scalar_type(), "winograd_fused", [&] {
       using T = typename DeviceType<scalar_t>::type;
@@ -31,7 +32,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
           pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
           reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
           bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
-          reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.mutable_data_ptr(), bytes,
+          reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), bytes,
           stream);
     });
     return out;
@@ -40,7 +41,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   const int acc = a.scalar_type() == at::kDouble ? 8 : 4;
   const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);
   const size_t ws_bytes = winograd::buffers(pass, s, chunk, store, acc).total;
-  auto ws = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
+  const c10::DataPtr ws = cuda_workspace(ws_bytes);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
 
@@ -51,7 +52,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
                      bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
                                     : nullptr,
                      reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()),
-                     ws.mutable_data_ptr(), ws_bytes, chunk, stream, blas, tf32);
+                     ws.get(), ws_bytes, chunk, stream, blas, tf32);
   });
   return out;
 }

@@ -263,3 +263,35 @@ def test_signature_call_checks_its_arguments(device):
             sig(*args)
     with pytest.raises(TypeError, match="conv2d"):  # nn.Conv2d's own error, through the module
         fastlayers.Conv2d(3, 4, 3).to(device)("not a tensor")
+
+
+def test_plan_call_checks_its_arguments_and_keeps_its_plan(device):
+    """A Conv2dPlan's fast_call (a plain CPython function bound to the plan, what the module calls
+    every eager step): TypeError for anything but (tensor, tensor, tensor or None, truth value);
+    the same values and gradients as the pybind11 __call__; the plan lives as long as the
+    function, and the ops' own errors come through as PyTorch raises them."""
+    import gc
+    from fastlayers import _C, algorithms
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6, device=device, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, device=device, dtype=torch.float64, requires_grad=True)
+    f = algorithms.conv2d_cpp_plan(("fft:8x8", "fft:8x8", "native"), (1, 1), False, False)
+    gc.collect()  # the Conv2dPlan object is gone; the function's capsule holds the plan
+    assert not isinstance(f, _C.Conv2dPlan)
+    for args in ((1.0, w, b, True), (x, [1], b, True), (x, w, 3, True), (x, w, b), ()):
+        with pytest.raises(TypeError):
+            f(*args)
+    y = f(x, w, b, True)
+    ref = torch.nn.functional.conv2d(x, w, b, padding=1)
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad(y, (x, w, b), g)
+    want = torch.autograd.grad(ref, (x, w, b), g)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
+    y = f(x, w, None, False)  # no backward asked: no graph
+    assert y.grad_fn is None
+    torch.testing.assert_close(y, ref - b.view(1, -1, 1, 1), rtol=1e-10, atol=1e-10)
+    with pytest.raises(RuntimeError, match="input channels"):  # the op's own message
+        f(x, torch.randn(4, 2, 3, 3, device=device, dtype=torch.float64), None, False)

@@ -320,9 +320,9 @@ def _two_calls(input_grad: Conv2dCall, weight_grad: Conv2dCall) -> Conv2dGrads:
 def conv2d_cpp_plan(choices: Sequence[Union[Choice, str]], padding: Sequence[int], tf32: bool,
                     height_one: bool):
     """The three passes (forward, input_grad, weight_grad) bound for the modules' C++ autograd
-    node: a callable plan(x, w, b, need_backward) -> y (fastlayers._C.Conv2dPlan), whose forward
-    returns nn.Conv2d's layout and whose `height_one` operands are 1-D; None where a family cannot
-    run its pass there (Family.cpp_pass)."""
+    node: a callable plan(x, w, b, need_backward) -> y (fastlayers._C.Conv2dPlan's fast_call),
+    whose forward returns nn.Conv2d's layout and whose `height_one` operands are 1-D; None where a
+    family cannot run its pass there (Family.cpp_pass)."""
     from .. import _C
     specs = []
     for choice, pass_ in zip(choices, CONV2D_PASSES):
@@ -331,7 +331,7 @@ def conv2d_cpp_plan(choices: Sequence[Union[Choice, str]], padding: Sequence[int
         if spec is None:
             return None
         specs.append(spec)
-    return _C.Conv2dPlan(*specs, _pad(padding), bool(tf32), bool(height_one))
+    return _C.Conv2dPlan(*specs, _pad(padding), bool(tf32), bool(height_one)).fast_call()
 
 
 def workspace_bytes(choice: Union[Choice, str], problem, pass_: str) -> int:
