@@ -15,6 +15,14 @@
 namespace fastlayers {
 namespace winograd {
 
+// Two transform jobs in one launch (run_two_jobs).
+template <typename A, typename B>
+void launch_two(const A& first, const B& second, cudaStream_t stream) {
+  const unsigned fb = blocks_for(first.threads()), sb = blocks_for(second.threads());
+  run_two_jobs<<<fb + sb, kThreads, 0, stream>>>(first, fb, second);
+  FL_LAUNCH_CHECK();
+}
+
 // One pass with F(Mat::kM, Mat::kR).
 template <typename T, typename Mat>
 void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
@@ -28,21 +36,28 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
   T* V = reinterpret_cast<T*>(ws + buf.v);
   F* M = reinterpret_cast<F*>(ws + buf.m);
 
-  if (pass != Pass::WeightGrad) {
-    filter_transform<T, Mat><<<blocks_for(s.K * s.C), kThreads, 0, stream>>>(
-        b, U, s.K, s.C, pass == Pass::InputGrad);
-    FL_LAUNCH_CHECK();
-  }
+  // The filters' transform (forward, input gradient) rides in the first chunk's data-transform
+  // launch.
+  const FilterJob<T, Mat> filters{b, U, s.K, s.C, pass == Pass::InputGrad};
   for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
     const int64_t n = std::min(chunk, s.S - s0);
     const int64_t P = n * t.tiles();
     // The data operand: x (Forward, WeightGrad) or grad_y (InputGrad).
     const T* data = pass == Pass::WeightGrad ? b : a;
     const TileSource src{n, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
-    const T* data_chunk = data + s0 * t.data_ch * t.data_h * t.data_w;
-    tile_transform<T, UseBT<Mat>><<<blocks_for(t.data_ch * P), kThreads, 0, stream>>>(
-        data_chunk, V, src);
-    FL_LAUNCH_CHECK();
+    const TileJob<T, UseBT<Mat>> tiles{data + s0 * t.data_ch * t.data_h * t.data_w, V, src};
+    if (pass == Pass::WeightGrad) {
+      // grad_y tiles r x r at stride r (no offset: grad_y is the result's own grid), with G, in
+      // the same launch.
+      const TileSource gsrc{n, s.K, s.oh(), s.ow(), t.th, t.tw, t.step, 0, 0};
+      const TileJob<T, UseG<Mat>> gtiles{a + s0 * s.K * s.oh() * s.ow(), U, gsrc};
+      launch_two(gtiles, tiles, stream);
+    } else if (s0 == 0) {
+      launch_two(filters, tiles, stream);
+    } else {
+      run_job<<<blocks_for(tiles.threads()), kThreads, 0, stream>>>(tiles);
+      FL_LAUNCH_CHECK();
+    }
     switch (pass) {
       case Pass::Forward: {  // M [K, P] = U [K, C] V [C, P]
         const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.K, s.C, P, s.C, P};
@@ -57,11 +72,6 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
         break;
       }
       case Pass::WeightGrad: {  // M [C, K] += X [C, P] Gy^T [P, K]
-        // grad_y tiles r x r at stride r (no offset: grad_y is the result's own grid), with G.
-        const TileSource gsrc{n, s.K, s.oh(), s.ow(), t.th, t.tw, t.step, 0, 0};
-        tile_transform<T, UseG<Mat>><<<blocks_for(s.K * P), kThreads, 0, stream>>>(
-            a + s0 * s.K * s.oh() * s.ow(), U, gsrc);
-        FL_LAUNCH_CHECK();
         const gemm::Dims d{CUBLAS_OP_T, CUBLAS_OP_N, s.K, s.C, P, P, P, s.K};
         gemm::Scale scale;
         scale.beta = s0 > 0 ? 1.0 : 0.0;
