@@ -251,8 +251,9 @@ void release_plan(PyObject* capsule) {
   if (p != nullptr) c10::intrusive_ptr<Plan>::reclaim(p);  // drops the capsule's reference
 }
 
-// f(input, weight, bias, need_backward) -> output. Errors: TypeError for arguments of the wrong
-// kind; the ops' errors as PyTorch raises them (torch.OutOfMemoryError included).
+// f(input, weight, bias, need_backward) -> output, positional only. Errors: TypeError for
+// arguments of the wrong kind; the ops' errors and warnings as PyTorch raises them
+// (torch.OutOfMemoryError included; TORCH_WARN as a Python warning).
 PyObject* plan_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   if (nargs != 4) {

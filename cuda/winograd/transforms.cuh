@@ -67,30 +67,39 @@ __device__ __forceinline__ void transform_filter(const T* g, bool rotate,
 }
 
 // U [alpha^2, K, C] (storage T) = G w[k, c] G^T, w [K, C, 3, 3]; `rotate`: w turned 180 degrees
-// (the input gradient's filters). One thread per (k, c). A job (run_job, run_two_jobs): its
-// grid-stride loop runs over the blocks it is given.
+// (the input gradient's filters). One thread per (k, c), a grid-stride loop over `blocks` blocks
+// from `block`. The pointers are __restrict__ parameters (not members of the job): nvcc takes the
+// qualifier there only, and the operands' loads then go through the read-only path.
+template <typename T, typename Mat>
+__device__ __forceinline__ void filter_transform(const T* __restrict__ w, T* __restrict__ U,
+                                                 int64_t K, int64_t C, bool rotate,
+                                                 unsigned block, unsigned blocks) {
+  using F = compute_t<T>;
+  constexpr int A = Mat::kAlpha, R = Mat::kR;
+  const int64_t n = K * C;
+  for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blocks} * blockDim.x) {
+    F out[A][A];
+    transform_filter<Mat>(w + i * R * R, rotate, out);
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
+  }
+}
+
+// filter_transform as a job (run_job, run_two_jobs).
 template <typename T, typename Mat>
 struct FilterJob {
-  const T* __restrict__ w;
-  T* __restrict__ U;
+  const T* w;
+  T* U;
   int64_t K, C;
   bool rotate;
 
   int64_t threads() const { return K * C; }
 
   __device__ __forceinline__ void operator()(unsigned block, unsigned blocks) const {
-    using F = compute_t<T>;
-    constexpr int A = Mat::kAlpha, R = Mat::kR;
-    const int64_t n = K * C;
-    for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < n;
-         i += int64_t{blocks} * blockDim.x) {
-      F out[A][A];
-      transform_filter<Mat>(w + i * R * R, rotate, out);
-#pragma unroll
-      for (int a = 0; a < A; ++a)
-#pragma unroll
-        for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
-    }
+    filter_transform<T, Mat>(w, U, K, C, rotate, block, blocks);
   }
 };
 
@@ -102,45 +111,53 @@ struct TileSource {
 };
 
 // V [rows^2, ch, P] (storage T) = Tm d Tm^T over each window d of src (P = n th tw, p =
-// (sample, ty, tx)). One thread per (channel, tile); consecutive threads take consecutive tiles.
-// A job, as FilterJob.
+// (sample, ty, tx)). One thread per (channel, tile), consecutive threads on consecutive tiles; a
+// grid-stride loop as filter_transform's.
+template <typename T, typename Tf>
+__device__ __forceinline__ void tile_transform(const T* __restrict__ in, T* __restrict__ V,
+                                               const TileSource& src, unsigned block,
+                                               unsigned blocks) {
+  using F = compute_t<T>;
+  constexpr int R = Tf::kRows, N = Tf::kCols;
+  const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * P;
+  for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blocks} * blockDim.x) {
+    const int64_t c = i / P, p = i - c * P;
+    const int64_t s = p / tiles, t = p - s * tiles;
+    const int64_t ty = t / src.tw, tx = t - ty * src.tw;
+    const int64_t y0 = ty * src.step - src.oy, x0 = tx * src.step - src.ox;
+    const T* plane = in + (s * src.ch + c) * src.ih * src.iw;
+    F d[N][N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      const int64_t y = y0 + u;
+      const bool row_in = y >= 0 && y < src.ih;
+#pragma unroll
+      for (int v = 0; v < N; ++v) {
+        const int64_t x = x0 + v;
+        d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : F(0);
+      }
+    }
+    F out[R][R];
+    two_sided<Tf>(d, out);
+#pragma unroll
+    for (int a = 0; a < R; ++a)
+#pragma unroll
+      for (int b = 0; b < R; ++b) V[(a * R + b) * total + i] = from_compute<T>(out[a][b]);
+  }
+}
+
+// tile_transform as a job.
 template <typename T, typename Tf>
 struct TileJob {
-  const T* __restrict__ in;
-  T* __restrict__ V;
+  const T* in;
+  T* V;
   TileSource src;
 
   int64_t threads() const { return src.ch * src.n * src.th * src.tw; }
 
   __device__ __forceinline__ void operator()(unsigned block, unsigned blocks) const {
-    using F = compute_t<T>;
-    constexpr int R = Tf::kRows, N = Tf::kCols;
-    const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * P;
-    for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < total;
-         i += int64_t{blocks} * blockDim.x) {
-      const int64_t c = i / P, p = i - c * P;
-      const int64_t s = p / tiles, t = p - s * tiles;
-      const int64_t ty = t / src.tw, tx = t - ty * src.tw;
-      const int64_t y0 = ty * src.step - src.oy, x0 = tx * src.step - src.ox;
-      const T* plane = in + (s * src.ch + c) * src.ih * src.iw;
-      F d[N][N];
-#pragma unroll
-      for (int u = 0; u < N; ++u) {
-        const int64_t y = y0 + u;
-        const bool row_in = y >= 0 && y < src.ih;
-#pragma unroll
-        for (int v = 0; v < N; ++v) {
-          const int64_t x = x0 + v;
-          d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : F(0);
-        }
-      }
-      F out[R][R];
-      two_sided<Tf>(d, out);
-#pragma unroll
-      for (int a = 0; a < R; ++a)
-#pragma unroll
-        for (int b = 0; b < R; ++b) V[(a * R + b) * total + i] = from_compute<T>(out[a][b]);
-    }
+    tile_transform<T, Tf>(in, V, src, block, blocks);
   }
 };
 

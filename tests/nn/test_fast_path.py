@@ -16,7 +16,7 @@ from conv_samples import RecordOps, cudnn_tf32
 
 
 def pair(device, **kwargs):
-    """An nn.Conv2d and a fastlayers.Conv2d with the same parameters (FFT forced everywhere)."""
+    """An nn.Conv2d and a fastlayers.Conv2d with the same parameters (float64)."""
     torch.manual_seed(0)
     ref = nn.Conv2d(3, 4, 3, **kwargs).to(device).double()
     fast = fastlayers.convert(copy.deepcopy(ref))
@@ -277,16 +277,28 @@ def test_plan_call_checks_its_arguments_and_keeps_its_plan(device):
     w = torch.randn(4, 3, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
     b = torch.randn(4, device=device, dtype=torch.float64, requires_grad=True)
     f = algorithms.conv2d_cpp_plan(("fft:8x8", "fft:8x8", "native"), (1, 1), False, False)
-    gc.collect()  # the Conv2dPlan object is gone; the function's capsule holds the plan
-    assert not isinstance(f, _C.Conv2dPlan)
+    assert not isinstance(f, _C.Conv2dPlan)  # the Conv2dPlan object is gone: f holds the plan
+    # other plans made and dropped reuse freed memory: a plan f did not keep would show here
+    for i in range(200):
+        algorithms.conv2d_cpp_plan(("native", "fft:%dx%d" % (8 + i % 3, 8 + i % 3), "native"),
+                                   (i % 2, 1), bool(i % 2), False)
+    gc.collect()
+    for _ in range(20):
+        assert ops_of(lambda: f(x.detach(), w.detach(), None, False))[1] == ["fft_conv2d"]
     for args in ((1.0, w, b, True), (x, [1], b, True), (x, w, 3, True), (x, w, b), ()):
         with pytest.raises(TypeError):
             f(*args)
-    y = f(x, w, b, True)
+    with pytest.raises(TypeError):  # positional only, as the module calls it
+        f(x, w, b, need_backward=True)
+    with pytest.raises(RuntimeError):  # need_backward's truth value raises: an error, no crash
+        f(x, w, b, torch.ones(2))
+    y, ops = ops_of(lambda: f(x, w, b, True))
+    assert ops == ["fft_conv2d"]
     ref = torch.nn.functional.conv2d(x, w, b, padding=1)
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
     g = torch.randn_like(ref)
-    got = torch.autograd.grad(y, (x, w, b), g)
+    got, ops = ops_of(lambda: torch.autograd.grad(y, (x, w, b), g))
+    assert ops == ["fft_conv2d_input_grad"]  # the weight gradient is PyTorch's
     want = torch.autograd.grad(ref, (x, w, b), g)
     for a, e in zip(got, want):
         torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
