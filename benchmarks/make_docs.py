@@ -943,7 +943,9 @@ def render_doc(docs: dict) -> str:
             "- Device time: CUDA events with L2 flushed before each trial (convolutions), or "
             "CUDA-graph replays (transforms, whose kernels are shorter than the launch path). A/B "
             "ratios are medians of per-round ratios of interleaved trials. Host time: wall clock "
-            "of calls issued back to back.",
+            "of calls issued back to back while a sleep kernel holds the device, so that no call "
+            "waits for it, each trial's first calls untimed (the first call after a "
+            "synchronisation costs several times a later one, in every module alike).",
             "- Host-bound steps (a few hundred microseconds of one layer, or a network under "
             "autocast) are the noisiest figures here: on the shared H100 host an A/A ratio's "
             "quartiles span about 0.90-1.10 per round. Newer results files give each ratio's 95% "
