@@ -241,6 +241,22 @@ at::Tensor call_plan(const c10::intrusive_ptr<Plan>& plan, const at::Tensor& x,
   return PlannedConv::apply(x, w, b, plan);
 }
 
+// What both plain CPython functions below check first: `want` positional arguments, the first
+// three (input, weight, bias) tensors, bias also None. False with a TypeError naming `usage`.
+bool check_operands(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, const char* usage) {
+  if (nargs != want) {
+    PyErr_Format(PyExc_TypeError, "%s: %zd positional arguments, got %zd", usage, want, nargs);
+    return false;
+  }
+  if (!THPVariable_Check(args[0]) || !THPVariable_Check(args[1]) ||
+      (args[2] != Py_None && !THPVariable_Check(args[2]))) {
+    PyErr_Format(PyExc_TypeError, "%s: input and weight must be tensors, bias a tensor or None",
+                 usage);
+    return false;
+  }
+  return true;
+}
+
 // Plan.fast_call(): call_plan as a plain CPython function (METH_FASTCALL) bound to the plan (held
 // in a capsule as `self`), since pybind11's generic dispatch of Conv2dPlan.__call__ costs
 // microseconds every eager call pays (the reason conv_signature is one too).
@@ -256,17 +272,8 @@ void release_plan(PyObject* capsule) {
 // (torch.OutOfMemoryError included; TORCH_WARN as a Python warning).
 PyObject* plan_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError,
-                    "Conv2dPlan call(input, weight, bias, need_backward): 4 arguments");
+  if (!check_operands(args, nargs, 4, "Conv2dPlan call(input, weight, bias, need_backward)"))
     return nullptr;
-  }
-  if (!THPVariable_Check(args[0]) || !THPVariable_Check(args[1]) ||
-      (args[2] != Py_None && !THPVariable_Check(args[2]))) {
-    PyErr_SetString(PyExc_TypeError,
-                    "Conv2dPlan call: input and weight must be tensors, bias a tensor or None");
-    return nullptr;
-  }
   const int need_backward = PyObject_IsTrue(args[3]);
   if (need_backward < 0) return nullptr;
   auto* raw = static_cast<Plan*>(PyCapsule_GetPointer(self, kPlanCapsule));
@@ -358,17 +365,9 @@ PyObject* signature_bytes(const at::Tensor& input, const at::Tensor& weight,
 // TypeError where input or weight is not a tensor (the module then lets nn.Conv*d raise its own
 // error).
 PyObject* conv_signature(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError,
-                    "conv_signature(input, weight, bias, generation, transforms): 5 arguments");
+  if (!check_operands(args, nargs, 5,
+                      "conv_signature(input, weight, bias, generation, transforms)"))
     return nullptr;
-  }
-  if (!THPVariable_Check(args[0]) || !THPVariable_Check(args[1]) ||
-      (args[2] != Py_None && !THPVariable_Check(args[2]))) {
-    PyErr_SetString(PyExc_TypeError,
-                    "conv_signature: input and weight must be tensors, bias a tensor or None");
-    return nullptr;
-  }
   const long long generation = PyLong_AsLongLong(args[3]);
   if (generation == -1 && PyErr_Occurred()) return nullptr;
   const int transforms = PyObject_IsTrue(args[4]);
