@@ -273,9 +273,8 @@ def held_host_us(fn, calls: int = 20, reps: int = 5, warmup: int = 5,
     """The host's own microseconds per call: `calls` calls issued while a sleep kernel queued
     first holds the device (about 0.2 s on an H100), so no call waits for the device to catch up
     (which the enqueue time of host_us does once the queue is deep). Each trial's first `lead`
-    calls go untimed: the first call after a synchronisation costs several times a later one
-    (about 1 ms against 0.3 ms for a ResNet layer's forward + backward on the H100 host), the same
-    for every module, and would only blur the comparison. Median of `reps`; "held" is False if
+    calls go untimed: the first call after a synchronisation costs several times a later one, in
+    every module alike, and would only blur the comparison. Median of `reps`; "held" is False if
     the device was found idle after any trial (the figure then includes waiting)."""
     for _ in range(warmup):
         fn()
