@@ -258,8 +258,8 @@ bool check_operands(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, co
 }
 
 // Plan.fast_call(): call_plan as a plain CPython function (METH_FASTCALL) bound to the plan (held
-// in a capsule as `self`), since pybind11's generic dispatch of Conv2dPlan.__call__ costs
-// microseconds every eager call pays (the reason conv_signature is one too).
+// in a capsule as `self`), since pybind11's generic dispatch of a bound method costs microseconds
+// every eager call pays (the reason conv_signature is one too).
 constexpr const char* kPlanCapsule = "fastlayers.Conv2dPlan";
 
 void release_plan(PyObject* capsule) {
@@ -412,10 +412,8 @@ void bind(py::module_& m) {
            }),
            py::arg("forward"), py::arg("input_grad"), py::arg("weight_grad"), py::arg("padding"),
            py::arg("tf32"), py::arg("height_one"))
-      .def("__call__", &call_plan, py::arg("input"), py::arg("weight"), py::arg("bias"),
-           py::arg("need_backward"))
       .def("fast_call", &fast_call,
-           "The same call as a plain function f(input, weight, bias, need_backward), without "
+           "The plan's call as a plain function f(input, weight, bias, need_backward), without "
            "pybind11's dispatch: what the modules call on every eager step.");
 }
 

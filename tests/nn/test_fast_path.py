@@ -268,8 +268,8 @@ def test_signature_call_checks_its_arguments(device):
 def test_plan_call_checks_its_arguments_and_keeps_its_plan(device):
     """A Conv2dPlan's fast_call (a plain CPython function bound to the plan, what the module calls
     every eager step): TypeError for anything but (tensor, tensor, tensor or None, truth value);
-    the same values and gradients as the pybind11 __call__; the plan lives as long as the
-    function, and the ops' own errors come through as PyTorch raises them."""
+    F.conv2d's values and gradients in float64; the plan lives as long as the function, and the
+    ops' own errors come through as PyTorch raises them."""
     import gc
     from fastlayers import _C, algorithms
     torch.manual_seed(0)
