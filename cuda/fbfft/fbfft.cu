@@ -21,6 +21,8 @@ struct Family {
   int64_t min_batch;  // the entry serves batches from this size
   void (*forward)(const ForwardArgs&);
   void (*inverse)(const InverseArgs&);
+  // both operands of rfft2_two in one launch, where the family can (else nullptr)
+  bool (*forward_two)(const ForwardArgs&, const ForwardArgs&) = nullptr;
 };
 
 // 1-D sizes 8..64 go back to the register kernels (a line pair per thread) from this many lines:
@@ -34,12 +36,18 @@ constexpr Family kFamilies[] = {
     // register kernels
     {1, 2, 0, &rfft2_registers_run<1, 2>, &irfft2_registers_run<1, 2>},
     {1, 4, 0, &rfft2_registers_run<1, 4>, &irfft2_registers_run<1, 4>},
-    {2, 2, 0, &rfft2_registers_run<2, 2>, &irfft2_registers_run<2, 2>},
-    {4, 4, 0, &rfft2_registers_run<4, 4>, &irfft2_registers_run<4, 4>},
-    {8, 8, 0, &rfft2_registers_run<8, 8>, &irfft2_registers_run<8, 8>},
-    {16, 16, 0, &rfft2_registers_run<16, 16>, &irfft2_registers_run<16, 16>},
-    {32, 32, 0, &rfft2_registers_run<32, 32>, &irfft2_registers_run<32, 32>},
-    {64, 64, 0, &rfft2_registers_run<64, 64>, &irfft2_registers_run<64, 64>},
+    {2, 2, 0, &rfft2_registers_run<2, 2>, &irfft2_registers_run<2, 2>,
+     &rfft2_registers_run_two<2, 2>},
+    {4, 4, 0, &rfft2_registers_run<4, 4>, &irfft2_registers_run<4, 4>,
+     &rfft2_registers_run_two<4, 4>},
+    {8, 8, 0, &rfft2_registers_run<8, 8>, &irfft2_registers_run<8, 8>,
+     &rfft2_registers_run_two<8, 8>},
+    {16, 16, 0, &rfft2_registers_run<16, 16>, &irfft2_registers_run<16, 16>,
+     &rfft2_registers_run_two<16, 16>},
+    {32, 32, 0, &rfft2_registers_run<32, 32>, &irfft2_registers_run<32, 32>,
+     &rfft2_registers_run_two<32, 32>},
+    {64, 64, 0, &rfft2_registers_run<64, 64>, &irfft2_registers_run<64, 64>,
+     &rfft2_registers_run_two<64, 64>},
     {1, 8, kRegisters1dMinBatch, &rfft2_registers_run<1, 8>, &irfft2_registers_run<1, 8>},
     {1, 16, kRegisters1dMinBatch, &rfft2_registers_run<1, 16>, &irfft2_registers_run<1, 16>},
     {1, 32, kRegisters1dMinBatch, &rfft2_registers_run<1, 32>, &irfft2_registers_run<1, 32>},
@@ -74,6 +82,24 @@ void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, in
   const ForwardArgs a{in, type, out, os, batch, h, w, nh, nw, oy, ox, stream, options.direct_io};
   if (const Family* f = family_for(nh, nw, batch)) return f->forward(a);
   rfft2_shared_run(a);
+}
+
+void rfft2_two(const Rfft2Operand& first, const Rfft2Operand& second, Real type, int nh, int nw,
+               cudaStream_t stream, const Options& options) {
+  check_sizes(nh, nw);
+  const auto args = [&](const Rfft2Operand& o) {
+    return ForwardArgs{o.in, type, o.out, o.out_strides, o.batch, o.h, o.w, nh, nw, o.oy, o.ox,
+                       stream, options.direct_io};
+  };
+  const ForwardArgs a = args(first), b = args(second);
+  if (a.batch > 0 && b.batch > 0) {
+    const Family* f = family_for(nh, nw, a.batch);
+    if (f != nullptr && f == family_for(nh, nw, b.batch) && f->forward_two != nullptr &&
+        f->forward_two(a, b))
+      return;
+  }
+  rfft2(a.in, type, a.out, a.os, a.batch, a.h, a.w, nh, nw, a.oy, a.ox, stream, options);
+  rfft2(b.in, type, b.out, b.os, b.batch, b.h, b.w, nh, nw, b.oy, b.ox, stream, options);
 }
 
 void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, int nh, int nw,

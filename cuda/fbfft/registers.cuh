@@ -117,10 +117,12 @@ __device__ __forceinline__ void load_row_pair_staged(const float* r, int w, int 
 // the kernel then holds that path alone, a third of the general kernel's instructions. Its code
 // runs straight through, where the general kernel jumps past the other loads, and a kernel this
 // short waits on instruction fetch at its start (docs/fbfft.md).
-template <int NH, int NW, bool Direct, int T, bool Whole = false>
-__global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>::MIN_BLOCKS)
-    rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
-                    int64_t batch, int h, int w, int oy, int ox, bool vec4) {
+// One block's images: block `block` of the transform (the kernels below pass their blockIdx).
+template <int NH, int NW, bool Direct, int T, bool Whole>
+__device__ __forceinline__ void rfft2_block(const void* __restrict__ in, Real type,
+                                            float2* __restrict__ out, Strides os, int64_t batch,
+                                            int h, int w, int oy, int ox, bool vec4,
+                                            unsigned block) {
   static_assert(!Whole || rows_in_global<NH, NW>(), "whole-image kernels are 8 x 8 only");
   using Cfg = Config<NH, NW, T>;
   constexpr int G = Cfg::G, BINS = Cfg::BINS, IS = Cfg::IS;
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   float* rows = reinterpret_cast<float*>(smem_raw);
   float2* cols = reinterpret_cast<float2*>(smem_raw);
   const int tid = threadIdx.x;
-  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * G;
+  const int64_t b0 = static_cast<int64_t>(block) * G;
 
   // 1. The window of G images into the pair-interleaved real rows (whole 8 x 8 images: each
   // row-pair thread reads its rows itself, in step 2).
@@ -285,6 +287,39 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
       }
     }
   }
+}
+
+template <int NH, int NW, bool Direct, int T, bool Whole = false>
+__global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>::MIN_BLOCKS)
+    rfft2_registers(const void* __restrict__ in, Real type, float2* __restrict__ out, Strides os,
+                    int64_t batch, int h, int w, int oy, int ox, bool vec4) {
+  rfft2_block<NH, NW, Direct, T, Whole>(in, type, out, os, batch, h, w, oy, ox, vec4, blockIdx.x);
+}
+
+// One operand of rfft2_registers_two: rfft2_registers' arguments less the shared type.
+struct RegisterJob {
+  const void* in;
+  float2* out;
+  Strides os;
+  int64_t batch;
+  int h, w, oy, ox;
+  bool vec4;
+};
+
+// Two transforms of one size in one launch (a convolution's two operands, fbfft.h's rfft2_two):
+// blocks [0, first_blocks) transform `a`, the rest `b`. The frequency-major layout only (T = 128,
+// spectra written through shared memory), the one the convolution's GEMMs read. The body is
+// inlined once per operand, each reading its arguments as the one-operand kernel does: selecting
+// one job's arguments first kept both live (16 more registers at 16 x 16, one block less per SM).
+template <int NH, int NW>
+__global__ void __launch_bounds__(Config<NH, NW, 128>::THREADS, Config<NH, NW, 128>::MIN_BLOCKS)
+    rfft2_registers_two(RegisterJob a, unsigned first_blocks, RegisterJob b, Real type) {
+  if (blockIdx.x < first_blocks)
+    rfft2_block<NH, NW, false, 128, false>(a.in, type, a.out, a.os, a.batch, a.h, a.w, a.oy, a.ox,
+                                           a.vec4, blockIdx.x);
+  else
+    rfft2_block<NH, NW, false, 128, false>(b.in, type, b.out, b.os, b.batch, b.h, b.w, b.oy, b.ox,
+                                           b.vec4, blockIdx.x - first_blocks);
 }
 
 // Column pass of the inverse, thread 0 of an image: from the DC column (d) and the Nyquist column
@@ -469,6 +504,30 @@ void rfft2_registers_run(const ForwardArgs& a) {
   const bool direct = NH > 1 && use_direct(a.direct_io, a.os.bin == 1, NH >= 64 && !vec4);
   if (a.os.image == 1) return rfft2_registers_launch<NH, NW, 128>(a, vec4, direct);
   rfft2_registers_launch<NH, NW, row_major_threads<NH, false>()>(a, vec4, direct);
+}
+
+// One launch for both where each alone would take rfft2_registers_two's kernel (a frequency-major
+// spectrum, stores through shared memory, not a whole 8 x 8 image); false where not (nothing
+// launched).
+template <int NH, int NW>
+bool rfft2_registers_run_two(const ForwardArgs& a, const ForwardArgs& b) {
+  using Cfg = Config<NH, NW, 128>;
+  auto job = [](const ForwardArgs& x, RegisterJob* j) {
+    const bool vec4 = vec4_window(x.in, x.type, NW, x.w, x.ox);
+    const bool direct = NH > 1 && use_direct(x.direct_io, x.os.bin == 1, NH >= 64 && !vec4);
+    const bool whole = rows_in_global<NH, NW>() && x.type == Real::F32 && vec4 && x.h == NH &&
+                       x.w == NW && x.oy == 0 && x.ox == 0;
+    *j = RegisterJob{x.in, x.out, x.os, x.batch, x.h, x.w, x.oy, x.ox, vec4};
+    return NH > 1 && x.os.image == 1 && !direct && !whole;
+  };
+  RegisterJob ja, jb;
+  if (!job(a, &ja) || !job(b, &jb) || a.type != b.type || a.stream != b.stream) return false;
+  const unsigned fa = grid_for(a.batch, Cfg::G), fb = grid_for(b.batch, Cfg::G);
+  if (static_cast<uint64_t>(fa) + fb > 0x7fffffffu) return false;
+  allow_smem(rfft2_registers_two<NH, NW>, Cfg::SMEM);
+  rfft2_registers_two<NH, NW><<<fa + fb, Cfg::THREADS, Cfg::SMEM, a.stream>>>(ja, fa, jb, a.type);
+  FL_LAUNCH_CHECK();
+  return true;
 }
 
 template <int NH, int NW, int T>

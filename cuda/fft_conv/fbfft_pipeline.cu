@@ -49,29 +49,31 @@ void run_fbfft(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     // GEMMs without the conjugate rows, which the inverse then takes as implied (no fill)
     const bool skip = skip_conjugates(options.conjugate_skip, s, Backend::FbFFT, tf32);
     // An operand through a window at minus its offset in the basis (implicit zero padding) into
-    // its spectrum: row-major (few channels), or the GEMMs' frequency-major layout, directly or
-    // row-major and then transposed.
-    auto forward = [&](const T* src, const Operand& op, float2* spectrum) {
-      const int h = static_cast<int>(op.h), w = static_cast<int>(op.w);
-      const int oy = static_cast<int>(-op.offh), ox = static_cast<int>(-op.offw);
-      if (small) {
-        fbfft::rfft2(src, type, spectrum, fbfft::row_major(nh, nw), op.n, h, w, nh, nw, oy, ox,
-                     stream);
-      } else if (staged) {
-        fbfft::rfft2(src, type, staging, fbfft::row_major(nh, nw), op.n, h, w, nh, nw, oy, ox,
-                     stream);
-        transpose<float2>(staging, spectrum, op.n, F, stream);
-      } else {
-        fbfft::rfft2(src, type, spectrum, fbfft::frequency_major(nh, nw, op.n), op.n, h, w, nh,
-                     nw, oy, ox, stream);
-      }
+    // its spectrum: row-major (few channels), or the GEMMs' frequency-major layout, directly (both
+    // operands in one launch where fbfft can: rfft2_two) or, staged, row-major and then
+    // transposed.
+    auto operand = [&](const T* src, const Operand& op, float2* spectrum) {
+      return fbfft::Rfft2Operand{
+          src, spectrum, small ? fbfft::row_major(nh, nw) : fbfft::frequency_major(nh, nw, op.n),
+          op.n, static_cast<int>(op.h), static_cast<int>(op.w), static_cast<int>(-op.offh),
+          static_cast<int>(-op.offw)};
+    };
+    auto staged_forward = [&](const T* src, const Operand& op, float2* spectrum) {
+      fbfft::rfft2(src, type, staging, fbfft::row_major(nh, nw), op.n, static_cast<int>(op.h),
+                   static_cast<int>(op.w), nh, nw, static_cast<int>(-op.offh),
+                   static_cast<int>(-op.offw), stream);
+      transpose<float2>(staging, spectrum, op.n, F, stream);
     };
     if (p.a.n == 0 || p.b.n == 0) {
       // An empty reduction: a zero spectrum, so the inverse writes zeros (plus bias).
       FL_CUDA_CHECK(cudaMemsetAsync(big_c, 0, sizeof(float2) * M * F, stream));
     } else {
-      forward(a, p.a, at);
-      forward(b, p.b, bt);
+      if (staged) {
+        staged_forward(a, p.a, at);
+        staged_forward(b, p.b, bt);
+      } else {
+        fbfft::rfft2_two(operand(a, p.a, at), operand(b, p.b, bt), type, nh, nw, stream);
+      }
       if (small) {
         spectral_product_small(pass, s, at, bt, big_c, F, stream);
       } else {
