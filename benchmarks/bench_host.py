@@ -2,7 +2,7 @@
 """Host time of a swapped-in layer: fastlayers.Conv2d (tuned, and with every pass on PyTorch's
 path) against nn.Conv2d, forward + backward.
 
-    python3 benchmarks/bench_host.py [--out DIR] [--quick] [--rounds R]
+    python3 benchmarks/bench_host.py [--out DIR] [--quick] [--rounds R] [--host HOW]
 
 Per layer (fp32, TF32 off), after tuning and a warm-up:
   host      the host's own microseconds per forward + backward: calls issued back to back while
@@ -14,7 +14,9 @@ nn.Conv2d, a second nn.Conv2d, the tuned and the all-native fastlayers.Conv2d in
 measure (common.rotating: 25 rounds, each of 3 rotations, each module's least trial kept); each
 fastlayers variant's ratio is the median of per-round ratios to nn.Conv2d (> 1: fastlayers
 cheaper) with its 95% interval, and nn.Conv2d against the second nn.Conv2d beside (A/A). Outputs
-and gradients are checked against a float64 nn.Conv2d first. Writes DIR/host-<device>.json.
+and gradients are checked against a float64 nn.Conv2d first. --host gc|pin1|pin2 times under
+common.quiet_host (the collector off; threads pinned) to see how much of the spread is the host's.
+Writes DIR/host-<device>.json, each module's per-round figures included.
 """
 from __future__ import annotations
 
@@ -99,9 +101,12 @@ def run_layer(doc, res, stats, layer, args):
         step_ms = min(common.back_to_back(fns["nn"], 5)() for _ in range(3))
         sleep_cycles = int(per_ms * max(20.0, 3 * (calls + 2) * step_ms))
         row["rounds"], row["best_of"] = rounds, BEST_OF
+        row["per_round_ms"] = {}
         for what in ("host_us", "us"):
-            per = common.rotating(fns, timer(calls, what, sleep_cycles), rounds, BEST_OF)
+            with common.quiet_host(args.host):
+                per = common.rotating(fns, timer(calls, what, sleep_cycles), rounds, BEST_OF)
             row[what] = {v: common.ratio_of(per["nn"], per[v]) for v in ("tuned", "native", "twin")}
+            row["per_round_ms"][what] = per
         h = row["host_us"]
         log("  %-18s host us: nn %.0f, tuned %.0f (x%.2f), native-forced %.0f (x%.2f), A/A x%.2f | "
             "step us: nn %.0f, tuned %.0f (x%.2f), A/A x%.2f | %s" % (
@@ -119,6 +124,9 @@ def render(doc) -> str:
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default 25, quick 5)")
+    ap.add_argument("--host", default="free", choices=("free", "gc", "pin1", "pin2"),
+                    help="the host's configuration while timing (common.quiet_host; default free: "
+                         "as a user's process runs)")
     args = ap.parse_args(argv)
     if not common.require_cuda("host time of CUDA layers"):
         return 0
