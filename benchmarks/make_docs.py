@@ -424,6 +424,17 @@ def large_kernels(doc: dict) -> str:
     return "\n".join(out)
 
 
+def host_config(doc) -> str:
+    """How bench_host's process ran while timing (its --host, common.quiet_host)."""
+    argv = doc.get("argv", [])
+    how = argv[argv.index("--host") + 1] if "--host" in argv[:-1] else "free"
+    return {"free": "The process ran as a user's does (collector on, threads unpinned).",
+            "gc": "Python's collector was off while timing.",
+            "pin1": "Python's collector was off and every thread pinned to one CPU while timing.",
+            "pin2": "Python's collector was off, the main thread pinned to one CPU and the others "
+                    "to a second while timing."}.get(how, "Host configuration: %s." % how)
+
+
 def host(doc: dict) -> str:
     out = ["| layer | nn.Conv2d host us | tuned: host us, x | all-native: host us, x | A/A x "
            "| step us nn / tuned, x | choices |", "|---|---|---|---|---|---|---|"]
@@ -444,11 +455,13 @@ def host(doc: dict) -> str:
     rotated = any("rounds" in r for r in doc["rows"])
     out += ["", "Forward + backward of one layer, fp32; x = nn.Conv2d / fastlayers (> 1: fastlayers "
             "cheaper), median of per-round ratios of %s, with the median's 95%% interval where "
-            "recorded; us: means over the rounds. Host us: the host's own time, calls issued while "
-            "a sleep kernel holds the device; step us: back to back to the device's completion. "
-            "Target (issue 15): a tuned layer's host time at most 1.1x nn.Conv2d's, x >= 0.91." % (
+            "recorded; us: medians over the rounds. Host us: the host's own time, calls issued "
+            "while a sleep kernel holds the device; step us: back to back to the device's "
+            "completion. %s Target (issue 15): a tuned layer's host time at most 1.1x "
+            "nn.Conv2d's, x >= 0.91." % (
                 "trials of the four modules in one rotation (each round 3 rotations, each "
-                "module's least trial kept)" if rotated else "interleaved trials")]
+                "module's least trial kept)" if rotated else "interleaved trials",
+                host_config(doc))]
     return "\n".join(out)
 
 
