@@ -112,6 +112,31 @@ def test_a_wrong_fused_is_not_chosen(monkeypatch):
     assert "fused" in d.skipped and "error" in d.skipped["fused"] and d.choice == "native"
 
 
+def test_the_check_runs_the_batch_the_problem_runs(monkeypatch):
+    # A candidate whose kernel path depends on the batch (the persistent kernel's does) is checked
+    # on the problem's own batch up to CHECK_SAMPLES, and on CHECK_SAMPLES of a larger one: a fused
+    # path wrong only from batch 5 on is caught at batch 5, and at a batch above the bound.
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    real = torch.ops.fastlayers.lstm
+    wrong_from = 5
+    assert wrong_from <= tuner_lstm.CHECK_SAMPLES
+
+    class Wrong:
+        def __getattr__(self, name):
+            return getattr(torch.ops.fastlayers, name)
+
+        @staticmethod
+        def lstm(*args):
+            out = real(*args)
+            return (out[0] * 1.01,) + tuple(out[1:]) if args[0].shape[1] >= wrong_from else out
+    monkeypatch.setattr(torch, "ops", type("Ops", (), {"fastlayers": Wrong()})())
+    for B in (wrong_from, tuner_lstm.CHECK_SAMPLES + 3):
+        d = tuner_lstm.measure(problem(T=3, B=B), "forward", torch.device("cpu"))
+        assert "fused" in d.skipped and "error" in d.skipped["fused"], (B, d.skipped)
+    d = tuner_lstm.measure(problem(T=3, B=wrong_from - 1), "forward", torch.device("cpu"))
+    assert "fused" not in d.skipped and "fused" in d.times_ms
+
+
 def test_the_module_follows_the_cache_file():
     m = module()
     x = torch.randn(5, 3, 6)

@@ -79,8 +79,11 @@ def candidates_lstm(p: LstmProblem, pass_: str) -> List[str]:
     return [c.label for c in algorithms.candidates(p, pass_)]
 
 
-# Samples of the batch the accuracy check runs on (as for convolutions).
-CHECK_SAMPLES = 2
+# Samples of the batch the accuracy check runs on: the whole batch up to this many, else this
+# many. The check must run the kernel path the problem runs, and the persistent kernel's path
+# depends on the batch (its scalar products up to batch 4, tensor-core tiles of 16 rows above,
+# a persistent backward up to 16); 32 samples take the tile path with two tiles.
+CHECK_SAMPLES = 32
 
 
 def _modules(p: LstmProblem, device: torch.device, labels):
@@ -126,8 +129,8 @@ def _step(module, p: LstmProblem, pass_: str):
 
 
 def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision:
-    """native, fused and (where it fits) persistent, checked against nn.LSTM in float64 on a
-    few samples and timed on the problem's size (a training pass: forward and backward, as a
+    """native, fused and (where it fits) persistent, checked against nn.LSTM in float64 on the
+    batch (at most CHECK_SAMPLES of it) and timed on the problem's size (a training pass: forward and backward, as a
     step pays them)."""
     choices = algorithms.candidates(p, pass_)
     ref, ours = _modules(p, device, [c.label for c in choices if c.label != NATIVE.label])
