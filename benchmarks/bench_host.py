@@ -101,12 +101,12 @@ def run_layer(doc, res, stats, layer, args):
         step_ms = min(common.back_to_back(fns["nn"], 5)() for _ in range(3))
         sleep_cycles = int(per_ms * max(20.0, 3 * (calls + 2) * step_ms))
         row["rounds"], row["best_of"] = rounds, BEST_OF
-        row["per_round_ms"] = {}
+        row["per_round_us"] = {}
         for what in ("host_us", "us"):
             with common.quiet_host(args.host):
                 per = common.rotating(fns, timer(calls, what, sleep_cycles), rounds, BEST_OF)
             row[what] = {v: common.ratio_of(per["nn"], per[v]) for v in ("tuned", "native", "twin")}
-            row["per_round_ms"][what] = per
+            row["per_round_us"][what] = per
         h = row["host_us"]
         log("  %-18s host us: nn %.0f, tuned %.0f (x%.2f), native-forced %.0f (x%.2f), A/A x%.2f | "
             "step us: nn %.0f, tuned %.0f (x%.2f), A/A x%.2f | %s" % (
@@ -132,7 +132,10 @@ def main(argv=None) -> int:
         return 0
     t_start = time.perf_counter()
     torch.backends.cudnn.benchmark = True
-    doc = common.meta("host", args, quick=args.quick)
+    # what common.quiet_host does here: pinning is Linux's (elsewhere it is "gc")
+    pins = args.host in ("pin1", "pin2")
+    host = "gc" if pins and not hasattr(os, "sched_setaffinity") else args.host
+    doc = common.meta("host", args, quick=args.quick, host=host)
     doc["rows"] = []
     res = common.Results(args.out, doc)
     stats = {"errors": 0, "oom": 0}

@@ -426,8 +426,7 @@ def large_kernels(doc: dict) -> str:
 
 def host_config(doc) -> str:
     """How bench_host's process ran while timing (its --host, common.quiet_host)."""
-    argv = doc.get("argv", [])
-    how = argv[argv.index("--host") + 1] if "--host" in argv[:-1] else "free"
+    how = doc.get("config", {}).get("host", "free")  # files before --host: free
     return {"free": "The process ran as a user's does (collector on, threads unpinned).",
             "gc": "Python's collector was off while timing.",
             "pin1": "Python's collector was off and every thread pinned to one CPU while timing.",

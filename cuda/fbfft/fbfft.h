@@ -72,7 +72,8 @@ struct Rfft2Operand {
 
 // rfft2 of two operands of one type and basis (a convolution's two), in one launch where one
 // kernel serves both (the register kernels, frequency-major spectra), else one launch each: the
-// same results as two rfft2 calls, one launch's host time less.
+// same results as two rfft2 calls, one launch's host time less. The two may run at once, so
+// neither spectrum may overlap the other operand's input or spectrum.
 void rfft2_two(const Rfft2Operand& first, const Rfft2Operand& second, Real type, int nh, int nw,
                cudaStream_t stream, const Options& options = {});
 

@@ -46,8 +46,8 @@ struct InverseArgs {
 // Register kernels (registers.cuh): 2-D n x n, n = 2..64, and 1-D (NH = 1) 2..64.
 template <int NH, int NW> void rfft2_registers_run(const ForwardArgs& a);
 template <int NH, int NW> void irfft2_registers_run(const InverseArgs& a);
-// Both transforms in one launch where one kernel serves both (2-D, frequency-major spectra);
-// false, with nothing launched, where not.
+// Both transforms (one type and stream) in one launch where one kernel serves both (2-D,
+// frequency-major spectra); false, with nothing launched, where not.
 template <int NH, int NW> bool rfft2_registers_run_two(const ForwardArgs& a, const ForwardArgs& b);
 // 1-D lane kernels (lanes_1d.cuh): n = 8..256.
 template <int N> void rfft_lanes_run(const ForwardArgs& a);

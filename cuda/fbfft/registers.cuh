@@ -117,7 +117,8 @@ __device__ __forceinline__ void load_row_pair_staged(const float* r, int w, int 
 // the kernel then holds that path alone, a third of the general kernel's instructions. Its code
 // runs straight through, where the general kernel jumps past the other loads, and a kernel this
 // short waits on instruction fetch at its start (docs/fbfft.md).
-// One block's images: block `block` of the transform (the kernels below pass their blockIdx).
+// One block's images: block `block` of the transform (rfft2_registers passes its blockIdx.x,
+// rfft2_registers_two its index within the operand's blocks).
 template <int NH, int NW, bool Direct, int T, bool Whole>
 __device__ __forceinline__ void rfft2_block(const void* __restrict__ in, Real type,
                                             float2* __restrict__ out, Strides os, int64_t batch,
@@ -309,8 +310,8 @@ struct RegisterJob {
 // Two transforms of one size in one launch (a convolution's two operands, fbfft.h's rfft2_two):
 // blocks [0, first_blocks) transform `a`, the rest `b`. The frequency-major layout only (T = 128,
 // spectra written through shared memory), the one the convolution's GEMMs read. The body is
-// inlined once per operand, each reading its arguments as the one-operand kernel does: selecting
-// one job's arguments first kept both live (16 more registers at 16 x 16, one block less per SM).
+// inlined once per operand, so each reads its arguments as the one-operand kernel does and the
+// kernel keeps that kernel's registers (selecting one job's arguments first keeps both live).
 template <int NH, int NW>
 __global__ void __launch_bounds__(Config<NH, NW, 128>::THREADS, Config<NH, NW, 128>::MIN_BLOCKS)
     rfft2_registers_two(RegisterJob a, unsigned first_blocks, RegisterJob b, Real type) {
@@ -506,9 +507,9 @@ void rfft2_registers_run(const ForwardArgs& a) {
   rfft2_registers_launch<NH, NW, row_major_threads<NH, false>()>(a, vec4, direct);
 }
 
-// One launch for both where each alone would take rfft2_registers_two's kernel (a frequency-major
-// spectrum, stores through shared memory, not a whole 8 x 8 image); false where not (nothing
-// launched).
+// One launch for both where each alone would take rfft2_registers<NH, NW, false, 128, false> (a
+// frequency-major spectrum, stores through shared memory, not a whole 8 x 8 image), the kernel
+// rfft2_registers_two runs per operand; false where not (nothing launched).
 template <int NH, int NW>
 bool rfft2_registers_run_two(const ForwardArgs& a, const ForwardArgs& b) {
   using Cfg = Config<NH, NW, 128>;
@@ -521,7 +522,7 @@ bool rfft2_registers_run_two(const ForwardArgs& a, const ForwardArgs& b) {
     return NH > 1 && x.os.image == 1 && !direct && !whole;
   };
   RegisterJob ja, jb;
-  if (!job(a, &ja) || !job(b, &jb) || a.type != b.type || a.stream != b.stream) return false;
+  if (!job(a, &ja) || !job(b, &jb)) return false;
   const unsigned fa = grid_for(a.batch, Cfg::G), fb = grid_for(b.batch, Cfg::G);
   if (static_cast<uint64_t>(fa) + fb > 0x7fffffffu) return false;
   allow_smem(rfft2_registers_two<NH, NW>, Cfg::SMEM);
