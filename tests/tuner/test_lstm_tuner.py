@@ -94,9 +94,9 @@ def test_measuring_checks_and_times_both(monkeypatch, pass_):
     assert tuner.cache_file().exists()
 
 
-def test_a_wrong_fused_is_not_chosen(monkeypatch):
-    # The accuracy guard: a fused path that computes something else is skipped, not timed.
-    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+def wrong_lstm_op(monkeypatch, from_batch=1):
+    """torch.ops.fastlayers.lstm scaled by 1.01 from batch `from_batch` on (the tuner's fused
+    candidate computing something else), every other op as it is."""
     real = torch.ops.fastlayers.lstm
 
     class Wrong:
@@ -106,8 +106,16 @@ def test_a_wrong_fused_is_not_chosen(monkeypatch):
         @staticmethod
         def lstm(*args):
             out = real(*args)
+            if args[0].shape[1] < from_batch:
+                return out
             return (out[0] * 1.01,) + tuple(out[1:])
     monkeypatch.setattr(torch, "ops", type("Ops", (), {"fastlayers": Wrong()})())
+
+
+def test_a_wrong_fused_is_not_chosen(monkeypatch):
+    # The accuracy guard: a fused path that computes something else is skipped, not timed.
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    wrong_lstm_op(monkeypatch)
     d = tuner_lstm.measure(problem(), "forward", torch.device("cpu"))
     assert "fused" in d.skipped and "error" in d.skipped["fused"] and d.choice == "native"
 
@@ -117,19 +125,9 @@ def test_the_check_runs_the_batch_the_problem_runs(monkeypatch):
     # on the problem's own batch up to CHECK_SAMPLES, and on CHECK_SAMPLES of a larger one: a fused
     # path wrong only from batch 5 on is caught at batch 5, and at a batch above the bound.
     monkeypatch.setattr(tuner._state, "tune_cpu", True)
-    real = torch.ops.fastlayers.lstm
     wrong_from = 5
     assert wrong_from <= tuner_lstm.CHECK_SAMPLES
-
-    class Wrong:
-        def __getattr__(self, name):
-            return getattr(torch.ops.fastlayers, name)
-
-        @staticmethod
-        def lstm(*args):
-            out = real(*args)
-            return (out[0] * 1.01,) + tuple(out[1:]) if args[0].shape[1] >= wrong_from else out
-    monkeypatch.setattr(torch, "ops", type("Ops", (), {"fastlayers": Wrong()})())
+    wrong_lstm_op(monkeypatch, wrong_from)
     for B in (wrong_from, tuner_lstm.CHECK_SAMPLES + 3):
         d = tuner_lstm.measure(problem(T=3, B=B), "forward", torch.device("cpu"))
         assert "fused" in d.skipped and "error" in d.skipped["fused"], (B, d.skipped)
