@@ -132,10 +132,7 @@ def main(argv=None) -> int:
         return 0
     t_start = time.perf_counter()
     torch.backends.cudnn.benchmark = True
-    # what common.quiet_host does here: pinning is Linux's (elsewhere it is "gc")
-    pins = args.host in ("pin1", "pin2")
-    host = "gc" if pins and not hasattr(os, "sched_setaffinity") else args.host
-    doc = common.meta("host", args, quick=args.quick, host=host)
+    doc = common.meta("host", args, quick=args.quick, host=common.quiet_host(args.host).how)
     doc["rows"] = []
     res = common.Results(args.out, doc)
     stats = {"errors": 0, "oom": 0}

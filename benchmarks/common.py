@@ -334,7 +334,9 @@ class quiet_host:
     def __init__(self, how: str = "pin1"):
         if how not in ("free", "gc", "pin1", "pin2"):
             raise ValueError("quiet_host: how must be free, gc, pin1 or pin2, not %r" % (how,))
-        self.how = how
+        # what it does here: pinning needs Linux's affinities, elsewhere it is "gc"
+        pins = how in ("pin1", "pin2")
+        self.how = "gc" if pins and not hasattr(os, "sched_setaffinity") else how
         self.saved = {}
 
     @staticmethod
@@ -352,7 +354,7 @@ class quiet_host:
             return self
         gc.collect()
         gc.disable()
-        if self.how in ("pin1", "pin2") and hasattr(os, "sched_setaffinity"):
+        if self.how in ("pin1", "pin2"):
             cpus = sorted(os.sched_getaffinity(0))
             main = threading.get_native_id()
             for tid in self._threads():

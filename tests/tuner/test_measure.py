@@ -134,9 +134,9 @@ def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
     algorithms.unregister(family)
     tuner.clear(file=True)
     timed(win)
-    # The premise of the win: its host time near 0.25 W. A host busy with other work (the whole
-    # GPU suite under -n 12 stretched the spin to 0.93 W) breaks it; such a measurement is taken
-    # again, up to 3 times, and the premise asserted before the choice.
+    # The premise of the win: its host time near 0.25 W. A host busy with other work (a parallel
+    # test run) can stretch the spin and break it; such a measurement is taken again, up to 3
+    # times, and the premise asserted before the choice.
     for _ in range(3):
         choice = tuner.choose_conv2d(p, "forward")
         if row_of(p)["host_ms"][win] < 0.4 * W:

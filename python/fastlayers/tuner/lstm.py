@@ -130,8 +130,8 @@ def _step(module, p: LstmProblem, pass_: str):
 
 def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision:
     """native, fused and (where it fits) persistent, checked against nn.LSTM in float64 on the
-    batch (at most CHECK_SAMPLES of it) and timed on the problem's size (a training pass: forward and backward, as a
-    step pays them)."""
+    batch (at most CHECK_SAMPLES of it) and timed on the problem's size (a training pass: forward
+    and backward, as a step pays them)."""
     choices = algorithms.candidates(p, pass_)
     ref, ours = _modules(p, device, [c.label for c in choices if c.label != NATIVE.label])
     gen = torch.Generator(device=device).manual_seed(0)
