@@ -73,15 +73,19 @@ void check_sizes(int nh, int nw) {
                              std::to_string(kMaxPoints));
 }
 
+// One forward transform of checked sizes, on its family's kernel.
+void forward_one(const ForwardArgs& a) {
+  if (a.batch == 0) return;
+  if (const Family* f = family_for(a.nh, a.nw, a.batch)) return f->forward(a);
+  rfft2_shared_run(a);
+}
+
 }  // namespace
 
 void rfft2(const void* in, Real type, float2* out, Strides os, int64_t batch, int h, int w, int nh,
            int nw, int oy, int ox, cudaStream_t stream, const Options& options) {
   check_sizes(nh, nw);
-  if (batch == 0) return;
-  const ForwardArgs a{in, type, out, os, batch, h, w, nh, nw, oy, ox, stream, options.direct_io};
-  if (const Family* f = family_for(nh, nw, batch)) return f->forward(a);
-  rfft2_shared_run(a);
+  forward_one({in, type, out, os, batch, h, w, nh, nw, oy, ox, stream, options.direct_io});
 }
 
 void rfft2_two(const Rfft2Operand& first, const Rfft2Operand& second, Real type, int nh, int nw,
@@ -98,8 +102,8 @@ void rfft2_two(const Rfft2Operand& first, const Rfft2Operand& second, Real type,
         f->forward_two(a, b))
       return;
   }
-  rfft2(a.in, type, a.out, a.os, a.batch, a.h, a.w, nh, nw, a.oy, a.ox, stream, options);
-  rfft2(b.in, type, b.out, b.os, b.batch, b.h, b.w, nh, nw, b.oy, b.ox, stream, options);
+  forward_one(a);
+  forward_one(b);
 }
 
 void irfft2(const float2* in, Strides is, void* out, Real type, int64_t batch, int nh, int nw,

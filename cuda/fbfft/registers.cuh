@@ -297,13 +297,9 @@ __global__ void __launch_bounds__(Config<NH, NW, T>::THREADS, Config<NH, NW, T>:
   rfft2_block<NH, NW, Direct, T, Whole>(in, type, out, os, batch, h, w, oy, ox, vec4, blockIdx.x);
 }
 
-// One operand of rfft2_registers_two: rfft2_registers' arguments less the shared type.
+// One operand of rfft2_registers_two, with its window's vec4 (vec4_window).
 struct RegisterJob {
-  const void* in;
-  float2* out;
-  Strides os;
-  int64_t batch;
-  int h, w, oy, ox;
+  Rfft2Operand op;
   bool vec4;
 };
 
@@ -315,12 +311,13 @@ struct RegisterJob {
 template <int NH, int NW>
 __global__ void __launch_bounds__(Config<NH, NW, 128>::THREADS, Config<NH, NW, 128>::MIN_BLOCKS)
     rfft2_registers_two(RegisterJob a, unsigned first_blocks, RegisterJob b, Real type) {
+  const Rfft2Operand &x = a.op, &y = b.op;
   if (blockIdx.x < first_blocks)
-    rfft2_block<NH, NW, false, 128, false>(a.in, type, a.out, a.os, a.batch, a.h, a.w, a.oy, a.ox,
-                                           a.vec4, blockIdx.x);
+    rfft2_block<NH, NW, false, 128, false>(x.in, type, x.out, x.out_strides, x.batch, x.h, x.w,
+                                           x.oy, x.ox, a.vec4, blockIdx.x);
   else
-    rfft2_block<NH, NW, false, 128, false>(b.in, type, b.out, b.os, b.batch, b.h, b.w, b.oy, b.ox,
-                                           b.vec4, blockIdx.x - first_blocks);
+    rfft2_block<NH, NW, false, 128, false>(y.in, type, y.out, y.out_strides, y.batch, y.h, y.w,
+                                           y.oy, y.ox, b.vec4, blockIdx.x - first_blocks);
 }
 
 // Column pass of the inverse, thread 0 of an image: from the DC column (d) and the Nyquist column
@@ -518,7 +515,7 @@ bool rfft2_registers_run_two(const ForwardArgs& a, const ForwardArgs& b) {
     const bool direct = NH > 1 && use_direct(x.direct_io, x.os.bin == 1, NH >= 64 && !vec4);
     const bool whole = rows_in_global<NH, NW>() && x.type == Real::F32 && vec4 && x.h == NH &&
                        x.w == NW && x.oy == 0 && x.ox == 0;
-    *j = RegisterJob{x.in, x.out, x.os, x.batch, x.h, x.w, x.oy, x.ox, vec4};
+    *j = RegisterJob{{x.in, x.out, x.os, x.batch, x.h, x.w, x.oy, x.ox}, vec4};
     return NH > 1 && x.os.image == 1 && !direct && !whole;
   };
   RegisterJob ja, jb;
