@@ -137,9 +137,10 @@ def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministi
             need_backward, forced, bias, eager) -> Tuple[str, str, str]:
     """Each pass's label: the pinned one (`forced`, recorded for report()), else the tuner's
     (PyTorch's path for the gradients when none is needed). In an eager training step, tuned
-    passes that are not all PyTorch's stay only where the layer as a whole beats PyTorch's
-    (tuner.conv2d.check_conv2d_layer); a compiled graph runs the ops without the eager path's
-    costs that the check weighs."""
+    passes that are not all PyTorch's stay only where the layer as a whole beats PyTorch's, and
+    passes left on PyTorch's path may move to their best candidates where that costs the step
+    less (tuner.conv2d.check_conv2d_layer); a compiled graph runs the ops without the eager
+    path's costs that the check weighs."""
     p = _problem(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministic, transforms)
     out = []
     for i, pass_ in enumerate(_tuner.PASSES):
@@ -153,14 +154,16 @@ def _choose(x_shape, w_shape, padding, dtype, device, layout, tf32, deterministi
             out.append(_tuner.choose_conv2d(p, pass_, device))
     labels = tuple(out)
     if eager and need_backward and forced is None and labels != _ALL_NATIVE_LABELS:
-        plan = getattr(_Plans, _bound(labels, padding, tf32, False))
+        def run(labels_):
+            plan = getattr(_Plans, _bound(labels_, padding, tf32, False))
 
-        def run(x, w, b):
-            return (plan.cpp(x, w, b, True) if plan.cpp is not None
-                    else _ConvFunction.apply(x, w, b, plan))
-        if not _tuner_conv2d.check_conv2d_layer(_tuner_conv2d.LayerCheck(p, labels, bias, run),
-                                                device):
-            labels = _ALL_NATIVE_LABELS
+            def step(x, w, b):
+                return (plan.cpp(x, w, b, True) if plan.cpp is not None
+                        else _ConvFunction.apply(x, w, b, plan))
+            return step
+        check = _tuner_conv2d.LayerCheck(p, labels, bias, run,
+                                         _tuner_conv2d.layer_alternative(p, labels))
+        labels = _tuner_conv2d.check_conv2d_layer(check, device)
     return labels
 
 

@@ -320,3 +320,57 @@ def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label
     m2 = fastlayers.Conv2d(32, 32, 3, padding=1)
     m2(x).sum().backward()
     assert next(iter(m2._fl_plans.values())).native == (not kept)
+
+
+def test_the_layer_check_moves_the_passes_left_on_pytorchs_path(timed, no_fft, monkeypatch):
+    """Passes are tuned one by one, each beside PyTorch's path for the others: a layer whose
+    forward and input gradient took a nearly free label, and whose weight gradient stayed on
+    PyTorch's path though the label was measured for it too, would run that gradient as a
+    convolution_backward of its own. The check times the plan with the weight gradient moved to
+    the label as well, which costs the step less, and keeps it: in the file, in report(), in the
+    module's plan, and in a new process."""
+    timed("timed:memo")
+    monkeypatch.setattr(algorithms.winograd.FAMILY, "candidates", lambda problem, pass_: [])
+    tuner.set_budget(0.05)
+    real = tuner_conv2d.measure
+
+    def measure(p, pass_, device):
+        d = real(p, pass_, device)
+        assert "timed:memo" in d.times_ms
+        d.choice = NATIVE.label if pass_ == "weight_grad" else "timed:memo"
+        return d
+    monkeypatch.setattr(tuner_conv2d, "measure", measure)
+    moved = ("timed:memo",) * 3
+    x = torch.randn(4, 32, 32, 32, requires_grad=True)
+    m = fastlayers.Conv2d(32, 32, 3, padding=1)
+    m(x).sum().backward()
+    rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
+    assert len(rows) == 1, tuner.report()
+    row = rows[0]
+    assert "plan=timed:memo/timed:memo/native" in row["key"]
+    assert row["choice"] == "/".join(moved), tuner.report()
+    assert set(row["times_ms"]) == {"native", "tuned", "/".join(moved)}
+    assert row["times_ms"]["/".join(moved)] < row["times_ms"]["tuned"]
+    assert "use: %s" % "/".join(moved) in tuner.report()
+    assert next(iter(m._fl_plans.values())).choices == tuple(map(algorithms.parse, moved))
+    assert tuner.cache.file_entries()[row["key"]]["choice"] == row["choice"]
+    # a new process (memory forgotten) reads the answer from the file
+    tuner.clear(memory=True)
+    m2 = fastlayers.Conv2d(32, 32, 3, padding=1)
+    m2(x).sum().backward()
+    assert next(iter(m2._fl_plans.values())).choices == tuple(map(algorithms.parse, moved))
+
+
+def test_a_filed_layer_plan_that_cannot_serve_is_decided_again():
+    """A layer check's filed answer is 'tuned', 'native' or a plan whose labels serve its passes;
+    anything else is refused with the reason, or a ValueError for a label no family knows (the
+    entry is then decided again)."""
+    x = torch.randn(2, 4, 9, 9)
+    p = tuner.ConvProblem.from_tensors(x, torch.randn(4, 4, 3, 3), (1, 1), tf32=False)
+    c = tuner_conv2d.LayerCheck(p, ("native", "winograd:4", "native"), True, lambda labels: None)
+    assert c.fits("tuned", "layer") is None and c.fits("native", "layer") is None
+    assert c.fits("winograd:4/winograd:4/winograd:4", "layer") is None
+    assert "not an answer" in c.fits("winograd:4/native", "layer")
+    assert "weight_grad" in c.fits("winograd:4/winograd:4/winograd:6", "layer")
+    with pytest.raises(ValueError):
+        c.fits("winograd:4/winograd:4/nosuch:1", "layer")

@@ -17,7 +17,7 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import WIN_MARGIN, error_floor, measure_candidates, step_timer
+from .measure import WIN_MARGIN, error_floor, measure_candidates, step_cost, step_timer
 from .state import transforms_allowed
 
 
@@ -256,24 +256,33 @@ def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = N
 # single pass pays (the module's autograd node, the bias gradient's reduction by itself), and a
 # step whose host is the bottleneck pays it in full. So the layer's forward and backward with
 # its tuned passes are timed against PyTorch's own, and the passes stay only where the layer
-# as a whole is faster by the win margin.
+# as a whole is cheaper by the win margin. The passes were also chosen one by one, each beside
+# PyTorch's path for the others: a gradient pass off PyTorch's path leaves the other gradient
+# a convolution_backward call of its own, whose host cost PyTorch's joint call of both had
+# shared. So the check also times the plan with every pass that stayed on PyTorch's path moved
+# to its best measured candidate (layer_alternative), and the cheapest plan wins.
 LAYER = "layer"
 LAYER_ANSWERS = {"tuned": "the passes as tuned", "native": "every pass on PyTorch's path"}
 LAYER_ROUNDS = 5
 LAYER_TRIAL_MS = 4.0
 
+Labels = Tuple[str, str, str]
+
 
 @dataclass(frozen=True)
 class LayerCheck:
     """One layer's check: its problem, its tuned labels (forward, input grad, weight grad),
-    whether it has a bias, and its step with those labels, run(x, w, b) -> y (the module's own
-    call; not part of the key)."""
+    whether it has a bias, and run(labels) -> its step with those labels, f(x, w, b) -> y (the
+    module's own call; not part of the key). `alternative`: labels the check times beside the
+    tuned ones (layer_alternative), or None; it follows from the passes' decisions, which the
+    key's labels stand for."""
     kind: ClassVar[str] = "conv2d"
 
     problem: ConvProblem
-    labels: Tuple[str, str, str]
+    labels: Labels
     bias: bool
     run: Callable = field(compare=False, hash=False, repr=False)
+    alternative: Optional[Labels] = field(default=None, compare=False, hash=False)
 
     @property
     def device_type(self) -> str:
@@ -287,24 +296,67 @@ class LayerCheck:
         return "%s, plan %s" % (self.problem.describe(), "/".join(self.labels))
 
     def fits(self, label: str, pass_: str) -> Optional[str]:
-        """For a file entry: None when `label` is an answer of the check."""
-        return None if label in LAYER_ANSWERS else "not an answer of the layer check"
+        """For a file entry: None when `label` is an answer of the check ('tuned', 'native', or
+        a plan 'forward/input_grad/weight_grad' whose labels serve their passes)."""
+        if label in LAYER_ANSWERS:
+            return None
+        labels = label.split("/")
+        if len(labels) != len(PASSES):
+            return "not an answer of the layer check"
+        for lab, p in zip(labels, PASSES):
+            why = algorithms.fits(lab, self.problem, p)
+            if why is not None:
+                return "%s: %s" % (p, why)
+        return None
+
+
+def layer_labels(c: LayerCheck, answer: str) -> Labels:
+    """The labels a layer check's answer stands for."""
+    if answer == "tuned":
+        return c.labels
+    if answer == "native":
+        return (NATIVE.label,) * len(PASSES)
+    return tuple(answer.split("/"))
+
+
+def layer_alternative(p: ConvProblem, labels: Labels) -> Optional[Labels]:
+    """`labels` with each pass on PyTorch's path moved to the fastest other candidate its
+    decision measured within tolerance; None when no pass moves or none is off PyTorch's path
+    (nothing to share then)."""
+    if all(lab == NATIVE.label for lab in labels):
+        return None
+    out = list(labels)
+    for i, (lab, pass_) in enumerate(zip(labels, PASSES)):
+        if lab != NATIVE.label:
+            continue
+        d = decide.decision(p, pass_)
+        others = {k: v for k, v in (d.times_ms if d is not None else {}).items()
+                  if k != NATIVE.label}
+        if others:
+            out[i] = min(others, key=others.get)
+    alt = tuple(out)
+    return alt if alt != tuple(labels) else None
 
 
 def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Decision:
-    """The layer's forward and backward with its tuned passes against PyTorch's (F.conv2d and
-    its autograd): LAYER_ROUNDS interleaved rounds of about LAYER_TRIAL_MS of calls back to back,
-    each side's figure its median wall time per call. Back to back, a step whose host is the
-    bottleneck shows its host time and one whose device is shows the device's, so the wall time
-    alone is what the layer's own step pays (the passes were charged their extra host time
-    already)."""
+    """The layer's forward and backward with its tuned passes (and the alternative, if any)
+    against PyTorch's (F.conv2d and its autograd): LAYER_ROUNDS interleaved rounds of about
+    LAYER_TRIAL_MS of calls back to back. Each plan's figure is step_cost of its median wall
+    and host times per call, as a pass's is: back to back, a step whose host is the bottleneck
+    shows its host time and one whose device is shows the device's, and host time beyond
+    PyTorch's counts once more, since a network's other layers pay it too."""
     p = c.problem
     x, w, gy = inputs(p, device)
     b = torch.randn(p.K, device=device, dtype=p.torch_dtype) if c.bias else None
     leaves = tuple(t.requires_grad_() for t in (x, w, b) if t is not None)
     pad = [p.ph, p.pw]
+
+    def step(fn):
+        return lambda: torch.autograd.grad(fn(x, w, b), leaves, gy)
     steps = {"native": lambda: torch.autograd.grad(F.conv2d(x, w, b, 1, pad), leaves, gy),
-             "tuned": lambda: torch.autograd.grad(c.run(x, w, b), leaves, gy)}
+             "tuned": step(c.run(c.labels))}
+    if c.alternative is not None:
+        steps["/".join(c.alternative)] = step(c.run(c.alternative))
     run = step_timer(device)
     walls = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
@@ -319,25 +371,30 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
                 walls[k].append(wall)
                 hosts[k].append(host)
     host = {k: statistics.median(v) for k, v in hosts.items()}
-    times = {k: statistics.median(walls[k]) for k in steps}
-    keep = times["tuned"] <= WIN_MARGIN * times["native"]
-    reason = ("the layer's forward + backward with its passes as tuned (%s) takes %.2fx "
-              "PyTorch's: %s (win margin %.0f%%; %d rounds of %d calls)" % (
-                  "/".join(c.labels), times["tuned"] / times["native"],
-                  "kept" if keep else "PyTorch's path instead", 100 * (1 - WIN_MARGIN),
-                  LAYER_ROUNDS, calls))
-    return decide.Decision(choice="tuned" if keep else "native", source="tuned", reason=reason,
+    times = {k: step_cost(statistics.median(walls[k]), host[k], host["native"]) for k in steps}
+    best = min((k for k in steps if k != "native"), key=times.get)
+    keep = times[best] <= WIN_MARGIN * times["native"]
+    plan = "/".join(layer_labels(c, best))
+    reason = ("the layer's forward + backward with %s (%s) costs %.2fx PyTorch's: %s (win "
+              "margin %.0f%%; %d rounds of %d calls%s)" % (
+                  "its passes as tuned" if best == "tuned" else "the plan", plan,
+                  times[best] / times["native"], "kept" if keep else "PyTorch's path instead",
+                  100 * (1 - WIN_MARGIN), LAYER_ROUNDS, calls,
+                  "" if c.alternative is None else "; also timed: %s" % ", ".join(
+                      "%s %.2fx" % ("/".join(layer_labels(c, k)), times[k] / times["native"])
+                      for k in steps if k not in ("native", best))))
+    return decide.Decision(choice=best if keep else "native", source="tuned", reason=reason,
                            times_ms=times, runs={k: LAYER_ROUNDS * calls for k in steps},
                            host_ms=host)
 
 
-def check_conv2d_layer(c: LayerCheck, device: Optional[torch.device] = None) -> bool:
-    """Whether a training step keeps the layer's tuned passes (else every pass on PyTorch's
-    path); decided once per key and kept with the tuner's other decisions. Where the tuner does
-    not measure (its mode, a CPU), a decision in the file stands, else the passes as tuned; so
-    too under inference mode and torch.func's transforms, where the check's backward cannot
-    run."""
+def check_conv2d_layer(c: LayerCheck, device: Optional[torch.device] = None) -> Labels:
+    """The labels a training step runs the layer with: the tuned ones, the alternative, or every
+    pass on PyTorch's path; decided once per key and kept with the tuner's other decisions.
+    Where the tuner does not measure (its mode, a CPU), a decision in the file stands, else the
+    passes as tuned; so too under inference mode and torch.func's transforms, where the check's
+    backward cannot run."""
     if torch.is_inference_mode_enabled() or torch._C._are_functorch_transforms_active():
-        return True
-    return decide.choose(c, LAYER, device, measure_layer, observed=False,
-                         default="tuned") == "tuned"
+        return c.labels
+    return layer_labels(c, decide.choose(c, LAYER, device, measure_layer, observed=False,
+                                         default="tuned"))

@@ -104,6 +104,12 @@ def choose(problem, pass_: str, device: Optional[torch.device], measure: Measure
     return d.choice
 
 
+def decision(problem, pass_: str) -> Optional[Decision]:
+    """The decision in memory for `pass_` of `problem`, if made (choose makes it)."""
+    with _state.lock:
+        return _state.memory.get(problem.key(pass_))
+
+
 @contextlib.contextmanager
 def observing(callback: Callable[[object, str, Decision], None]):
     """Within the block, callback(problem, pass_, decision) after every choice (a memory hit too):
