@@ -263,7 +263,7 @@ def choose_conv2d(p: ConvProblem, pass_: str, device: Optional[torch.device] = N
 # to its best measured candidate (layer_alternative), and the cheapest plan wins.
 LAYER = "layer"
 LAYER_ANSWERS = {"tuned": "the passes as tuned", "native": "every pass on PyTorch's path"}
-LAYER_ROUNDS = 5
+LAYER_ROUNDS = 9
 LAYER_TRIAL_MS = 4.0
 
 Labels = Tuple[str, str, str]
@@ -340,11 +340,14 @@ def layer_alternative(p: ConvProblem, labels: Labels) -> Optional[Labels]:
 
 def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Decision:
     """The layer's forward and backward with its tuned passes (and the alternative, if any)
-    against PyTorch's (F.conv2d and its autograd): LAYER_ROUNDS interleaved rounds of about
-    LAYER_TRIAL_MS of calls back to back. Each plan's figure is step_cost of its median wall
-    and host times per call, as a pass's is: back to back, a step whose host is the bottleneck
-    shows its host time and one whose device is shows the device's, and host time beyond
-    PyTorch's counts once more, since a network's other layers pay it too."""
+    against PyTorch's (F.conv2d and its autograd): LAYER_ROUNDS rounds of about LAYER_TRIAL_MS
+    of calls back to back per plan, in an order rotated round by round. A plan's cost in a
+    round is step_cost of its wall and host times per call, as a pass's is (back to back, a
+    step whose host is the bottleneck shows its host time and one whose device is shows the
+    device's, and host time beyond PyTorch's counts once more, since a network's other layers
+    pay it too), over PyTorch's wall time in the same round; its figure is the median of those
+    ratios times PyTorch's median. Ratios within a round cancel the host's drift, which a
+    host-bound layer's separate medians did not."""
     p = c.problem
     x, w, gy = inputs(p, device)
     b = torch.randn(p.K, device=device, dtype=p.torch_dtype) if c.bias else None
@@ -358,20 +361,26 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     if c.alternative is not None:
         steps["/".join(c.alternative)] = step(c.run(c.alternative))
     run = step_timer(device)
+    names = list(steps)
     walls = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
+    ratios = {k: [] for k in names[1:]}
     with torch.autocast(device.type, enabled=False), torch.enable_grad():
         for fn in steps.values():
             fn()  # warm-up
         first = max(run(fn, (), 2)[0] for fn in steps.values())
         calls = max(3, min(32, int(LAYER_TRIAL_MS / max(first, 1e-3))))
-        for _ in range(LAYER_ROUNDS):
-            for k, fn in steps.items():
-                wall, host = run(fn, (), calls)
+        for r in range(LAYER_ROUNDS):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                wall, host = run(steps[k], (), calls)
                 walls[k].append(wall)
                 hosts[k].append(host)
+            for k in ratios:
+                ratios[k].append(step_cost(walls[k][-1], hosts[k][-1], hosts["native"][-1]) /
+                                 walls["native"][-1])
     host = {k: statistics.median(v) for k, v in hosts.items()}
-    times = {k: step_cost(statistics.median(walls[k]), host[k], host["native"]) for k in steps}
+    times = {"native": statistics.median(walls["native"])}
+    times.update({k: statistics.median(v) * times["native"] for k, v in ratios.items()})
     best = min((k for k in steps if k != "native"), key=times.get)
     keep = times[best] <= WIN_MARGIN * times["native"]
     plan = "/".join(layer_labels(c, best))
