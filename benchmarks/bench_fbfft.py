@@ -17,6 +17,11 @@ Per case (transform size n, input side h <= n, batch B) and direction (R2C; C2R 
 - Bandwidth: B (4 h w + 8 n (n/2 + 1)) bytes (real side and complex side once each) over the
   time, as a share of a device-to-device copy of as many bytes measured in the same run (the
   faster of torch's copy_ and an element-wise copy kernel).
+- Called eagerly (batch 16384, the public calls of both: fbfft.rfft2 against
+  torch.fft.rfft2, ...): wall clock of calls issued back to back to the device's completion (host
+  and device together, as a script calling the transform pays), fbfft, torch.fft and torch.fft
+  again (A/A) in one rotation per round, the median of per-round ratios; and each call's own host
+  time, issued while a sleep kernel holds the device.
 --io: also each kernel with its spectrum always staged through shared memory and always moved
 directly (fastlayers._C.testing's direct_io argument; the default is the measured choice).
 
@@ -77,6 +82,21 @@ def fbfft_call(kind, dims, n, io, x, X, normalized=True):
             (lambda: t.fbfft_irfft(X, n, n, 0, normalized, mode)))
 
 
+EAGER_CALLS, EAGER_ROUNDS = 100, 15
+
+
+def eager(torch_fn, fb_fn) -> dict:
+    """The calls as a script makes them: torch.fft / fbfft and torch.fft / torch.fft (A/A), back
+    to back to the device's completion; the held host time of each call."""
+    r = common.ab_aa({"torch": torch_fn, "fbfft": fb_fn, "torch_twin": torch_fn}, "torch",
+                     "fbfft", "torch_twin", EAGER_CALLS, EAGER_ROUNDS)
+    r["torch_us"], r["fbfft_us"] = r["ab"]["a_ms"] * 1e3, r["ab"]["b_ms"] * 1e3
+    # the sleep holds the device through 20 calls of a few tens of microseconds each
+    r["host_torch_us"] = common.held_host_us(torch_fn, sleep_cycles=30_000_000)["host_us"]
+    r["host_fbfft_us"] = common.held_host_us(fb_fn, sleep_cycles=30_000_000)["host_us"]
+    return r
+
+
 def checked(fn, ref, tol=None) -> dict:
     m = {"rel_err": common.rel_err(fn(), ref)}
     if tol is None or common.gate(m, tol):
@@ -134,6 +154,8 @@ def measure(kind, dims, n, h, B, io, copy_cache) -> dict:
     if common.usable(row["cufft_direct"]) and common.usable(head):
         row["ab_direct"] = common.interleaved(direct_fn, fb_headline, graph, 3)
         row["ratio_direct"] = row["ab_direct"]["ratio"]
+    if io == "measured" and B == 16384 and common.usable(row["fbfft"]):
+        row["eager"] = eager(torch_fn, fb)
     if nbytes not in copy_cache:
         copy_cache[nbytes] = copy_speed(nbytes)
     row["copy"] = copy_cache[nbytes]
@@ -170,7 +192,9 @@ def main(argv=None) -> int:
                                 % (TOL_FACTOR, TOL_FLOOR),
                       ratio_direct="cuFFT called directly / fbfft (C2R: both unnormalised); "
                                    "median of per-round ratios of 3 interleaved rounds",
-                      ratio_torch="torch.fft / fbfft (C2R: both normalised)")
+                      ratio_torch="torch.fft / fbfft (C2R: both normalised)",
+                      eager="back to back, %d calls a trial, %d rounds of torch.fft / fbfft / "
+                            "torch.fft rotated; host: held device" % (EAGER_CALLS, EAGER_ROUNDS))
     doc["rows"] = rows = []
     res = common.Results(args.out, doc)
     log(common.describe_run(doc))
@@ -193,12 +217,15 @@ def main(argv=None) -> int:
                 bad = [k for k in ("fbfft", "fbfft_unnormalized", "cufft_direct")
                        if "failed" in r.get(k, {})] or (["run"] if "failed" in r else [])
                 failed += bool(bad) and not r.get("oom")
+                ea = r.get("eager", {})
                 log("  %dD n=%-3d h=%-3d B=%-8d %s %-8s fbfft %s ms | direct x%s | torch.fft x%s"
-                    " | %s%% of copy%s" % (
+                    " | %s%% of copy | eager x%s (A/A %s)%s" % (
                         dims, n, h, B, kind, io, common.fmt(r.get("fbfft", {}).get("ms"), ".4f"),
                         common.fmt(r.get("ratio_direct"), ".2f"),
                         common.fmt(r.get("ratio_torch"), ".2f"),
                         common.fmt(r.get("fbfft_pct_copy"), ".0f"),
+                        common.fmt(ea.get("ratio"), ".2f"),
+                        common.fmt(ea.get("aa", {}).get("ratio"), ".2f"),
                         "  FAILED: " + "; ".join(r.get(k, r).get("failed", "") for k in bad)
                         if bad else ""))
                 res.save()

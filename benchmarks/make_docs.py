@@ -221,6 +221,26 @@ def fbfft(doc: dict) -> str:
             "a device-to-device copy of as many bytes in the same run. Bold: a target met against "
             "the direct call (2-D, B = 16384, n = 8..64: R2C >= 2x, C2R >= 3x, padded "
             "reads >= 3x)."]
+    eager = [r for r in doc.get("rows", []) if r.get("io", "measured") == "measured"
+             and "kernel" not in r and r.get("eager")]
+    if eager:
+        out += ["", "Called eagerly (`fbfft.rfft2` against `torch.fft.rfft2`, ...; host and device "
+                "together), us per call:", "",
+                "| dims | n (input) | B | kind | torch.fft us | fbfft us | x (95% interval) | A/A x "
+                "| host us torch.fft / fbfft |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in eager:
+            e = r["eager"]
+            ci = e["ab"].get("ratio_ci95")
+            out.append("| %d | %s | %d | %s | %.1f | %.1f | %s%s | %s | %.1f / %.1f |" % (
+                r["dims"], "%d (%d)" % (r["n"], r["h"]) if r["h"] != r["n"] else str(r["n"]),
+                r["B"], r["kind"].upper(), e["torch_us"], e["fbfft_us"], f(e["ratio"]),
+                " (%s-%s)" % (f(ci[0]), f(ci[1])) if ci else "", f(e["aa"]["ratio"]),
+                e["host_torch_us"], e["host_fbfft_us"]))
+        out += ["", "Calls issued back to back to the device's completion, %s; x = torch.fft / "
+                "fbfft (> 1: fbfft faster), the median of per-round ratios; A/A: torch.fft over "
+                "itself in the same rounds. Host us: the call's own host time, issued while a "
+                "sleep kernel holds the device (median)." % doc.get("config", {}).get(
+                    "eager", "")]
     io = [r for r in doc.get("rows", []) if r.get("io", "measured") != "measured"]
     if io:
         out += ["", "Spectrum movement forced (`--io`), x direct:", "",
@@ -732,9 +752,12 @@ def summary(docs: dict) -> str:
         r2c = [p["r2c"].get("ratio_direct") for p in sel if "r2c" in p and p["r2c"]["h"] == p["r2c"]["n"]]
         pad = [p["r2c"].get("ratio_direct") for p in sel if "r2c" in p and p["r2c"]["h"] != p["r2c"]["n"]]
         c2r = [p["c2r"].get("ratio_direct") for p in sel if "c2r" in p]
+        ea = [p[k]["eager"]["ratio"] for p in sel for k in ("r2c", "c2r")
+              if p.get(k, {}).get("eager")]
         rows.append(("fbfft 2-D, n = 8..64, B = 16384, over cuFFT called directly",
-                     "R2C %sx (target 2x), C2R %sx (target 3x), padded reads %sx (target 3x)" % (
-                         span(r2c), span(c2r), span(pad))))
+                     "R2C %sx (target 2x), C2R %sx (target 3x), padded reads %sx (target 3x)%s" % (
+                         span(r2c), span(c2r), span(pad),
+                         "; called eagerly, over torch.fft %sx" % span(ea) if ea else "")))
     pc = docs.get("paper-conv")
     if pc:
         rs = pc[1].get("rows", [])

@@ -1,9 +1,9 @@
-"""fbfft transforms: typed wrappers of torch.ops.fastlayers.fbfft_*, their fake kernels and
-autograd (each transform's backward is the other one, with the half-spectrum weights).
+"""fbfft transforms: typed wrappers of torch.ops.fastlayers.fbfft_* and their fake kernels (their
+autograd, each transform's backward the other one, is registered in C++).
 
 Semantics (csrc/fbfft/fbfft.h): the real side is read or written through a window, window(x)[i] =
 x[i + offset] where in range and 0 elsewhere; rfft2 can return the two innermost dimensions
-transposed; the inverse scales by 1/n when `normalized`.
+transposed; the inverse scales by 1/n when `normalized`. Autograd: csrc/fbfft/fbfft_autograd.cpp.
 """
 from __future__ import annotations
 
@@ -73,64 +73,6 @@ def _irfft2_fake(input, size, out_size, offset=(0, 0), transposed=False, normali
     return input.new_empty((*input.shape[:-2], *out_size), dtype=_real_of(input))
 
 
-# --- autograd ------------------------------------------------------------------------------
-# A half spectrum holds each interior bin once for two of the full spectrum. With d = 2 on the
-# interior bins of the halved dimension and 1 on its DC and Nyquist bins:
-#   rfft:   X = R(window(x))       ->  grad x = C(grad X / d) read back through window(-offset)
-#   irfft:  y = window(C(X) / s)   ->  grad X = R(window(grad y, -offset)) * d / s
-# where R is the unnormalised real FFT, C the unnormalised C2R inverse and s the scale.
-
-
-def _half_spectrum_weights(bins: int, like: Tensor) -> Tensor:
-    d = torch.full((bins,), 2.0, dtype=_real_of(like) if like.is_complex() else like.dtype,
-                   device=like.device)
-    d[0] = 1.0
-    d[-1] = 1.0  # Nyquist (the sizes are even)
-    return d
-
-
-def _setup_forward(ctx, inputs, output):
-    ctx.args = inputs[1:]
-    ctx.in_shape = inputs[0].shape
-    ctx.in_dtype = inputs[0].dtype
-
-
-def _backward_rfft(ctx, g):
-    n, offset = ctx.args
-    d = _half_spectrum_weights(n // 2 + 1, g)
-    gx = torch.ops.fastlayers.fbfft_irfft(g / d, n, ctx.in_shape[-1], -offset, False)
-    return gx.to(ctx.in_dtype), None, None
-
-
-def _backward_irfft(ctx, g):
-    n, out_size, offset, normalized = ctx.args
-    d = _half_spectrum_weights(n // 2 + 1, g)
-    gX = torch.ops.fastlayers.fbfft_rfft(g, n, -offset) * d
-    return (gX / n if normalized else gX), None, None, None, None
-
-
-def _backward_rfft2(ctx, g):
-    size, offset, transposed = ctx.args
-    d = _half_spectrum_weights(size[1] // 2 + 1, g)
-    d = d.unsqueeze(-1) if transposed else d
-    out = (ctx.in_shape[-2], ctx.in_shape[-1])
-    gx = torch.ops.fastlayers.fbfft_irfft2(g / d, size, out, (-offset[0], -offset[1]), transposed,
-                                           False)
-    return gx.to(ctx.in_dtype), None, None, None
-
-
-def _backward_irfft2(ctx, g):
-    size, out_size, offset, transposed, normalized = ctx.args
-    d = _half_spectrum_weights(size[1] // 2 + 1, g)
-    d = d.unsqueeze(-1) if transposed else d
-    gX = torch.ops.fastlayers.fbfft_rfft2(g, size, (-offset[0], -offset[1]), transposed) * d
-    return (gX / (size[0] * size[1]) if normalized else gX), None, None, None, None, None
-
-
-torch.library.register_autograd("fastlayers::fbfft_rfft", _backward_rfft, setup_context=_setup_forward)
-torch.library.register_autograd("fastlayers::fbfft_irfft", _backward_irfft,
-                                setup_context=_setup_forward)
-torch.library.register_autograd("fastlayers::fbfft_rfft2", _backward_rfft2,
-                                setup_context=_setup_forward)
-torch.library.register_autograd("fastlayers::fbfft_irfft2", _backward_irfft2,
-                                setup_context=_setup_forward)
+# Autograd: registered in C++ (csrc/fbfft/fbfft_autograd.cpp), where a call that needs no graph
+# goes straight to the device kernel: these are launch-sized ops called eagerly, and a Python
+# autograd kernel is entered on every call.

@@ -1,0 +1,203 @@
+// Autograd of the fbfft transforms, in C++: each transform's backward is the other one, through
+// the dispatcher (so a backward under create_graph is recorded, and double backward works).
+// The transforms are launch-sized ops that users call eagerly, one call per batch: a Python
+// autograd kernel (torch.library.register_autograd) is entered on every call, gradients wanted
+// or not, and its round trip through Python cost more host time than the kernel takes. Here a
+// call that needs no graph goes straight below autograd.
+//
+// A half spectrum holds each interior bin once for two of the full spectrum. With d = 2 on the
+// interior bins of the halved dimension and 1 on its DC and Nyquist bins:
+//   rfft:   X = R(window(x))        ->  grad x = C(grad X / d) read back through window(-offset)
+//   irfft:  y = window(C(X) / s)    ->  grad X = R(window(grad y, -offset)) * d / s
+// where R is the unnormalised real FFT, C the unnormalised C2R inverse and s the scale (1, or
+// the transform's size when `normalized`). The gradient of a real input has the input's dtype.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <vector>
+
+namespace fastlayers {
+namespace fbfft_host {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Schemas: csrc/fastlayers.cpp.
+using Rfft = at::Tensor(const at::Tensor&, c10::SymInt, int64_t);
+using Irfft = at::Tensor(const at::Tensor&, c10::SymInt, c10::SymInt, int64_t, bool);
+using Rfft2 = at::Tensor(const at::Tensor&, c10::SymIntArrayRef, at::IntArrayRef, bool);
+using Irfft2 = at::Tensor(const at::Tensor&, c10::SymIntArrayRef, c10::SymIntArrayRef,
+                          at::IntArrayRef, bool, bool);
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+struct Ops {
+  c10::TypedOperatorHandle<Rfft> rfft = handle<Rfft>("fastlayers::fbfft_rfft");
+  c10::TypedOperatorHandle<Irfft> irfft = handle<Irfft>("fastlayers::fbfft_irfft");
+  c10::TypedOperatorHandle<Rfft2> rfft2 = handle<Rfft2>("fastlayers::fbfft_rfft2");
+  c10::TypedOperatorHandle<Irfft2> irfft2 = handle<Irfft2>("fastlayers::fbfft_irfft2");
+};
+
+const Ops& ops() {
+  static const Ops o;
+  return o;
+}
+
+bool needs_graph(const at::Tensor& input) {
+  return at::GradMode::is_enabled() && input.requires_grad();
+}
+
+// d over the halved dimension's n/2+1 bins, real, on the gradient's device: [bins], or
+// [bins, 1] when that dimension is the second innermost (transposed 2-D spectra).
+at::Tensor half_spectrum_weights(const c10::SymInt& n, const at::Tensor& like, bool column) {
+  const auto real = like.is_complex() ? c10::toRealValueType(like.scalar_type())
+                                      : like.scalar_type();
+  const c10::SymInt bins = n / 2 + 1;
+  auto d = at::full_symint({bins}, 2.0, like.options().dtype(real));
+  d.narrow_symint(0, 0, 1).fill_(1.0);
+  d.narrow_symint(0, bins - 1, 1).fill_(1.0);  // Nyquist: the sizes are even
+  return column ? d.unsqueeze(-1) : d;
+}
+
+std::vector<int64_t> negated(at::IntArrayRef v) {
+  std::vector<int64_t> out(v.begin(), v.end());
+  for (auto& x : out) x = -x;
+  return out;
+}
+
+struct RfftFn : torch::autograd::Function<RfftFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, c10::SymInt n,
+                            int64_t offset) {
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["w"] = input.sym_size(-1);
+    ctx->saved_data["dtype"] = input.scalar_type();
+    return ops().rfft.call(input, n, offset);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = grads[0];
+    const c10::SymInt n = ctx->saved_data["n"].toSymInt();
+    const auto gx = ops().irfft.call(g / half_spectrum_weights(n, g, false), n,
+                                     ctx->saved_data["w"].toSymInt(),
+                                     -ctx->saved_data["offset"].toInt(), false);
+    return {gx.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct IrfftFn : torch::autograd::Function<IrfftFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, c10::SymInt n,
+                            c10::SymInt out_size, int64_t offset, bool normalized) {
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["normalized"] = normalized;
+    return ops().irfft.call(input, n, out_size, offset, normalized);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = grads[0];
+    const c10::SymInt n = ctx->saved_data["n"].toSymInt();
+    auto gX = ops().rfft.call(g, n, -ctx->saved_data["offset"].toInt()) *
+              half_spectrum_weights(n, g, false);
+    if (ctx->saved_data["normalized"].toBool()) gX = gX / c10::Scalar(n);
+    return {gX, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct Rfft2Fn : torch::autograd::Function<Rfft2Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            c10::SymIntArrayRef size, at::IntArrayRef offset, bool transposed) {
+    ctx->saved_data["size"] = size;
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["transposed"] = transposed;
+    ctx->saved_data["hw"] = input.sym_sizes().slice(input.dim() - 2);
+    ctx->saved_data["dtype"] = input.scalar_type();
+    return ops().rfft2.call(input, size, offset, transposed);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = grads[0];
+    const auto size = ctx->saved_data["size"].toSymIntVector();
+    const auto hw = ctx->saved_data["hw"].toSymIntVector();
+    const bool transposed = ctx->saved_data["transposed"].toBool();
+    const auto gx = ops().irfft2.call(g / half_spectrum_weights(size[1], g, transposed), size, hw,
+                                      negated(ctx->saved_data["offset"].toIntVector()),
+                                      transposed, false);
+    return {gx.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+struct Irfft2Fn : torch::autograd::Function<Irfft2Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            c10::SymIntArrayRef size, c10::SymIntArrayRef out_size,
+                            at::IntArrayRef offset, bool transposed, bool normalized) {
+    ctx->saved_data["size"] = size;
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["transposed"] = transposed;
+    ctx->saved_data["normalized"] = normalized;
+    return ops().irfft2.call(input, size, out_size, offset, transposed, normalized);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = grads[0];
+    const auto size = ctx->saved_data["size"].toSymIntVector();
+    const bool transposed = ctx->saved_data["transposed"].toBool();
+    auto gX = ops().rfft2.call(g, size, negated(ctx->saved_data["offset"].toIntVector()),
+                               transposed) *
+              half_spectrum_weights(size[1], g, transposed);
+    if (ctx->saved_data["normalized"].toBool()) gX = gX / c10::Scalar(size[0] * size[1]);
+    return {gX, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// The Autograd kernels: a call that builds no graph runs the device kernel directly.
+at::Tensor rfft(const at::Tensor& input, c10::SymInt n, int64_t offset) {
+  if (!needs_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return ops().rfft.call(input, n, offset);
+  }
+  return RfftFn::apply(input, n, offset);
+}
+
+at::Tensor irfft(const at::Tensor& input, c10::SymInt n, c10::SymInt out_size, int64_t offset,
+                 bool normalized) {
+  if (!needs_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return ops().irfft.call(input, n, out_size, offset, normalized);
+  }
+  return IrfftFn::apply(input, n, out_size, offset, normalized);
+}
+
+at::Tensor rfft2(const at::Tensor& input, c10::SymIntArrayRef size, at::IntArrayRef offset,
+                 bool transposed) {
+  if (!needs_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return ops().rfft2.call(input, size, offset, transposed);
+  }
+  return Rfft2Fn::apply(input, size, offset, transposed);
+}
+
+at::Tensor irfft2(const at::Tensor& input, c10::SymIntArrayRef size, c10::SymIntArrayRef out_size,
+                  at::IntArrayRef offset, bool transposed, bool normalized) {
+  if (!needs_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return ops().irfft2.call(input, size, out_size, offset, transposed, normalized);
+  }
+  return Irfft2Fn::apply(input, size, out_size, offset, transposed, normalized);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastlayers, Autograd, m) {
+  m.impl("fbfft_rfft", TORCH_FN(rfft));
+  m.impl("fbfft_irfft", TORCH_FN(irfft));
+  m.impl("fbfft_rfft2", TORCH_FN(rfft2));
+  m.impl("fbfft_irfft2", TORCH_FN(irfft2));
+}
+
+}  // namespace fbfft_host
+}  // namespace fastlayers
