@@ -236,11 +236,12 @@ def fbfft(doc: dict) -> str:
                 r["B"], r["kind"].upper(), e["torch_us"], e["fbfft_us"], f(e["ratio"]),
                 " (%s-%s)" % (f(ci[0]), f(ci[1])) if ci else "", f(e["aa"]["ratio"]),
                 e["host_torch_us"], e["host_fbfft_us"]))
-        out += ["", "Calls issued back to back to the device's completion, %s; x = torch.fft / "
+        out += ["", "Calls issued back to back to the device's completion (%s); x = torch.fft / "
                 "fbfft (> 1: fbfft faster), the median of per-round ratios; A/A: torch.fft over "
                 "itself in the same rounds. Host us: the call's own host time, issued while a "
                 "sleep kernel holds the device (median)." % doc.get("config", {}).get(
                     "eager", "")]
+    out += _merged_note(doc)
     io = [r for r in doc.get("rows", []) if r.get("io", "measured") != "measured"]
     if io:
         out += ["", "Spectrum movement forced (`--io`), x direct:", "",
