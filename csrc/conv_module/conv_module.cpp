@@ -12,7 +12,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
@@ -26,6 +25,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "../common/op_handle.h"
 
 namespace fastlayers {
 namespace conv_module {
@@ -71,21 +72,18 @@ using WinogradInputGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::
 using WinogradGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef, int64_t,
                                 bool);
 
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
 struct Ops {
-  c10::TypedOperatorHandle<FftForward> fft = op<FftForward>("fastlayers::fft_conv2d");
-  c10::TypedOperatorHandle<FftGrad> fft_igrad = op<FftGrad>("fastlayers::fft_conv2d_input_grad");
-  c10::TypedOperatorHandle<FftGrad> fft_wgrad = op<FftGrad>("fastlayers::fft_conv2d_weight_grad");
+  c10::TypedOperatorHandle<FftForward> fft = op_handle<FftForward>("fastlayers::fft_conv2d");
+  c10::TypedOperatorHandle<FftGrad> fft_igrad =
+      op_handle<FftGrad>("fastlayers::fft_conv2d_input_grad");
+  c10::TypedOperatorHandle<FftGrad> fft_wgrad =
+      op_handle<FftGrad>("fastlayers::fft_conv2d_weight_grad");
   c10::TypedOperatorHandle<WinogradForward> wino =
-      op<WinogradForward>("fastlayers::winograd_conv2d");
+      op_handle<WinogradForward>("fastlayers::winograd_conv2d");
   c10::TypedOperatorHandle<WinogradInputGrad> wino_igrad =
-      op<WinogradInputGrad>("fastlayers::winograd_conv2d_input_grad");
+      op_handle<WinogradInputGrad>("fastlayers::winograd_conv2d_input_grad");
   c10::TypedOperatorHandle<WinogradGrad> wino_wgrad =
-      op<WinogradGrad>("fastlayers::winograd_conv2d_weight_grad");
+      op_handle<WinogradGrad>("fastlayers::winograd_conv2d_weight_grad");
 };
 
 const Ops& ops() {

@@ -12,12 +12,13 @@
 // where R is the unnormalised real FFT, C the unnormalised C2R inverse and s the scale (1, or
 // the transform's size when `normalized`). The gradient of a real input has the input's dtype.
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <vector>
+
+#include "../common/op_handle.h"
 
 namespace fastlayers {
 namespace fbfft_host {
@@ -33,16 +34,11 @@ using Rfft2 = at::Tensor(const at::Tensor&, c10::SymIntArrayRef, at::IntArrayRef
 using Irfft2 = at::Tensor(const at::Tensor&, c10::SymIntArrayRef, c10::SymIntArrayRef,
                           at::IntArrayRef, bool, bool);
 
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
 struct Ops {
-  c10::TypedOperatorHandle<Rfft> rfft = handle<Rfft>("fastlayers::fbfft_rfft");
-  c10::TypedOperatorHandle<Irfft> irfft = handle<Irfft>("fastlayers::fbfft_irfft");
-  c10::TypedOperatorHandle<Rfft2> rfft2 = handle<Rfft2>("fastlayers::fbfft_rfft2");
-  c10::TypedOperatorHandle<Irfft2> irfft2 = handle<Irfft2>("fastlayers::fbfft_irfft2");
+  c10::TypedOperatorHandle<Rfft> rfft = op_handle<Rfft>("fastlayers::fbfft_rfft");
+  c10::TypedOperatorHandle<Irfft> irfft = op_handle<Irfft>("fastlayers::fbfft_irfft");
+  c10::TypedOperatorHandle<Rfft2> rfft2 = op_handle<Rfft2>("fastlayers::fbfft_rfft2");
+  c10::TypedOperatorHandle<Irfft2> irfft2 = op_handle<Irfft2>("fastlayers::fbfft_irfft2");
 };
 
 const Ops& ops() {

@@ -3,12 +3,12 @@
 #include "lstm.h"
 
 #include <ATen/Context.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <string>
 
 #include "../common/autocast.h"
+#include "../common/op_handle.h"
 #include "module_api.h"
 
 namespace fastlayers {
@@ -56,14 +56,18 @@ Geometry check(const char* op, const Tensor& input, const Tensor& h0, const Tens
     TORCH_CHECK(bs.dim() == 1 && bs.scalar_type() == at::kLong && bs.device().is_cpu(), op,
                 ": `batch_sizes` must be a 1-D int64 CPU tensor (PackedSequence.batch_sizes), got ",
                 bs.scalar_type(), " of shape ", bs.sizes(), " on ", bs.device());
+    TORCH_CHECK(h0.dim() == 2 && c0.dim() == 2, op, ": `h0` and `c0` must be 2-D [B, ",
+                g.proj ? "proj_size" : "hidden_size", "] and [B, hidden_size], got shapes ",
+                h0.sizes(), " and ", c0.sizes());
     g.T = bs.size(0);
     const auto* p = bs.contiguous().const_data_ptr<int64_t>();
     g.bs.assign(p, p + g.T);
-    g.B = h0.dim() == 2 ? h0.size(0) : -1;
+    g.B = h0.size(0);
     int64_t sum = 0;
     for (int64_t t = 0; t < g.T; ++t) {
       TORCH_CHECK(g.bs[t] >= 1 && (t == 0 || g.bs[t] <= g.bs[t - 1]), op,
-                  ": `batch_sizes` must be positive and non-increasing, got ", bs);
+                  ": `batch_sizes` must be positive and non-increasing, got ",
+                  at::IntArrayRef(g.bs));
       g.off.push_back(sum);
       sum += g.bs[t];
     }
@@ -139,6 +143,13 @@ StackArgs check_stack(const char* op, const Tensor& input, const Tensor& h0, con
     a.b_ih.push_back(has_biases ? OptTensor(weights[per * l + 2]) : std::nullopt);
     a.b_hh.push_back(has_biases ? OptTensor(weights[per * l + 3]) : std::nullopt);
   }
+  // h0 and c0 whole, where the first layer's weights and the input give their shape (else the
+  // first layer's check names what is wrong)
+  if (input.dim() == 3 && a.w_ih[0].dim() == 2 && a.w_ih[0].size(0) % 4 == 0) {
+    const int64_t H = a.w_ih[0].size(0) / 4;
+    check_operand(op, "h0", h0, {a.L, input.size(1), H}, input, "input");
+    check_operand(op, "c0", c0, {a.L, input.size(1), H}, input, "input");
+  }
   a.g = check(op, input, h0[0], c0[0], a.w_ih[0], a.w_hh[0], a.b_ih[0], a.b_hh[0], std::nullopt,
               std::nullopt);
   const int64_t H = a.g.H;
@@ -167,11 +178,17 @@ std::tuple<Tensor, Tensor> lstm_cell(const Tensor& input, const Tensor& hx, cons
                                      const OptTensor& b_hh, const OptTensor& w_hr, bool tf32) {
   TORCH_CHECK(input.dim() == 2, "lstm_cell: `input` must be 2-D [B, input_size], got shape ",
               input.sizes());
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fastlayers::lstm", "")
-                       .typed<Outputs(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, const OptTensor&, const OptTensor&,
-                                      const OptTensor&, const OptTensor&, bool, bool)>();
+  // the states by their own names (lstm's check would call them h0 and c0)
+  if (w_ih.dim() == 2 && w_ih.size(0) % 4 == 0 && (!w_hr.has_value() || w_hr->dim() == 2)) {
+    const int64_t B = input.size(0), H = w_ih.size(0) / 4;
+    check_operand("lstm_cell", "hx", hx, {B, w_hr.has_value() ? w_hr->size(0) : H}, input,
+                  "input");
+    check_operand("lstm_cell", "cx", cx, {B, H}, input, "input");
+  }
+  static const auto op =
+      op_handle<Outputs(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
+                        bool, bool)>("fastlayers::lstm");
   auto out = op.call(input.unsqueeze(0), hx, cx, w_ih, w_hh, b_ih, b_hh, w_hr, std::nullopt,
                      false, tf32);
   return {std::get<1>(out), std::get<2>(out)};
