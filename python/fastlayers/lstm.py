@@ -48,7 +48,8 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
     `backward`: whether the persistent backward (lstm_backward_persistent) serves them too
     (batches up to 16; lstm_persistent's gradient is lstm_backward's elsewhere)."""
     device = torch.device(device)
-    if device.type != "cuda" or dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if (device.type != "cuda" or dtype not in (torch.float32, torch.float16, torch.bfloat16)
+            or not torch.cuda.is_available()):
         return False
     from . import _C
     fits = getattr(_C, "lstm_persistent_fits", None)
@@ -140,10 +141,17 @@ def _backward_lstm(ctx, g_out, g_h, g_c, _g_reserve, _g_reserve_h,
     gx, gh0, gc0, gw_ih, gw_hh, gb, gw_hr = op(
         g_out.contiguous(), g_h, g_c, input, h0, c0, w_ih, w_hh, w_hr, batch_sizes, reserve,
         reserve_h, reverse, tf32, need[0], need_weights)
+    gb_ih = gb if has_b_ih and need[5] else None
+    gb_hh = _second(gb, gb_ih) if has_b_hh and need[6] else None
     return (gx if need[0] else None, gh0 if need[1] else None, gc0 if need[2] else None,
-            gw_ih if need[3] else None, gw_hh if need[4] else None,
-            gb if has_b_ih and need[5] else None, gb if has_b_hh and need[6] else None,
+            gw_ih if need[3] else None, gw_hh if need[4] else None, gb_ih, gb_hh,
             gw_hr if w_hr is not None and need[7] else None, None, None, None)
+
+
+def _second(gb, first):
+    """The two biases' gradients are equal: the second is a tensor of its own where the first
+    is returned too (one object for both would let an in-place change of one alter the other)."""
+    return gb.clone() if first is not None else gb
 
 
 def _backward_lstm_persistent(ctx, *grads):
@@ -189,9 +197,13 @@ def _backward_lstm_stack(ctx, g_out, g_h, g_c, _g_inner, _g_reserve, _g_reserve_
         mine = [gw_ih, gw_hh] + ([gb, gb] if has_biases else [])
         for k, grad in enumerate(mine):
             gw[per * layer + k] = grad if need[3][per * layer + k] else None
+        if has_biases and gw[per * layer + 3] is not None:
+            gw[per * layer + 3] = _second(gb, gw[per * layer + 2])
         g = gx
+    # the weights' gradients as a list of theirs (None where not needed), as autograd expects
+    # for a list input, even where none is needed
     grads = (g if need[0] else None, torch.stack(gh0) if need[1] else None,
-             torch.stack(gc0) if need[2] else None, gw if any(need[3]) else None, None, None)
+             torch.stack(gc0) if need[2] else None, gw, None, None)
     # as many as the call passed (the dispatcher drops trailing arguments left at their
     # defaults; with a list among the inputs the count must match)
     return grads[:len(need)]

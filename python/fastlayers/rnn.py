@@ -58,8 +58,10 @@ class LSTM(nn.RNNBase):
     _native_forward = nn.LSTM.forward
 
     def force_algorithm(self, algorithm: Optional[str]) -> "LSTM":
-        """Pins "fused" (fastlayers' ops) or "native" (nn.LSTM's forward); None: the default.
-        Returns the module."""
+        """Pins "fused" (fastlayers' ops), "persistent" (the persistent kernel; an error where it
+        cannot serve the input) or "native" (nn.LSTM's forward); None: the tuner's choice again.
+        Dtypes the ops do not serve run nn.LSTM's forward whatever is pinned, listed in
+        fastlayers.tuner.report(). Returns the module."""
         if algorithm is not None and algorithm not in ALGORITHMS:
             raise ValueError(f"LSTM algorithm must be one of {ALGORITHMS} or None, got "
                              f"{algorithm!r}")
@@ -139,7 +141,8 @@ class LSTM(nn.RNNBase):
     def forward(self, input, hx=None):
         packed = isinstance(input, PackedSequence)
         data = input.data if packed else input
-        if not isinstance(data, torch.Tensor) or (not packed and input.dim() not in (2, 3)):
+        if (not isinstance(data, torch.Tensor) or (not packed and input.dim() not in (2, 3)) or
+                (hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2))):
             return self._native_forward(input, hx)  # nn.LSTM's own error
         if packed:
             data, batch_sizes, sorted_indices, unsorted_indices = input
@@ -183,8 +186,11 @@ class LSTM(nn.RNNBase):
         x = data if packed else data.contiguous()
         if choice == "fused" and self._fl_stacks(packed, data):
             # one wavefront over every layer (lstm_stack): no dropout between them here
-            y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(
-                x, h0, c0, self._flat_weights, self.bias, tf32)
+            # the weights as attributes give them now (functional_call, parametrizations),
+            # not the list nn.RNNBase keeps of them
+            weights = [getattr(self, name) for name in self._flat_weights_names]
+            y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(x, h0, c0, weights, self.bias,
+                                                               tf32)
             if not batched:
                 return y.squeeze(1), (h.squeeze(1), c.squeeze(1))
             return (y.transpose(0, 1) if self.batch_first else y), (h, c)

@@ -120,7 +120,10 @@ BAD_ARGUMENTS = {
     "batch_sizes-increasing": (lambda d: _lstm(
         d, batch_sizes=torch.tensor([1, 2, 2, 3]), h0=lambda a: a["h0"][:1],
         c0=lambda a: a["c0"][:1]),
-        L + r"`batch_sizes` must be positive and non-increasing"),
+        L + r"`batch_sizes` must be positive and non-increasing, got \[1, 2, 2, 3\]$"),
+    "packed-h0-1d": (lambda d: _lstm(d, h0=lambda a: a["h0"][0]),
+                     L + r"`h0` and `c0` must be 2-D \[B, hidden_size\] and \[B, hidden_size\], "
+                         r"got shapes \[6\] and \[3, 6\]"),
     "batch_sizes-zero": (lambda d: _lstm(d, batch_sizes=torch.tensor([3, 2, 2, 1, 0])),
                          L + r"`batch_sizes` must be positive and non-increasing"),
     "batch_sizes-sum-short": (lambda d: _lstm(d, batch_sizes=torch.tensor([3, 2, 2])),
@@ -140,6 +143,14 @@ BAD_ARGUMENTS = {
     "lstm_cell-input-3d": (lambda d: fl.lstm_cell(_t(1, 3, 5, device=d), *(
         _args(d)[k] for k in ("h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh", "w_hr")), False),
         r"lstm_cell: `input` must be 2-D \[B, input_size\], got shape \[1, 3, 5\]"),
+    "lstm_cell-hx-batch": (lambda d: fl.lstm_cell(_args(d, packed=False)["input"][0], *(
+        _args(d, packed=False)[k][1:] if k == "h0" else _args(d, packed=False)[k]
+        for k in ("h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh", "w_hr")), False),
+        r"lstm_cell: `hx` must have shape \[3, 6\], got \[2, 6\]"),
+    "lstm_cell-cx-hidden": (lambda d: fl.lstm_cell(_args(d, packed=False)["input"][0], *(
+        _args(d, packed=False)[k][:, 1:] if k == "c0" else _args(d, packed=False)[k]
+        for k in ("h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh", "w_hr")), False),
+        r"lstm_cell: `cx` must have shape \[3, 6\], got \[3, 5\]"),
     # lstm_backward
     "backward-reserve-shape": (lambda d: _backward(d, reserve=lambda b: b["reserve"][:, :-1]),
                                LB + r"`reserve` is not what lstm saved for these arguments "

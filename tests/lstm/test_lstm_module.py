@@ -309,6 +309,10 @@ BAD_INPUTS = {
                           lambda: tuple(t[:, 0] for t in _hx(2, 3, 7, 7))),
     "hx-3d-for-unbatched": ("padded", lambda: torch.randn(5, 5, dtype=torch.float64),
                             lambda: _hx(2, 1, 7, 7)),
+    "hx-three-states": ("padded", lambda: torch.randn(5, 3, 5, dtype=torch.float64),
+                        lambda: _hx(2, 3, 7, 7) + (torch.zeros(2, 3, 7, dtype=torch.float64),)),
+    "hx-one-state": ("padded", lambda: torch.randn(5, 3, 5, dtype=torch.float64),
+                     lambda: _hx(2, 3, 7, 7)[:1]),
     "empty-sequence": ("padded", lambda: torch.randn(0, 3, 5, dtype=torch.float64), None),
     "packed-features": ("packed", lambda: torch.randn(5, 3, 4, dtype=torch.float64), None),
     "packed-hx-batch": ("packed", lambda: torch.randn(5, 3, 5, dtype=torch.float64),
@@ -341,6 +345,54 @@ def test_nn_lstms_errors(bad):
         errors)
     if form == "padded":  # nn.LSTM's own checks in Python: the same message
         assert str(errors[1]) == str(errors[0])
+
+
+# The stack path (lstm_stack: two or more unidirectional layers) and the per-layer path.
+PATH_CONFIGS = ["layers3", "bi-layers2"]
+
+
+@pytest.mark.parametrize("name", PATH_CONFIGS)
+def test_frozen_weights_still_give_the_other_gradients(name):
+    ref, fast = pair(CONFIGS[name][0])
+    x, hx = make_inputs(name)
+    got = []
+    for m in (ref, fast):
+        m.requires_grad_(False)
+        xs = [t.detach().clone().requires_grad_() for t in (x, *hx)]
+        y, (h, c) = m(xs[0], tuple(xs[1:]))
+        got.append(torch.autograd.grad((y * y.cos()).sum() + (c ** 3).sum(), xs))
+    for a, b in zip(*got):
+        assert rel_err(b, a) <= FLOAT64_BOUND
+
+
+@pytest.mark.parametrize("name", PATH_CONFIGS)
+def test_weights_given_for_the_call_are_the_ones_used(name):
+    # torch.func.functional_call and parametrizations put other tensors behind the parameter
+    # names for a call; nn.LSTM reads them there
+    ref, fast = pair(CONFIGS[name][0])
+    x, hx = make_inputs(name)
+    params = {n: p.detach() * 1.5 for n, p in ref.named_parameters()}
+    a, b = (torch.func.functional_call(m, params, (x, hx))[0] for m in (ref, fast))
+    assert rel_err(b, a) <= FLOAT64_BOUND
+
+    class Twice(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    for m in (ref, fast):
+        torch.nn.utils.parametrize.register_parametrization(m, "weight_hh_l1", Twice())
+    assert rel_err(fast(x, hx)[0], ref(x, hx)[0]) <= FLOAT64_BOUND
+
+
+@pytest.mark.parametrize("name", PATH_CONFIGS)
+def test_the_two_bias_gradients_are_tensors_of_their_own(name):
+    ref, fast = pair(CONFIGS[name][0])
+    x, hx = make_inputs(name)
+    y, _ = fast(x, hx)
+    biases = [p for n, p in fast.named_parameters() if n.startswith("bias_")]
+    grads = torch.autograd.grad(y.square().sum(), biases)
+    ptrs = [g.data_ptr() for g in grads]
+    assert len(set(ptrs)) == len(ptrs)
 
 
 def test_default_path_is_nn_lstms_with_the_reason():

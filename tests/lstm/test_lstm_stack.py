@@ -142,6 +142,9 @@ BAD = {
     "bias dtype": (lambda w, x, h0, c0: (x, h0, c0, w[:6] + [w[6].double()] + w[7:], True),
                    "weights[6] (a bias of layer 1)"),
     "packed rank": (lambda w, x, h0, c0: (x[0], h0, c0, w, True), "`input` must be 3-D"),
+    # the whole state's expected shape, not a layer's slice of it
+    "batch of h0": (lambda w, x, h0, c0: (x, h0[:, 1:], c0, w, True),
+                    "lstm_stack: `h0` must have shape [2, 3, 24], got [2, 2, 24]"),
 }
 
 
