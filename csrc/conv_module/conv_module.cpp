@@ -17,6 +17,7 @@
 #include <c10/util/SmallVector.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/Exceptions.h>  // HANDLE_TH_ERRORS
 #include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check, _Unpack, _Wrap
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor, intrusive_ptr holders
@@ -95,8 +96,10 @@ c10::SymIntArrayRef sym(const std::array<int64_t, 2>& a) {
   return c10::fromIntArrayRefSlow(at::IntArrayRef(a.data(), 2));
 }
 
+// PyTorch's convolution returns channels_last where the input or the weight suggests it (their
+// strides, also where both formats fit them, as with one channel or a 1x1 kernel).
 bool channels_last(const at::Tensor& t) {
-  return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+  return t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
 }
 
 constexpr std::array<int64_t, 2> kOnes{1, 1};
@@ -107,7 +110,8 @@ constexpr std::array<int64_t, 2> kSum1d{0, 2};
 
 // The forward on 4-D operands. A fastlayers op's result takes nn.Conv2d's layout: channels_last
 // where the input or the weight is, except float64 on CUDA (cuDNN has no channels_last for it, so
-// PyTorch returns contiguous); PyTorch's own convolution gives that layout itself.
+// PyTorch returns contiguous); PyTorch's own convolution gives that layout itself. A Conv1d's
+// result is contiguous, as nn.Conv1d's.
 at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
                        const std::optional<at::Tensor>& b) {
   const PassCall& c = p.pass[0];
@@ -122,7 +126,8 @@ at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
       y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.fused);
       break;
   }
-  if ((channels_last(x) || channels_last(w)) && !(x.scalar_type() == at::kDouble && x.is_cuda()))
+  if (!p.height_one && (channels_last(x) || channels_last(w)) &&
+      !(x.scalar_type() == at::kDouble && x.is_cuda()))
     y = y.contiguous(at::MemoryFormat::ChannelsLast);
   return y;
 }
@@ -183,11 +188,15 @@ at::Tensor as_given(const at::Tensor& t, bool height_one) {
   return height_one && t.defined() ? t.squeeze(2) : t;
 }
 
-// The forward (no autograd): the operands in the plan's dimensions.
+// The forward (no autograd): the operands in the plan's dimensions. A Conv1d's result leaves its
+// height by _unsafe_view, which autograd does not take for a view: the node's output is then no
+// view, and may be changed in place (a ReLU(inplace=True) after the layer) as nn.Conv1d's may.
 at::Tensor forward_call(const Plan& p, const at::Tensor& x, const at::Tensor& w,
                         const std::optional<at::Tensor>& b) {
-  return as_given(run_forward(p, as_2d(x, p.height_one), as_2d(w, p.height_one), b),
-                  p.height_one);
+  at::Tensor y = run_forward(p, as_2d(x, p.height_one), as_2d(w, p.height_one), b);
+  if (!p.height_one) return y;
+  y = y.contiguous();
+  return at::_unsafe_view(y, {y.size(0), y.size(1), y.size(3)});
 }
 
 struct PlannedConv : torch::autograd::Function<PlannedConv> {
@@ -315,11 +324,28 @@ PassCall parse_pass(const py::tuple& t, int index) {
   return c;
 }
 
+// Why a call must run PyTorch's own convolution whatever the plan, or nullptr: the contexts the
+// C++ node cannot serve (a torch::autograd::Function has neither functorch's nor forward AD's
+// rules) and tracing by torch.jit.trace (which records the ops the call makes, not the node).
+// Forward AD is seen through the operands' tangents at the first level.
+const char* pytorch_only_context(const at::Tensor& input, const at::Tensor& weight,
+                                 const at::Tensor* bias) {
+  if (torch::jit::tracer::isTracing()) return "torch.jit.trace records PyTorch's convolution";
+  // functorch includes its front key in the thread's dispatch keys while any transform is on
+  if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode))
+    return "a torch.func transform (vmap, grad, jvp, ...) runs PyTorch's convolution";
+  if (input._fw_grad(0).defined() || weight._fw_grad(0).defined() ||
+      (bias != nullptr && bias->defined() && bias->_fw_grad(0).defined()))
+    return "forward-mode AD runs PyTorch's convolution";
+  return nullptr;
+}
+
 // Everything a module's route depends on besides its own attributes, packed for a byte
 // comparison: the input's sizes, dtype, device and contiguity, the weight's sizes and dtype,
 // whether a bias is given, autocast's dtype on the input's device (-1: off), grad mode and which
 // operands need gradients, deterministic mode, PyTorch's TF32 switch for convolution, and the
-// tuner's generation and transforms switch (passed in). The module asks on every eager call:
+// tuner's generation and transforms switch (passed in), and whether the call is in a context
+// only PyTorch's path serves (pytorch_only_context). The module asks on every eager call:
 // built in Python, the same signature cost several microseconds of host time a layer, which a
 // host-bound step (autocast, small layers) pays in full.
 PyObject* signature_bytes(const at::Tensor& input, const at::Tensor& weight,
@@ -350,7 +376,8 @@ PyObject* signature_bytes(const at::Tensor& input, const at::Tensor& weight,
                         int64_t(has_bias && bias->requires_grad()) << 5 |
                         int64_t(at::globalContext().deterministicAlgorithms()) << 6 |
                         int64_t(at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) << 7 |
-                        int64_t(transforms) << 8;
+                        int64_t(transforms) << 8 |
+                        int64_t(pytorch_only_context(input, weight, bias) != nullptr) << 9;
   put(flags);
   put(generation);
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
@@ -393,6 +420,16 @@ void bind(py::module_& m) {
   PyObject* signature_fn = PyCFunction_NewEx(&conv_signature_def, nullptr, nullptr);
   if (signature_fn == nullptr) throw py::error_already_set();
   m.add_object("conv_signature", py::reinterpret_steal<py::object>(signature_fn));
+  m.def("conv_pytorch_only_context",
+        [](const at::Tensor& input, const at::Tensor& weight,
+           const std::optional<at::Tensor>& bias) -> std::optional<std::string> {
+          const char* why =
+              pytorch_only_context(input, weight, bias.has_value() ? &*bias : nullptr);
+          return why == nullptr ? std::nullopt : std::optional<std::string>(why);
+        },
+        py::arg("input"), py::arg("weight"), py::arg("bias"),
+        "Why a convolution call must run PyTorch's own path whatever its plan (torch.jit.trace, "
+        "a torch.func transform, forward-mode AD), or None: the reason conv_signature flags.");
   py::class_<Plan, c10::intrusive_ptr<Plan>>(m, "Conv2dPlan",
       "A convolution module's three passes as the C++ autograd node runs them; see "
       "fastlayers.algorithms.conv2d_cpp_plan.")

@@ -51,7 +51,7 @@ def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
     if choices == _ALL_NATIVE.choices:
         return _ALL_NATIVE
     fwd, igrad, wgrad = choices
-    forward = algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=True)
+    forward = algorithms.conv2d_call(fwd, "forward", padding, tf32, nn_layout=not height_one)
     grads = algorithms.conv2d_grads(igrad, wgrad, padding, tf32)
     if height_one:
         forward, grads = _height_one(forward, grads)
@@ -61,9 +61,12 @@ def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
 
 def _height_one(forward, grads):
     """`forward` and `grads` of a 2-D convolution on 1-D operands: x [N, C, L], w [K, C, k] and
-    gy [N, K, L'] go in as height-1 views, the results come back in the operands' shapes."""
+    gy [N, K, L'] go in as height-1 views, the results come back in the operands' shapes (the
+    forward's contiguous, as nn.Conv1d's, and by _unsafe_view, which autograd does not take for a
+    view: _ConvFunction's output may then be changed in place, as nn.Conv1d's may)."""
     def forward_1d(x, w, b, gy):
-        return forward(x.unsqueeze(2), w.unsqueeze(2), b, None).squeeze(2)
+        y = forward(x.unsqueeze(2), w.unsqueeze(2), b, None).contiguous()
+        return torch.ops.aten._unsafe_view(y, (y.shape[0], y.shape[1], y.shape[3]))
 
     def grads_1d(x, w, gy, need_x, need_w):
         gx, gw = grads(x.unsqueeze(2), w.unsqueeze(2), gy.unsqueeze(2), need_x, need_w)
@@ -263,15 +266,25 @@ class _TunedConv:
         """(pad, (ph, pw)): F.pad's arguments (pad, mode) for the padding mode and asymmetric
         'same', applied to the input first, or None; and the 2-D problem's zero padding (a
         Conv1d's is (0, p))."""
-        rp = self._reversed_padding_repeated_twice  # (left, right[, top, bottom])
         if self.padding_mode != "zeros":
-            return (tuple(rp), self.padding_mode), (0, 0)
-        if isinstance(self.padding, str):  # 'same' or 'valid', as the constructor resolved it
-            if rp[0::2] != rp[1::2]:
-                return (tuple(rp), "constant"), (0, 0)
-            return None, ((0, rp[0]) if self._fl_dims == 1 else (rp[2], rp[0]))
-        # zeros: self.padding, which nn.Conv*d reads on every call (a later change counts)
+            # nn.Conv*d pads by the amounts its constructor resolved (left, right[, top, bottom])
+            return (tuple(self._reversed_padding_repeated_twice), self.padding_mode), (0, 0)
+        # zeros: self.padding, which nn.Conv*d reads on every call (a later change counts): an
+        # int, a tuple, or 'same' / 'valid' resolved as F.conv*d does (the odd extra of an even
+        # kernel's 'same' after the input)
         p = self.padding
+        if isinstance(p, str):
+            lo, hi = [], []
+            for d, k in zip(self.dilation, self.kernel_size):
+                total = d * (k - 1) if p == "same" else 0
+                lo.append(total // 2)
+                hi.append(total - total // 2)
+            if lo != hi:
+                rp = [v for pair in zip(reversed(lo), reversed(hi)) for v in pair]
+                return (tuple(rp), "constant"), (0, 0)
+            p = lo
+        elif isinstance(p, int):
+            p = (p,) * self._fl_dims
         return None, ((0, p[0]) if self._fl_dims == 1 else (p[0], p[1]))
 
     def _padding_pair(self, x: torch.Tensor):
@@ -290,8 +303,9 @@ class _TunedConv:
                 self._fl_plans = plans
         transforms = _tuner.transforms_allowed() if self.transforms is None else bool(self.transforms)
         # is_contiguous(): channels_last and contiguous inputs are different problems to the tuner
-        key = (tuple(x.shape), x.dtype, x.device, x.is_contiguous(), padding, tf32, need_backward,
-               torch.are_deterministic_algorithms_enabled(), transforms,
+        # the weight's shape too: a layer's weight may be replaced by one of another shape
+        key = (tuple(x.shape), tuple(w.shape), x.dtype, x.device, x.is_contiguous(), padding,
+               tf32, need_backward, torch.are_deterministic_algorithms_enabled(), transforms,
                forced, bias, _tuner.generation())
         got = plans.get(key)
         if got is not None:
@@ -359,6 +373,11 @@ class _TunedConv:
         report()), or a plan, with the padding and batch handling around it."""
         if input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2:
             return _SUPER  # nn.Conv*d's own error
+        if not torch.compiler.is_compiling():
+            why = _C.conv_pytorch_only_context(input, w, b)  # (the signature flags it)
+            if why is not None:
+                _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), why)
+                return _SUPER
         dev = input.device.type
         # Under autocast nn.Conv*d computes in the autocast dtype: compare the operands as cast.
         x_, w_, _ = _autocast_operands(input, w, None, dev)

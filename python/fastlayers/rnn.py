@@ -80,8 +80,11 @@ class LSTM(nn.RNNBase):
         "training" when gradients are needed, else "forward"); a layer the ops cannot serve runs
         native, recorded with the reason."""
         dev = data.device.type
-        if data.dtype not in (_CUDA_DTYPES if dev == "cuda" else _CPU_DTYPES if dev == "cpu"
-                              else ()):
+        if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+            # the ops' autograd (torch.library.register_autograd) has no functorch rules
+            reason = "a torch.func transform (vmap, grad, jvp, ...) runs nn.LSTM's forward"
+        elif data.dtype not in (_CUDA_DTYPES if dev == "cuda" else _CPU_DTYPES if dev == "cpu"
+                                else ()):
             reason = "dtype %s on %s" % (data.dtype, dev)
         elif dev == "cuda" and not _cuda_kernels():
             reason = "fastlayers was built without the LSTM's CUDA kernels"
@@ -121,7 +124,8 @@ class LSTM(nn.RNNBase):
             return self._fl_choice(data, T, B, packed, training)
         key = (T, B, data.dtype, data.device, packed, training, self._fl_forced,
                data.is_cuda and data.dtype == torch.float32 and rnn_tf32_allowed(),
-               torch.are_deterministic_algorithms_enabled(), _tuner._state.generation)
+               torch.are_deterministic_algorithms_enabled(), _tuner._state.generation,
+               torch._C._are_functorch_transforms_active())
         routes = self.__dict__.get("_fl_routes")
         if routes is None:  # (a converted nn.LSTM gets its table on its first call)
             routes = self.__dict__["_fl_routes"] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 __all__ = [
     "Choice", "Family", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse", "register", "unregister", "families",
@@ -275,7 +276,9 @@ def conv2d_call(choice: Union[Choice, str], pass_: str, padding: Sequence[int], 
 
 
 def _channels_last(t: torch.Tensor) -> bool:
-    return not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+    # as PyTorch's convolution reads its operands' layout: by their strides, also where both
+    # formats fit them (one channel, a 1x1 kernel)
+    return suggest_memory_format(t) == torch.channels_last
 
 
 def _in_input_layout(call: Conv2dCall) -> Conv2dCall:

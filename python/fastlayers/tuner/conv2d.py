@@ -350,7 +350,9 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     host-bound layer's separate medians did not."""
     p = c.problem
     x, w, gy = inputs(p, device)
-    b = torch.randn(p.K, device=device, dtype=p.torch_dtype) if c.bias else None
+    # seeded as inputs() is: tuning leaves the process's random generators as they were
+    b = (torch.randn(p.K, device=device, dtype=p.torch_dtype,
+                     generator=torch.Generator(device=device).manual_seed(1)) if c.bias else None)
     leaves = tuple(t.requires_grad_() for t in (x, w, b) if t is not None)
     pad = [p.ph, p.pw]
 

@@ -1,0 +1,161 @@
+"""nn.Conv*d's semantics where a module runs fastlayers' ops (pinned labels): what a user does
+with a layer's output, attributes and contexts, against nn.Conv*d with the same parameters."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fastlayers
+from fastlayers import tuner
+from fastlayers.tuner import conv2d as tuner_conv2d
+from conv_samples import RecordOps
+
+FFT1D = ("fft:1x64", "fft:1x64", "fft:1x64")
+FFT2D = ("fft:16x16", "fft:16x16", "fft:16x16")
+
+
+def twins(nn_cls, *args, labels, device="cpu", **kwargs):
+    """nn.Conv*d in float64 and its fastlayers copy with `labels` pinned."""
+    ref = nn_cls(*args, dtype=torch.float64, device=device, **kwargs)
+    fast = fastlayers.convert(copy.deepcopy(ref)).force_algorithms(*labels)
+    return ref, fast
+
+
+def ran_ops(fn):
+    with RecordOps() as rec:
+        out = fn()
+    return out, [name for name, _ in rec.calls]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_conv1d_output_may_be_changed_in_place(device, compiled):
+    # a ReLU(inplace=True) after the layer: the output is no view of the layer's autograd node
+    ref, fast = twins(nn.Conv1d, 4, 4, 15, padding=7, labels=FFT1D, device=device)
+    x = torch.randn(2, 4, 50, dtype=torch.float64, device=device)
+    grads = []
+    for m in (ref, torch.compile(fast, backend="aot_eager", fullgraph=True) if compiled else fast):
+        xg = x.clone().requires_grad_()
+        y, ops = ran_ops(lambda: m(xg))
+        assert y.is_contiguous()
+        torch.relu_(y).square().sum().backward()
+        grads.append((xg.grad, *(p.grad for p in (ref if m is ref else fast).parameters())))
+    assert "fft_conv2d" in ops or compiled
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("padding", [2, (1, 2), "same", "valid"])
+def test_padding_set_after_construction_counts(device, padding):
+    ref, fast = twins(nn.Conv2d, 3, 4, (3, 4), padding=1, labels=FFT2D, device=device)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, device=device)
+    fast(x)  # a plan for the first padding
+    ref.padding, fast.padding = padding, padding
+    y, ops = ran_ops(lambda: fast(x))
+    assert ops == ["fft_conv2d"]
+    torch.testing.assert_close(y, ref(x), rtol=1e-10, atol=1e-12)
+
+
+def test_a_replaced_weight_of_another_shape_is_decided_again(device):
+    m = fastlayers.Conv2d(3, 4, 3, padding=1, device=device, dtype=torch.float64)
+    m.force_algorithms("winograd:2", "winograd:2", "winograd:2")
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, device=device)
+    m(x)
+    m.weight = nn.Parameter(torch.randn(4, 3, 1, 1, dtype=torch.float64, device=device))
+    with pytest.raises(ValueError, match="winograd:2.*3x3 filters, not 1x1"):
+        m(x)  # as a new module with this weight would say
+    m.force_algorithms(None)
+    torch.testing.assert_close(m(x), F.conv2d(x, m.weight, m.bias, padding=1))
+
+
+@pytest.mark.parametrize("case", ["one-channel-input", "1x1-weight"])
+def test_channels_last_where_both_layouts_fit(device, case):
+    # one channel or a 1x1 kernel: strides fit both layouts; PyTorch reads the layout from them
+    cl = torch.channels_last
+    C, k = (1, 3) if case == "one-channel-input" else (3, 1)
+    ref, fast = twins(nn.Conv2d, C, 4, k, padding=k // 2, labels=FFT2D, device=device)
+    ref, fast = ref.to(memory_format=cl), fast.to(memory_format=cl)
+    x = torch.randn(2, C, 8, 8, dtype=torch.float64, device=device)
+    if case == "one-channel-input":
+        x = x.to(memory_format=cl)
+    a = ref(x)
+    b, ops = ran_ops(lambda: fast(x))
+    assert ops == ["fft_conv2d"]
+    assert b.stride() == a.stride()
+    torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
+
+
+def test_jit_trace_records_pytorchs_convolution():
+    ref, fast = twins(nn.Conv2d, 3, 4, 3, padding=1, labels=FFT2D)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    traced = torch.jit.trace(fast, x)
+    torch.testing.assert_close(traced(x * 2), ref(x * 2), rtol=1e-10, atol=1e-12)
+    assert "torch.jit.trace" in tuner.report()
+    _, ops = ran_ops(lambda: fast(x))  # outside the trace: the pinned ops again
+    assert ops == ["fft_conv2d"]
+
+
+def test_torch_func_transforms_run_pytorchs_path(device):
+    ref, fast = twins(nn.Conv2d, 3, 4, 3, padding=1, labels=FFT2D, device=device)
+    x = torch.randn(5, 3, 8, 8, dtype=torch.float64, device=device)
+    params = dict(ref.named_parameters())
+
+    def per_sample(m):
+        def loss(p, xi):
+            return torch.func.functional_call(m, p, (xi[None],)).square().sum()
+        return torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+
+    a, b = per_sample(ref), per_sample(fast)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-10, atol=1e-12)
+    assert "torch.func" in tuner.report()
+    tangent = torch.randn_like(x)
+    ja = torch.func.jvp(ref, (x,), (tangent,))
+    jb = torch.func.jvp(fast, (x,), (tangent,))
+    for u, v in zip(ja, jb):
+        torch.testing.assert_close(v, u, rtol=1e-10, atol=1e-12)
+    _, ops = ran_ops(lambda: fast(x))  # outside the transforms: the pinned ops again
+    assert ops == ["fft_conv2d"]
+
+
+def test_forward_mode_ad_runs_pytorchs_path(device):
+    import torch.autograd.forward_ad as fwAD
+    ref, fast = twins(nn.Conv2d, 3, 4, 3, padding=1, labels=FFT2D, device=device)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, device=device)
+    t = torch.randn_like(x)
+    out = []
+    for m in (ref, fast):
+        with fwAD.dual_level():
+            y = m(fwAD.make_dual(x, t))
+            out.append(fwAD.unpack_dual(y))
+    for u, v in zip(*out):
+        torch.testing.assert_close(v, u, rtol=1e-10, atol=1e-12)
+    assert "forward-mode AD" in tuner.report()
+
+
+@pytest.fixture
+def measuring(monkeypatch):
+    """The tuner measures CPU tensors too, each candidate once."""
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0)
+
+
+def test_tuning_leaves_the_random_generators_as_they_were(measuring, monkeypatch):
+    # every pass measured off PyTorch's path, so that the layer check measures too
+    real = tuner_conv2d.measure
+
+    def measure(p, pass_, device):
+        d = real(p, pass_, device)
+        d.choice = "fft:16x16"
+        return d
+    monkeypatch.setattr(tuner_conv2d, "measure", measure)
+    m = fastlayers.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 12, 12, requires_grad=True)
+    torch.manual_seed(0)
+    m(x).sum().backward()  # a new shape: tuned here, the layer check among the measurements
+    assert any(".layer|" in r["key"] for r in tuner.decisions()), tuner.report()
+    after_tuning = torch.rand(4)
+    torch.manual_seed(0)
+    m(x).sum().backward()  # decided: no measurement
+    torch.testing.assert_close(after_tuning, torch.rand(4), rtol=0, atol=0)
