@@ -1,6 +1,7 @@
 """Argument helpers shared by the op wrappers: int pairs and PyTorch's TF32 switch for convolution."""
 from __future__ import annotations
 
+import operator
 from typing import Sequence, Tuple, Union
 
 import torch
@@ -9,10 +10,15 @@ IntPair = Union[int, Sequence[int]]
 
 
 def pair(v: IntPair, name: str) -> Tuple[int, int]:
-    """(v, v) for an int or a 1-sequence, the pair for a 2-sequence; ValueError naming `name`."""
-    if isinstance(v, int):
-        return (v, v)
-    t = tuple(int(x) for x in v)
+    """(v, v) for an int or a 1-sequence, the pair for a 2-sequence; ValueError naming `name` for
+    anything else (a float, a string such as 'same', another length)."""
+    try:
+        if not isinstance(v, (str, bytes)) and not hasattr(v, "__len__"):
+            n = operator.index(v)
+            return (n, n)
+        t = tuple(operator.index(x) for x in v) if not isinstance(v, (str, bytes)) else ()
+    except TypeError:
+        t = ()
     if len(t) == 1:
         return (t[0], t[0])
     if len(t) != 2:

@@ -7,18 +7,12 @@ transposed; the inverse scales by 1/n when `normalized`. Autograd: csrc/fbfft/fb
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple, Union
-
 import torch
 from torch import Tensor
 
+from ._common import IntPair, pair
+
 __all__ = ["rfft", "irfft", "rfft2", "irfft2"]
-
-IntPair = Union[int, Sequence[int]]
-
-
-def _pair(v: IntPair) -> Tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 def rfft(input: Tensor, n: int, offset: int = 0) -> Tensor:
@@ -33,14 +27,15 @@ def irfft(input: Tensor, n: int, out_size: int, offset: int = 0, normalized: boo
 
 def rfft2(input: Tensor, size: IntPair, offset: IntPair = 0, transposed: bool = False) -> Tensor:
     """[..., h, w] real -> [..., nh, nw/2+1] (or [..., nw/2+1, nh] when transposed)."""
-    return torch.ops.fastlayers.fbfft_rfft2(input, _pair(size), _pair(offset), transposed)
+    return torch.ops.fastlayers.fbfft_rfft2(input, pair(size, "size"), pair(offset, "offset"),
+                                            transposed)
 
 
 def irfft2(input: Tensor, size: IntPair, out_size: IntPair, offset: IntPair = 0,
            transposed: bool = False, normalized: bool = True) -> Tensor:
     """[..., nh, nw/2+1] (or transposed) -> [..., out_h, out_w] real, clipped from `offset`."""
-    return torch.ops.fastlayers.fbfft_irfft2(input, _pair(size), _pair(out_size), _pair(offset),
-                                             transposed, normalized)
+    return torch.ops.fastlayers.fbfft_irfft2(input, pair(size, "size"), pair(out_size, "out_size"),
+                                             pair(offset, "offset"), transposed, normalized)
 
 
 def _complex_of(t: Tensor) -> torch.dtype:

@@ -260,6 +260,33 @@ def test_bad_arguments_name_the_argument(device, name):
         call(device)
 
 
+# The Python wrappers' pairs: an int or two ints, nothing else read as one.
+BAD_PAIRS = {
+    "three-values": (lambda x, X: fbfft.rfft2(x, (16, 16, 16)), "`size`"),
+    "float-in-pair": (lambda x, X: fbfft.rfft2(x, (16.7, 16)), "`size`"),
+    "float": (lambda x, X: fbfft.rfft2(x, 16.0), "`size`"),
+    "string-offset": (lambda x, X: fbfft.rfft2(x, 16, "same"), "`offset`"),
+    "out-size-none": (lambda x, X: fbfft.irfft2(X, 16, None), "`out_size`"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_PAIRS)
+def test_bad_pairs_name_the_argument(name):
+    call, arg = BAD_PAIRS[name]
+    with pytest.raises(ValueError, match=arg + " must be an int or a pair of ints"):
+        call(real(4, 13, 13), spectrum(4, 16, 9))
+
+
+@pytest.mark.parametrize("batch", [(0,), (2, 0)], ids=str)
+def test_empty_batch(device, batch):
+    x, X = real(*batch, 13, 13, device=device), spectrum(*batch, 16, 9, device=device)
+    assert fbfft.rfft2(x, 16).shape == (*batch, 16, 9)
+    assert fbfft.rfft2(x, 16, transposed=True).shape == (*batch, 9, 16)
+    assert fbfft.irfft2(X, 16, (13, 12)).shape == (*batch, 13, 12)
+    assert fbfft.rfft(x, 16).shape == (*batch, 13, 9)
+    assert fbfft.irfft(X, 16, 7).shape == (*batch, 16, 7)
+
+
 def test_fbfft_size_limits_come_from_the_library():
     from fastlayers import _C
     assert (_C.FBFFT_MAX_1D, _C.FBFFT_MAX_2D) == (SIZES_1D[-1], SIZES_2D[-1][0])
