@@ -24,6 +24,11 @@ at::Tensor untiled_cuda(Pass pass, const Geometry& g, const at::Tensor& a_in,
   if (bias_in.has_value()) bias = bias_in->contiguous();
   auto out = at::empty(output_shape(pass, g), a.options());
   if (out.numel() == 0) return out;
+  if (a.numel() == 0 || b.numel() == 0) {  // a sum over no channel or sample: zeros, and the bias
+    out.zero_();
+    if (bias.defined()) out.add_(bias.view({1, -1, 1, 1}));
+    return out;
+  }
 
   const fft_conv::Shape s = g.shape();
   const int real_bytes = a.scalar_type() == at::kDouble ? 8 : 4;
