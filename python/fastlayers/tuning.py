@@ -54,8 +54,10 @@ def tune(model: nn.Module, *example_inputs, progress: bool = True, **example_kwa
     three per convolution, one per LSTM (its forward, or forward and backward together).
 
     The model is left as it was: parameters' .grad untouched (gradients are computed, not
-    accumulated), buffers such as batch-norm statistics restored. Autocast, if wanted, is the
-    caller's context. Returns ``tuner.report()`` as it stood after tuning.
+    accumulated), buffers such as batch-norm statistics restored, and the random generators of
+    the CPU and of the devices the model's parameters are on as they were (the model's dropout
+    draws nothing a seeded run would see). Autocast, if wanted, is the caller's context. Returns
+    ``tuner.report()`` as it stood after tuning.
     """
     from .nn import tuned_layers
     from .rnn import LSTM
@@ -70,7 +72,10 @@ def tune(model: nn.Module, *example_inputs, progress: bool = True, **example_kwa
 
     old_mode = tuner.get_mode()
     try:
-        with _buffers_kept(model), tuner.observing(seen):
+        cuda = sorted({t.device.index or 0 for t in _tensors(
+            (list(model.parameters()), example_inputs, example_kwargs)) if t.is_cuda})
+        with _buffers_kept(model), tuner.observing(seen), \
+                torch.random.fork_rng(devices=cuda, device_type="cuda"):
             if old_mode != "tune":
                 tuner.set_mode("tune")
             out = model(*example_inputs, **example_kwargs)

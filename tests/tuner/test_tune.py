@@ -54,6 +54,19 @@ def test_tune_decides_every_layer_and_leaves_the_model_as_it_was(device, monkeyp
     assert {r["source"] for r in tuner.decisions() if r["source"] != "unsupported"} == {"file"}
 
 
+def test_tune_leaves_the_random_generators_as_they_were(device):
+    # the model's dropout draws during tune(): a seeded run sees the same numbers after it
+    m = fastlayers.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Dropout(0.5)))
+    m = m.to(device)
+    x = torch.randn(2, 3, 8, 8, device=device)
+    torch.manual_seed(0)
+    expected = (torch.rand(3), torch.rand(3, device=device))
+    torch.manual_seed(0)
+    fastlayers.tune(m, x, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(expected, (torch.rand(3),
+                                                            torch.rand(3, device=device))))
+
+
 def test_tune_without_gradients_decides_the_forward():
     tuner.set_budget(0)
     tuner._state.tune_cpu = True
