@@ -324,19 +324,20 @@ PassCall parse_pass(const py::tuple& t, int index) {
   return c;
 }
 
-// Why a call must run PyTorch's own convolution whatever the plan, or nullptr: the contexts the
-// C++ node cannot serve (a torch::autograd::Function has neither functorch's nor forward AD's
-// rules) and tracing by torch.jit.trace (which records the ops the call makes, not the node).
-// Forward AD is seen through the operands' tangents at the first level.
-const char* pytorch_only_context(const at::Tensor& input, const at::Tensor& weight,
-                                 const at::Tensor* bias) {
-  if (torch::jit::tracer::isTracing()) return "torch.jit.trace records PyTorch's convolution";
+// Why a call must run PyTorch's own layer whatever fastlayers would choose, or nullptr: the
+// contexts fastlayers' autograd cannot serve (the modules' C++ node and the ops' registered
+// autograd have neither functorch's rules nor forward AD's) and tracing by torch.jit.trace (which
+// records the ops a call makes, not the node). Forward AD is seen through the operands' tangents
+// at the first level (undefined operands are skipped; one with no autograd data has none).
+const char* pytorch_only_context(c10::ArrayRef<at::Tensor> operands) {
+  if (torch::jit::tracer::isTracing()) return "torch.jit.trace records PyTorch's own layer";
   // functorch includes its front key in the thread's dispatch keys while any transform is on
   if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode))
-    return "a torch.func transform (vmap, grad, jvp, ...) runs PyTorch's convolution";
-  if (input._fw_grad(0).defined() || weight._fw_grad(0).defined() ||
-      (bias != nullptr && bias->defined() && bias->_fw_grad(0).defined()))
-    return "forward-mode AD runs PyTorch's convolution";
+    return "a torch.func transform (vmap, grad, jvp, ...) runs PyTorch's own layer";
+  for (const auto& t : operands)
+    if (t.defined() && t.unsafeGetTensorImpl()->autograd_meta() != nullptr &&
+        t._fw_grad(0).defined())
+      return "forward-mode AD runs PyTorch's own layer";
   return nullptr;
 }
 
@@ -377,7 +378,9 @@ PyObject* signature_bytes(const at::Tensor& input, const at::Tensor& weight,
                         int64_t(at::globalContext().deterministicAlgorithms()) << 6 |
                         int64_t(at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) << 7 |
                         int64_t(transforms) << 8 |
-                        int64_t(pytorch_only_context(input, weight, bias) != nullptr) << 9;
+                        int64_t(pytorch_only_context(
+                                    {input, weight, has_bias ? *bias : at::Tensor()}) != nullptr)
+                            << 9;
   put(flags);
   put(generation);
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
@@ -420,16 +423,20 @@ void bind(py::module_& m) {
   PyObject* signature_fn = PyCFunction_NewEx(&conv_signature_def, nullptr, nullptr);
   if (signature_fn == nullptr) throw py::error_already_set();
   m.add_object("conv_signature", py::reinterpret_steal<py::object>(signature_fn));
-  m.def("conv_pytorch_only_context",
-        [](const at::Tensor& input, const at::Tensor& weight,
-           const std::optional<at::Tensor>& bias) -> std::optional<std::string> {
-          const char* why =
-              pytorch_only_context(input, weight, bias.has_value() ? &*bias : nullptr);
+  m.def("pytorch_only_context",
+        [](const std::vector<std::optional<at::Tensor>>& operands) -> std::optional<std::string> {
+          std::vector<at::Tensor> ts;
+          for (const auto& t : operands) ts.push_back(t.has_value() ? *t : at::Tensor());
+          const char* why = pytorch_only_context(ts);
           return why == nullptr ? std::nullopt : std::optional<std::string>(why);
         },
-        py::arg("input"), py::arg("weight"), py::arg("bias"),
-        "Why a convolution call must run PyTorch's own path whatever its plan (torch.jit.trace, "
-        "a torch.func transform, forward-mode AD), or None: the reason conv_signature flags.");
+        py::arg("operands"),
+        "Why a layer's call must run PyTorch's own path whatever fastlayers would choose "
+        "(torch.jit.trace, a torch.func transform, forward-mode AD on an operand), or None; "
+        "conv_signature flags the same. `operands`: tensors or None.");
+  m.def("channels_last",
+        [](const at::Tensor& t) { return channels_last(t); }, py::arg("t"),
+        "Whether PyTorch's convolution reads `t` as channels_last (its strides suggest it).");
   py::class_<Plan, c10::intrusive_ptr<Plan>>(m, "Conv2dPlan",
       "A convolution module's three passes as the C++ autograd node runs them; see "
       "fastlayers.algorithms.conv2d_cpp_plan.")

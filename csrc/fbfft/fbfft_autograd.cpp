@@ -5,6 +5,9 @@
 // or not, and its round trip through Python cost more host time than the kernel takes. Here a
 // call that needs no graph goes straight below autograd.
 //
+// Forward-mode AD: the transforms are linear, so a result's tangent is the same transform of
+// the input's tangent (a tangent does not make its tensor require grad, so the check is its own).
+//
 // A half spectrum holds each interior bin once for two of the full spectrum. With d = 2 on the
 // interior bins of the halved dimension and 1 on its DC and Nyquist bins:
 //   rfft:   X = R(window(x))        ->  grad x = C(grad X / d) read back through window(-offset)
@@ -48,6 +51,26 @@ const Ops& ops() {
 
 bool needs_graph(const at::Tensor& input) {
   return at::GradMode::is_enabled() && input.requires_grad();
+}
+
+// The input's tangent at the first forward-AD level, or an undefined tensor (read without taking
+// autograd's lock where the input has no autograd data).
+at::Tensor tangent_of(const at::Tensor& input) {
+  if (input.unsafeGetTensorImpl()->autograd_meta() == nullptr) return {};
+  return input._fw_grad(0);
+}
+
+// The input as the backward's Function takes it: without its tangent (a C++ Function has no jvp
+// rule and refuses a dual input), which the result gets from with_tangent.
+at::Tensor primal(const at::Tensor& input, const at::Tensor& tangent) {
+  return tangent.defined() ? input._fw_primal(0) : input;
+}
+
+// `out` with `op` of the input's tangent as its own, where there is one.
+template <typename Op>
+at::Tensor with_tangent(at::Tensor out, const at::Tensor& tangent, const Op& op) {
+  if (tangent.defined()) out._set_fw_grad(op(tangent), 0, false);
+  return out;
 }
 
 // d over the halved dimension's n/2+1 bins, real, on the gradient's device: [bins], or
@@ -150,40 +173,59 @@ struct Irfft2Fn : torch::autograd::Function<Irfft2Fn> {
   }
 };
 
-// The Autograd kernels: a call that builds no graph runs the device kernel directly.
+// The Autograd kernels: a call that builds no graph runs the device kernel directly; either way
+// the result takes its tangent (forward AD).
 at::Tensor rfft(const at::Tensor& input, c10::SymInt n, int64_t offset) {
+  const auto op = [&](const at::Tensor& x) { return ops().rfft.call(x, n, offset); };
+  const at::Tensor tangent = tangent_of(input);
   if (!needs_graph(input)) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return ops().rfft.call(input, n, offset);
+    return with_tangent(op(input), tangent, op);
   }
-  return RfftFn::apply(input, n, offset);
+  return with_tangent(RfftFn::apply(primal(input, tangent), n, offset), tangent, op);
 }
 
 at::Tensor irfft(const at::Tensor& input, c10::SymInt n, c10::SymInt out_size, int64_t offset,
                  bool normalized) {
+  const auto op = [&](const at::Tensor& x) {
+    return ops().irfft.call(x, n, out_size, offset, normalized);
+  };
+  const at::Tensor tangent = tangent_of(input);
   if (!needs_graph(input)) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return ops().irfft.call(input, n, out_size, offset, normalized);
+    return with_tangent(op(input), tangent, op);
   }
-  return IrfftFn::apply(input, n, out_size, offset, normalized);
+  return with_tangent(IrfftFn::apply(primal(input, tangent), n, out_size, offset, normalized),
+                      tangent, op);
 }
 
 at::Tensor rfft2(const at::Tensor& input, c10::SymIntArrayRef size, at::IntArrayRef offset,
                  bool transposed) {
+  const auto op = [&](const at::Tensor& x) {
+    return ops().rfft2.call(x, size, offset, transposed);
+  };
+  const at::Tensor tangent = tangent_of(input);
   if (!needs_graph(input)) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return ops().rfft2.call(input, size, offset, transposed);
+    return with_tangent(op(input), tangent, op);
   }
-  return Rfft2Fn::apply(input, size, offset, transposed);
+  return with_tangent(Rfft2Fn::apply(primal(input, tangent), size, offset, transposed), tangent,
+                      op);
 }
 
 at::Tensor irfft2(const at::Tensor& input, c10::SymIntArrayRef size, c10::SymIntArrayRef out_size,
                   at::IntArrayRef offset, bool transposed, bool normalized) {
+  const auto op = [&](const at::Tensor& x) {
+    return ops().irfft2.call(x, size, out_size, offset, transposed, normalized);
+  };
+  const at::Tensor tangent = tangent_of(input);
   if (!needs_graph(input)) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return ops().irfft2.call(input, size, out_size, offset, transposed, normalized);
+    return with_tangent(op(input), tangent, op);
   }
-  return Irfft2Fn::apply(input, size, out_size, offset, transposed, normalized);
+  return with_tangent(
+      Irfft2Fn::apply(primal(input, tangent), size, out_size, offset, transposed, normalized),
+      tangent, op);
 }
 
 }  // namespace

@@ -45,19 +45,12 @@ at::Tensor empty_result(const at::Tensor& t, int64_t dims, std::vector<int64_t> 
   return at::empty(shape, t.options().dtype(type));
 }
 
-at::ScalarType complex_of(const at::Tensor& t) {
-  return real_compute(t) == at::kDouble ? at::kComplexDouble : at::kComplexFloat;
-}
-
-at::ScalarType real_of(const at::Tensor& t) {
-  return t.scalar_type() == at::kComplexDouble ? at::kDouble : at::kFloat;
-}
-
 }  // namespace
 
 at::Tensor fbfft_rfft_cpu(const at::Tensor& input, int64_t n, int64_t offset) {
   check_forward("fbfft_rfft", input, {n}, {offset}, 1);
-  if (empty_batch(input, 1)) return empty_result(input, 1, {n / 2 + 1}, complex_of(input));
+  if (empty_batch(input, 1))
+    return empty_result(input, 1, {n / 2 + 1}, c10::toComplexType(real_compute(input)));
   auto x = window(input.to(real_compute(input)), {offset}, {n});
   return at::fft_rfft(x, n, -1).contiguous();
 }
@@ -65,7 +58,8 @@ at::Tensor fbfft_rfft_cpu(const at::Tensor& input, int64_t n, int64_t offset) {
 at::Tensor fbfft_irfft_cpu(const at::Tensor& input, int64_t n, int64_t out_size, int64_t offset,
                            bool normalized) {
   check_inverse("fbfft_irfft", input, {n}, {out_size}, {offset}, false, 1);
-  if (empty_batch(input, 1)) return empty_result(input, 1, {out_size}, real_of(input));
+  if (empty_batch(input, 1))
+    return empty_result(input, 1, {out_size}, c10::toRealValueType(input.scalar_type()));
   auto y = at::fft_irfft(input, n, -1, normalized ? "backward" : "forward");
   return window(y, {offset}, {out_size}).contiguous();
 }
@@ -77,7 +71,7 @@ at::Tensor fbfft_rfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::In
     const int64_t bins = size[1] / 2 + 1;
     return empty_result(input, 2, transposed ? std::vector<int64_t>{bins, size[0]}
                                              : std::vector<int64_t>{size[0], bins},
-                        complex_of(input));
+                        c10::toComplexType(real_compute(input)));
   }
   auto x = window(input.to(real_compute(input)), offset, size);
   auto X = at::fft_rfft2(x, std::nullopt, {-2, -1});
@@ -88,7 +82,8 @@ at::Tensor fbfft_irfft2_cpu(const at::Tensor& input, at::IntArrayRef size, at::I
                             at::IntArrayRef offset, bool transposed, bool normalized) {
   check_inverse("fbfft_irfft2", input, size, out_size, offset, transposed, 2);
   if (empty_batch(input, 2))
-    return empty_result(input, 2, {out_size[0], out_size[1]}, real_of(input));
+    return empty_result(input, 2, {out_size[0], out_size[1]},
+                        c10::toRealValueType(input.scalar_type()));
   auto X = transposed ? input.transpose(-1, -2) : input;
   auto y = at::fft_irfft2(X, size, {-2, -1}, normalized ? "backward" : "forward");
   return window(y, offset, out_size).contiguous();

@@ -13,7 +13,8 @@ def pair(v: IntPair, name: str) -> Tuple[int, int]:
     """(v, v) for an int or a 1-sequence, the pair for a 2-sequence; ValueError naming `name` for
     anything else (a float, a string such as 'same', another length)."""
     try:
-        if not isinstance(v, (str, bytes)) and not hasattr(v, "__len__"):
+        if not isinstance(v, (str, bytes)) and (
+                not hasattr(v, "__len__") or isinstance(v, torch.Tensor) and v.dim() == 0):
             n = operator.index(v)
             return (n, n)
         t = tuple(operator.index(x) for x in v) if not isinstance(v, (str, bytes)) else ()

@@ -1,9 +1,10 @@
 """fbfft transforms: typed wrappers of torch.ops.fastlayers.fbfft_* and their fake kernels (their
-autograd, each transform's backward the other one, is registered in C++).
+autograd, each transform's backward the other one, is registered in C++:
+csrc/fbfft/fbfft_autograd.cpp).
 
 Semantics (csrc/fbfft/fbfft.h): the real side is read or written through a window, window(x)[i] =
 x[i + offset] where in range and 0 elsewhere; rfft2 can return the two innermost dimensions
-transposed; the inverse scales by 1/n when `normalized`. Autograd: csrc/fbfft/fbfft_autograd.cpp.
+transposed; the inverse scales by 1/n when `normalized`.
 """
 from __future__ import annotations
 
@@ -67,7 +68,3 @@ def _rfft2_fake(input, size, offset=(0, 0), transposed=False):
 def _irfft2_fake(input, size, out_size, offset=(0, 0), transposed=False, normalized=True):
     return input.new_empty((*input.shape[:-2], *out_size), dtype=_real_of(input))
 
-
-# Autograd: registered in C++ (csrc/fbfft/fbfft_autograd.cpp), where a call that needs no graph
-# goes straight to the device kernel: these are launch-sized ops called eagerly, and a Python
-# autograd kernel is entered on every call.

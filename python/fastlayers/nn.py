@@ -17,7 +17,7 @@ from torch.fx.experimental.symbolic_shapes import guard_scalar
 from . import _C, algorithms
 from . import tuner as _tuner
 from .tuner import conv2d as _tuner_conv2d
-from ._common import conv_tf32_allowed
+from ._common import conv_tf32_allowed, pair
 from .algorithms import NATIVE, Choice
 from .rnn import LSTM
 
@@ -283,8 +283,8 @@ class _TunedConv:
                 rp = [v for pair in zip(reversed(lo), reversed(hi)) for v in pair]
                 return (tuple(rp), "constant"), (0, 0)
             p = lo
-        elif isinstance(p, int):
-            p = (p,) * self._fl_dims
+        else:  # an int, or a tuple (of one value: every side) as nn.Conv*d takes them
+            p = pair(p, "padding")
         return None, ((0, p[0]) if self._fl_dims == 1 else (p[0], p[1]))
 
     def _padding_pair(self, x: torch.Tensor):
@@ -374,7 +374,7 @@ class _TunedConv:
         if input.dim() != self._fl_dims + 1 and input.dim() != self._fl_dims + 2:
             return _SUPER  # nn.Conv*d's own error
         if not torch.compiler.is_compiling():
-            why = _C.conv_pytorch_only_context(input, w, b)  # (the signature flags it)
+            why = _C.pytorch_only_context([input, w, b])  # (the signature flags it)
             if why is not None:
                 _tuner.note_fallback("%s(%s)" % (self._fl_kind, self.extra_repr()), why)
                 return _SUPER

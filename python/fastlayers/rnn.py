@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
+from . import _C
 from . import tuner as _tuner
 from .lstm import rnn_tf32_allowed
 
@@ -75,14 +76,15 @@ class LSTM(nn.RNNBase):
                 get("bias_ih") if self.bias else None, get("bias_hh") if self.bias else None,
                 get("weight_hr") if self.proj_size > 0 else None)
 
-    def _fl_choice(self, data: torch.Tensor, T: int, B: int, packed: bool, training: bool) -> str:
+    def _fl_choice(self, data: torch.Tensor, T: int, B: int, packed: bool, training: bool,
+                   context: Optional[str] = None) -> str:
         """"fused" or "native" for this input: the pinned algorithm, else the tuner's (a pass
-        "training" when gradients are needed, else "forward"); a layer the ops cannot serve runs
-        native, recorded with the reason."""
+        "training" when gradients are needed, else "forward"); a layer the ops cannot serve, or a
+        call in a context only nn.LSTM's forward serves (`context`: _C.pytorch_only_context's
+        reason), runs native, recorded with the reason."""
         dev = data.device.type
-        if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
-            # the ops' autograd (torch.library.register_autograd) has no functorch rules
-            reason = "a torch.func transform (vmap, grad, jvp, ...) runs nn.LSTM's forward"
+        if context is not None:
+            reason = context
         elif data.dtype not in (_CUDA_DTYPES if dev == "cuda" else _CPU_DTYPES if dev == "cpu"
                                 else ()):
             reason = "dtype %s on %s" % (data.dtype, dev)
@@ -115,23 +117,25 @@ class LSTM(nn.RNNBase):
         state.pop("_fl_routes", None)
         return state
 
-    def _fl_route(self, data: torch.Tensor, T: int, B: int, packed: bool, training: bool) -> str:
+    def _fl_route(self, data: torch.Tensor, hx, T: int, B: int, packed: bool,
+                  training: bool) -> str:
         """_fl_choice, remembered per input signature: a later call with the same signature, pin,
-        TF32 switch, deterministic mode and tuner generation (mode switches, clear) reads it
-        back instead of asking the tuner again (host time every call would pay). Under
+        TF32 switch, deterministic mode, tuner generation (mode switches, clear) and context
+        (_C.pytorch_only_context) reads it back instead of asking the tuner again (host time
+        every call would pay). Under
         torch.compile the choice is made when the graph is traced, as before."""
         if torch.compiler.is_compiling():
             return self._fl_choice(data, T, B, packed, training)
+        context = _C.pytorch_only_context([data] if hx is None else [data, *hx])
         key = (T, B, data.dtype, data.device, packed, training, self._fl_forced,
                data.is_cuda and data.dtype == torch.float32 and rnn_tf32_allowed(),
-               torch.are_deterministic_algorithms_enabled(), _tuner._state.generation,
-               torch._C._are_functorch_transforms_active())
+               torch.are_deterministic_algorithms_enabled(), _tuner._state.generation, context)
         routes = self.__dict__.get("_fl_routes")
         if routes is None:  # (a converted nn.LSTM gets its table on its first call)
             routes = self.__dict__["_fl_routes"] = {}
         choice = routes.get(key)
         if choice is None:
-            choice = routes[key] = self._fl_choice(data, T, B, packed, training)
+            choice = routes[key] = self._fl_choice(data, T, B, packed, training, context)
         return choice
 
     def _fl_stacks(self, packed: bool, data: torch.Tensor) -> bool:
@@ -163,7 +167,7 @@ class LSTM(nn.RNNBase):
             data.requires_grad or any(p.requires_grad for p in self.parameters()) or (
                 hx is not None and (hx[0].requires_grad or hx[1].requires_grad)))
         # no steps: nn.LSTM's own error
-        choice = "native" if T == 0 else self._fl_route(data, T, B, packed, training)
+        choice = "native" if T == 0 else self._fl_route(data, hx, T, B, packed, training)
         if choice == "native":
             return self._native_forward(input, hx)
         dirs = 2 if self.bidirectional else 1
@@ -190,9 +194,13 @@ class LSTM(nn.RNNBase):
         x = data if packed else data.contiguous()
         if choice == "fused" and self._fl_stacks(packed, data):
             # one wavefront over every layer (lstm_stack): no dropout between them here
-            # the weights as attributes give them now (functional_call, parametrizations),
-            # not the list nn.RNNBase keeps of them
-            weights = [getattr(self, name) for name in self._flat_weights_names]
+            # the weights as the module holds them now (functional_call puts its own in the
+            # parameters' dict, a parametrization behind the attribute), not the list
+            # nn.RNNBase keeps of them; the dict first (Module.__getattr__ costs microseconds)
+            params = self._parameters
+            weights = [params.get(name) for name in self._flat_weights_names]
+            weights = [w if w is not None else getattr(self, name)
+                       for w, name in zip(weights, self._flat_weights_names)]
             y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(x, h0, c0, weights, self.bias,
                                                                tf32)
             if not batched:

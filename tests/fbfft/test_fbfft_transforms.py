@@ -168,9 +168,41 @@ def test_gradcheck_2d(transposed, offset):
 def test_gradcheck_1d(offset):
     x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
     assert gradcheck(lambda t: fbfft.rfft(t, 8, offset), (x,))
+    assert gradgradcheck(lambda t: fbfft.rfft(t, 8, offset), (x,))
     X = torch.randn(3, 5, dtype=torch.complex128, requires_grad=True)
     for normalized in (True, False):
         assert gradcheck(lambda t: fbfft.irfft(t, 8, 7, offset, normalized), (X,))
+        assert gradgradcheck(lambda t: fbfft.irfft(t, 8, 7, offset, normalized), (X,))
+
+
+# Forward-mode AD: each transform is linear, so a result's tangent is the transform of the
+# input's tangent. (transform, its torch.fft reference, a real or complex input's shape)
+JVP_CASES = {
+    "rfft": (lambda t: fbfft.rfft(t, 8, -1), lambda t: torch_rfft(t, 8, -1), (3, 6), False),
+    "irfft": (lambda t: fbfft.irfft(t, 8, 7, 1), lambda t: torch_irfft(t, 8, 7, 1), (3, 5), True),
+    "rfft2": (lambda t: fbfft.rfft2(t, (8, 8), (-1, 2), True),
+              lambda t: torch_rfft2(t, (8, 8), (-1, 2), True), (2, 5, 6), False),
+    "irfft2": (lambda t: fbfft.irfft2(t, (8, 8), (6, 5), (1, 0), False, False),
+               lambda t: torch_irfft2(t, (8, 8), (6, 5), (1, 0), False, False), (2, 8, 5), True),
+}
+
+
+@pytest.mark.parametrize("how", ["forward_ad", "func.jvp", "forward_ad-with-grad"])
+@pytest.mark.parametrize("name", JVP_CASES)
+def test_forward_mode_ad(device, name, how):
+    import torch.autograd.forward_ad as fwAD
+    ours, ref, shape, complex_in = JVP_CASES[name]
+    make = spectrum if complex_in else real
+    x, t = make(*shape, device=device), make(*shape, device=device)
+    if how == "func.jvp":
+        y, tangent = torch.func.jvp(ours, (x,), (t,))
+    else:
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(x.requires_grad_(how.endswith("grad")), t)
+            y, tangent = fwAD.unpack_dual(ours(dual))
+    assert tangent is not None, "no tangent"
+    check_transform(y, ref, x, what="%s primal" % name)
+    check_transform(tangent, ref, t, what="%s tangent" % name)
 
 
 def _pipeline_2d(rfft2, irfft2, x):
@@ -277,14 +309,24 @@ def test_bad_pairs_name_the_argument(name):
         call(real(4, 13, 13), spectrum(4, 16, 9))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("batch", [(0,), (2, 0)], ids=str)
-def test_empty_batch(device, batch):
-    x, X = real(*batch, 13, 13, device=device), spectrum(*batch, 16, 9, device=device)
-    assert fbfft.rfft2(x, 16).shape == (*batch, 16, 9)
-    assert fbfft.rfft2(x, 16, transposed=True).shape == (*batch, 9, 16)
-    assert fbfft.irfft2(X, 16, (13, 12)).shape == (*batch, 13, 12)
-    assert fbfft.rfft(x, 16).shape == (*batch, 13, 9)
-    assert fbfft.irfft(X, 16, 7).shape == (*batch, 16, 7)
+def test_empty_batch(device, batch, dtype):
+    # the shapes and dtypes of a batch of one, and gradients of the same
+    calls = {"rfft2": lambda x, X: fbfft.rfft2(x, 16),
+             "rfft2-transposed": lambda x, X: fbfft.rfft2(x, 16, transposed=True),
+             "irfft2": lambda x, X: fbfft.irfft2(X, 16, (13, 12)),
+             "rfft": lambda x, X: fbfft.rfft(x, 16),
+             "irfft": lambda x, X: fbfft.irfft(X, 16, 7)}
+    for name, call in calls.items():
+        one = call(real(1, 13, 13, dtype=dtype, device=device), spectrum(1, 16, 9, device=device))
+        x = real(*batch, 13, 13, dtype=dtype, device=device).requires_grad_()
+        X = spectrum(*batch, 16, 9, device=device).requires_grad_()
+        got = call(x, X)
+        assert got.shape == (*batch, *one.shape[1:]) and got.dtype == one.dtype, name
+        gx, gX = torch.autograd.grad(got.abs().sum(), (x, X), allow_unused=True)
+        for g, t in ((gx, x), (gX, X)):
+            assert g is None or (g.shape == t.shape and g.dtype == t.dtype), name
 
 
 def test_fbfft_size_limits_come_from_the_library():

@@ -175,3 +175,17 @@ def test_empty_batch(device, dtype, backend, tile):
     assert x.grad.shape == x.shape
     assert not w.grad.any() and not b.grad.any()
     assert ops.conv2d(x.detach(), w.detach(), padding="same").shape == (0, 4, 7, 6)
+
+
+@pytest.mark.parametrize("backend,tile", [("cufft", (0, 0)), ("fbfft", (0, 0)),
+                                          ("cufft", (3, 3))], ids=str)
+@pytest.mark.parametrize("empty", ["C", "K"])
+def test_no_channels_to_sum_over(device, backend, tile, empty):
+    # C = 0: the forward sums over no input channel (zeros, and the bias); K = 0: the input
+    # gradient over no output channel (zeros)
+    C, K = (0, 4) if empty == "C" else (3, 0)
+    case = Case(2, C, K, 7, 6, 3, 2, 1, 0, (16, 8))
+    x, w, b, gy = make_tensors(case, torch.float32, device)
+    y, gx, gw = fft_passes(x, w, b, gy, case.padding, case.basis, backend=backend, tile=tile)
+    assert y.shape == (2, K, 7, 5) and gx.shape == (2, C, 7, 6) and gw.shape == (K, C, 3, 2)
+    assert torch.equal(y, b.view(1, -1, 1, 1).expand_as(y)) and not gx.any()

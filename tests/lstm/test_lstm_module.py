@@ -395,6 +395,29 @@ def test_the_two_bias_gradients_are_tensors_of_their_own(name):
     assert len(set(ptrs)) == len(ptrs)
 
 
+@pytest.mark.parametrize("name", PATH_CONFIGS)
+def test_torch_func_and_forward_ad_run_nn_lstms_forward(name):
+    # the ops' autograd has no functorch or forward-AD rules: such calls run nn.LSTM's forward
+    import torch.autograd.forward_ad as fwAD
+    ref, fast = pair(CONFIGS[name][0])
+    x, hx = make_inputs(name)
+    params = {n: p.detach() for n, p in ref.named_parameters()}
+    grads = [torch.func.grad(lambda p: torch.func.functional_call(m, p, (x, hx))[0].sum())(params)
+             for m in (ref, fast)]
+    for k in params:
+        assert rel_err(grads[1][k], grads[0][k]) <= FLOAT64_BOUND, k
+    assert "torch.func transform" in tuner.report()
+    tangents = []
+    for m in (ref, fast):
+        with fwAD.dual_level():
+            y, _ = m(fwAD.make_dual(x, torch.ones_like(x)), hx)
+            tangents.append(fwAD.unpack_dual(y).tangent)
+    assert rel_err(tangents[1], tangents[0]) <= FLOAT64_BOUND
+    assert "forward-mode AD" in tuner.report()
+    _, ops = all_results(fast, name, x, hx)  # outside those: the ops again
+    assert ops == _expected_ops(name)
+
+
 def test_default_path_is_nn_lstms_with_the_reason():
     ref, fast = pair({"num_layers": 2, "bidirectional": True})
     fast.force_algorithm(None)

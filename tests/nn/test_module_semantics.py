@@ -46,10 +46,13 @@ def test_conv1d_output_may_be_changed_in_place(device, compiled):
         torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("padding", [2, (1, 2), "same", "valid"])
-def test_padding_set_after_construction_counts(device, padding):
-    ref, fast = twins(nn.Conv2d, 3, 4, (3, 4), padding=1, labels=FFT2D, device=device)
-    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, device=device)
+@pytest.mark.parametrize("dims,padding", [(2, 2), (2, (2,)), (2, (1, 2)), (2, "same"),
+                                          (2, "valid"), (1, 3), (1, (3,)), (1, "same")], ids=str)
+def test_padding_set_after_construction_counts(device, dims, padding):
+    cls, labels, kernel, shape = ((nn.Conv2d, FFT2D, (3, 4), (2, 3, 8, 8)) if dims == 2 else
+                                  (nn.Conv1d, FFT1D, 4, (2, 3, 30)))
+    ref, fast = twins(cls, 3, 4, kernel, padding=1, labels=labels, device=device)
+    x = torch.randn(*shape, dtype=torch.float64, device=device)
     fast(x)  # a plan for the first padding
     ref.padding, fast.padding = padding, padding
     y, ops = ran_ops(lambda: fast(x))

@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 from torch._prims_common import suggest_memory_format
 
+from .. import _C
+
 __all__ = [
     "Choice", "Family", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse", "register", "unregister", "families",
     "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "conv2d_cpp_plan",
@@ -276,9 +278,12 @@ def conv2d_call(choice: Union[Choice, str], pass_: str, padding: Sequence[int], 
 
 
 def _channels_last(t: torch.Tensor) -> bool:
-    # as PyTorch's convolution reads its operands' layout: by their strides, also where both
-    # formats fit them (one channel, a 1x1 kernel)
-    return suggest_memory_format(t) == torch.channels_last
+    """Whether PyTorch's convolution reads `t` as channels_last: by its strides, also where both
+    formats fit them (one channel, a 1x1 kernel). Eagerly the C++ reading the modules' node
+    uses; in a traced graph PyTorch's own Python form of it (dynamo does not trace _C)."""
+    if torch.compiler.is_compiling():
+        return suggest_memory_format(t) == torch.channels_last
+    return _C.channels_last(t)
 
 
 def _in_input_layout(call: Conv2dCall) -> Conv2dCall:
