@@ -33,9 +33,16 @@ TORCH_LIBRARY(fastlayers, m) {
   // for float64); `tf32` lets float32 products use TF32 (cuda/winograd/layout.h). `fused` (forward
   // and input gradient, tile 2, float16 and bfloat16 on CUDA): the fused kernel, transforms and
   // products in one kernel with no transformed buffers in global memory (cuda/winograd/fused.cuh).
-  // input [S, C, H, W], weight [K, C, 3, 3], bias [K]  ->  [S, K, H+2ph-2, W+2pw-2]
+  // input [S, C, H, W], weight [K, C, 3, 3], bias [K]  ->  [S, K, H+2ph-2, W+2pw-2].
+  // `transformed_weight` [alpha^2, K, C] (winograd_filter_transform of `weight` at `tile`, not
+  // differentiable; not with `fused`): the filters already transformed, which the op then reads
+  // instead of transforming `weight` (the gradients remain `weight`'s).
   m.def("winograd_conv2d(Tensor input, Tensor weight, Tensor? bias, SymInt[2] padding, "
-        "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
+        "int tile=2, bool tf32=False, bool fused=False, Tensor? transformed_weight=None) "
+        "-> Tensor");
+  // weight [K, C, 3, 3]  ->  U [alpha^2, K, C] = G w G^T of F(tile x tile, 3x3), in weight's
+  // dtype: the forward's transformed filters, as the non-fused pipeline stores them
+  m.def("winograd_filter_transform(Tensor weight, int tile=2) -> Tensor");
   // grad_output [S, K, oh, ow], weight [K, C, 3, 3]  ->  grad_input [S, C, oh+2-2ph, ow+2-2pw]
   m.def("winograd_conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[2] padding, "
         "int tile=2, bool tf32=False, bool fused=False) -> Tensor");

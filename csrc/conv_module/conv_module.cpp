@@ -67,7 +67,7 @@ using FftGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArra
                            c10::SymIntArrayRef, bool, c10::string_view, c10::SymIntArrayRef);
 using WinogradForward = at::Tensor(const at::Tensor&, const at::Tensor&,
                                    const std::optional<at::Tensor>&, c10::SymIntArrayRef, int64_t,
-                                   bool, bool);
+                                   bool, bool, const std::optional<at::Tensor>&);
 using WinogradInputGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
                                      int64_t, bool, bool);
 using WinogradGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef, int64_t,
@@ -123,7 +123,7 @@ at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
       y = ops().fft.call(x, w, b, sym(p.padding), sym(c.basis), p.tf32, c.backend, sym(c.tile));
       break;
     case Algo::Winograd:
-      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.fused);
+      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.fused, std::nullopt);
       break;
   }
   if (!p.height_one && (channels_last(x) || channels_last(w)) &&

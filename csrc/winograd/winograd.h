@@ -27,42 +27,64 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
             bool fused = false);
 
+// The forward's `transformed_weight`, where given: [alpha^2, K, C] of the checked shape `s`, the
+// dtype and device of `weight`, no gradient wanted of it, not with `fused`.
+void check_transformed(const Shape& s, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& transformed, bool fused);
+
+// winograd_filter_transform's checks: `weight` [K, C, 3, 3], floating, and a forward tile.
+void check_filter_transform(const at::Tensor& weight, int64_t tile);
+
 // The result's shape: [S, K, oh, ow], [S, C, H, W] or [K, C, 3, 3].
 std::vector<int64_t> output_shape(Pass pass, const Shape& s);
 
 // The device kernel of one checked pass (nonempty S, C, K), in chunks of samples whose buffers
 // stay under `chunk_bytes` (the ops: kChunkBytes; the test hooks set others); `fused`: the fused
-// kernel (CUDA; check() refuses it elsewhere).
+// kernel (CUDA; check() refuses it elsewhere); `transformed`: the forward's filters already
+// transformed (check_transformed), or nullptr.
 using Kernel = at::Tensor (*)(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
                               const std::optional<at::Tensor>& bias, bool tf32,
-                              int64_t chunk_bytes, bool fused);
+                              int64_t chunk_bytes, bool fused, const at::Tensor* transformed);
 
 at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
                    const std::optional<at::Tensor>& bias, bool tf32, int64_t chunk_bytes,
-                   bool fused);
+                   bool fused, const at::Tensor* transformed);
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, bool tf32, int64_t chunk_bytes,
-                    bool fused);
+                    bool fused, const at::Tensor* transformed);
+
+// winograd_filter_transform on each device (checked by check_filter_transform).
+at::Tensor filter_transform_cpu(const at::Tensor& weight, int64_t tile);
+at::Tensor filter_transform_cuda(const at::Tensor& weight, int64_t tile);
 
 // A pass with an empty batch or channel count: zeros (and the bias, forward).
 at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
                         const std::optional<at::Tensor>& bias);
 
 // Checks the arguments, then runs the pass with the device's kernel.
-template <Kernel Run>
+template <Kernel Run, at::Tensor (*FilterTransform)(const at::Tensor&, int64_t)>
 struct DeviceOps {
   static at::Tensor run(Pass pass, const at::Tensor& a, const at::Tensor& b,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
                         int64_t tile, bool tf32, int64_t chunk_bytes = kChunkBytes,
-                        bool fused = false) {
+                        bool fused = false,
+                        const std::optional<at::Tensor>& transformed = std::nullopt) {
     const Shape s = check(pass, a, b, bias, padding, tile, fused);
+    check_transformed(s, b, transformed, fused);
     if (s.S == 0 || s.C == 0 || s.K == 0) return empty_result(pass, s, a, bias);
-    return Run(pass, s, a, b, bias, tf32, chunk_bytes, fused);
+    return Run(pass, s, a, b, bias, tf32, chunk_bytes, fused,
+               transformed.has_value() ? &*transformed : nullptr);
   }
   static at::Tensor forward(const at::Tensor& input, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef padding,
-                            int64_t tile, bool tf32, bool fused) {
-    return run(Pass::Forward, input, weight, bias, padding, tile, tf32, kChunkBytes, fused);
+                            int64_t tile, bool tf32, bool fused,
+                            const std::optional<at::Tensor>& transformed_weight) {
+    return run(Pass::Forward, input, weight, bias, padding, tile, tf32, kChunkBytes, fused,
+               transformed_weight);
+  }
+  static at::Tensor filter_transform(const at::Tensor& weight, int64_t tile) {
+    check_filter_transform(weight, tile);
+    return FilterTransform(weight, tile);
   }
   static at::Tensor input_grad(const at::Tensor& grad_output, const at::Tensor& weight,
                                at::IntArrayRef padding, int64_t tile, bool tf32, bool fused) {
@@ -77,6 +99,7 @@ struct DeviceOps {
     m.impl("winograd_conv2d", &forward);
     m.impl("winograd_conv2d_input_grad", &input_grad);
     m.impl("winograd_conv2d_weight_grad", &weight_grad);
+    m.impl("winograd_filter_transform", &filter_transform);
   }
 };
 

@@ -100,6 +100,34 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
   return s;
 }
 
+void check_transformed(const Shape& s, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& transformed, bool fused) {
+  if (!transformed.has_value()) return;
+  const char* op = "winograd_conv2d";
+  const at::Tensor& u = *transformed;
+  TORCH_CHECK(!fused, op, ": `transformed_weight` serves the non-fused pipeline (fused=False)");
+  const int64_t a = s.tile + winograd::kKernel - 1;
+  TORCH_CHECK(u.dim() == 3 && u.size(0) == a * a && u.size(1) == s.K && u.size(2) == s.C, op,
+              ": `transformed_weight` must be [alpha^2, K, C] = [", a * a, ", ", s.K, ", ", s.C,
+              "] (winograd_filter_transform of `weight` at tile ", s.tile, "), got ", u.sizes());
+  TORCH_CHECK(u.scalar_type() == weight.scalar_type() && u.device() == weight.device(), op,
+              ": `transformed_weight` must have `weight`'s dtype and device (", weight.scalar_type(),
+              " on ", weight.device(), "), got ", u.scalar_type(), " on ", u.device());
+  TORCH_CHECK(!u.requires_grad(), op,
+              ": `transformed_weight` takes no gradient (the gradients are `weight`'s): pass it "
+              "detached");
+}
+
+void check_filter_transform(const at::Tensor& weight, int64_t tile) {
+  const char* op = "winograd_filter_transform";
+  check_conv_operand(op, "weight", weight);
+  TORCH_CHECK(weight.size(2) == winograd::kKernel && weight.size(3) == winograd::kKernel, op,
+              ": `weight` must be 3x3, got ", weight.size(2), "x", weight.size(3),
+              " (Winograd convolution here takes 3x3 filters)");
+  TORCH_CHECK(winograd::tile_ok(Pass::Forward, tile), op,
+              ": `tile` must be 2, 4 or 6 (output tiles of F(tile x tile, 3x3)), got ", tile);
+}
+
 std::vector<int64_t> output_shape(Pass pass, const Shape& s) {
   switch (pass) {
     case Pass::Forward: return {s.S, s.K, s.oh(), s.ow()};
@@ -123,13 +151,15 @@ at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
   TORCH_CHECK(chunk_bytes > 0, op_name(pass), ": the chunk bound must be > 0");
   if (a.is_cuda()) {
 #ifdef FASTLAYERS_WITH_CUDA
-    return DeviceOps<&run_cuda>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, false);
+    return DeviceOps<&run_cuda, &filter_transform_cuda>::run(pass, a, b, bias, padding, tile,
+                                                             tf32, chunk_bytes, false);
 #else
     TORCH_CHECK(false, op_name(pass), ": fastlayers was built without CUDA");
 #endif
   }
   TORCH_CHECK(a.is_cpu(), op_name(pass), ": runs on CPU and CUDA tensors, got ", a.device());
-  return DeviceOps<&run_cpu>::run(pass, a, b, bias, padding, tile, tf32, chunk_bytes, false);
+  return DeviceOps<&run_cpu, &filter_transform_cpu>::run(pass, a, b, bias, padding, tile, tf32,
+                                                         chunk_bytes, false);
 }
 
 size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,
@@ -159,9 +189,11 @@ size_t python_fused_workspace_bytes(int pass, int64_t C, int64_t K, int store_by
 // Autocast: the three passes run in the autocast dtype, as nn.Conv2d does.
 TORCH_LIBRARY_IMPL(fastlayers, AutocastCUDA, m) {
   fastlayers::register_autocast<c10::DeviceType::CUDA>(
-      m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad"});
+      m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
+          "winograd_filter_transform"});
 }
 TORCH_LIBRARY_IMPL(fastlayers, AutocastCPU, m) {
   fastlayers::register_autocast<c10::DeviceType::CPU>(
-      m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad"});
+      m, {"winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
+          "winograd_filter_transform"});
 }

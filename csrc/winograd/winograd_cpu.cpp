@@ -73,16 +73,33 @@ at::Tensor output_transform(const at::Tensor& M, const at::Tensor& AT, int64_t n
   return y.narrow(2, 0, oh).narrow(3, 0, ow);
 }
 
+// U [a2, K, C] = G w G^T per filter of w [K, C, 3, 3], in G's dtype.
+at::Tensor filters(const at::Tensor& w, const at::Tensor& G) {
+  const int64_t a = G.size(0), K = w.size(0), C = w.size(1);
+  return at::matmul(at::matmul(G, w), G.t()).permute({2, 3, 0, 1}).reshape({a * a, K, C});
+}
+
+at::ScalarType compute_type(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 }  // namespace
+
+at::Tensor filter_transform_cpu(const at::Tensor& weight, int64_t tile) {
+  const auto ct = compute_type(weight);
+  // the transformed filters as the pipelines store them: in the weight's dtype
+  return filters(weight.to(ct), mats(Pass::Forward, tile, ct).G)
+      .to(weight.scalar_type())
+      .contiguous();
+}
 
 at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
                    const std::optional<at::Tensor>& bias, bool /*tf32*/, int64_t chunk_bytes,
-                   bool /*fused: check() refuses it on CPU*/) {
-  const auto ct = a_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+                   bool /*fused: check() refuses it on CPU*/, const at::Tensor* transformed) {
+  const auto ct = compute_type(a_in);
   const auto a = a_in.to(ct), b = b_in.to(ct);
   const Mats mt = mats(pass, s.tile, ct);
   const Tiling t = winograd::tiling(pass, s);
-  const int64_t a2 = t.alpha * t.alpha;
   const int store = static_cast<int>(a_in.element_size());
   const int acc = ct == at::kDouble ? 8 : 4;
   const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);
@@ -100,10 +117,10 @@ at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::
     // [a2, C, K] as C channels of K one-tile samples -> [K, C, 3, 3]
     out = output_transform(M, mt.AT, s.K, 1, 1, t.res_h, t.res_w);
   } else {
-    // U [a2, K, C] = G w G^T (w turned 180 degrees for the input gradient)
-    auto w = pass == Pass::InputGrad ? b.flip({2, 3}) : b;
-    auto U = at::matmul(at::matmul(mt.G, w), mt.G.t()).permute({2, 3, 0, 1}).reshape(
-        {a2, s.K, s.C});
+    // U [a2, K, C] = G w G^T (w turned 180 degrees for the input gradient), or the forward's
+    // as given
+    auto U = transformed != nullptr ? transformed->to(ct)
+                                    : filters(pass == Pass::InputGrad ? b.flip({2, 3}) : b, mt.G);
     if (pass == Pass::InputGrad) U = U.transpose(1, 2);  // [a2, C, K]
     std::vector<at::Tensor> parts;
     for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
@@ -117,7 +134,9 @@ at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::
   return out.to(a_in.scalar_type()).contiguous();
 }
 
-TORCH_LIBRARY_IMPL(fastlayers, CPU, m) { DeviceOps<&run_cpu>::register_ops(m); }
+TORCH_LIBRARY_IMPL(fastlayers, CPU, m) {
+  DeviceOps<&run_cpu, &filter_transform_cpu>::register_ops(m);
+}
 
 }  // namespace winograd_host
 }  // namespace fastlayers

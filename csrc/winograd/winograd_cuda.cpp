@@ -15,12 +15,13 @@ namespace winograd_host {
 
 at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at::Tensor& b_in,
                     const std::optional<at::Tensor>& bias_in, bool tf32, int64_t chunk_bytes,
-                    bool fused) {
+                    bool fused, const at::Tensor* transformed_in) {
   c10::cuda::CUDAGuard guard(a_in.device());
   const auto a = a_in.contiguous();
   const auto b = b_in.contiguous();
-  at::Tensor bias;
+  at::Tensor bias, transformed;
   if (bias_in.has_value()) bias = bias_in->contiguous();
+  if (transformed_in != nullptr) transformed = transformed_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
   if (fused) {  // float16 or bfloat16 (check())
     const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
@@ -52,12 +53,32 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
                      bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
                                     : nullptr,
                      reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()),
-                     ws.get(), ws_bytes, chunk, stream, blas, tf32);
+                     ws.get(), ws_bytes, chunk, stream, blas, tf32,
+                     transformed.defined()
+                         ? reinterpret_cast<const T*>(transformed.const_data_ptr<scalar_t>())
+                         : nullptr);
   });
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) { DeviceOps<&run_cuda>::register_ops(m); }
+at::Tensor filter_transform_cuda(const at::Tensor& weight_in, int64_t tile) {
+  c10::cuda::CUDAGuard guard(weight_in.device());
+  const auto w = weight_in.contiguous();
+  const int64_t K = w.size(0), C = w.size(1), a = tile + winograd::kKernel - 1;
+  auto U = at::empty({a * a, K, C}, w.options());
+  if (U.numel() == 0) return U;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "winograd_filters", [&] {
+    using T = typename DeviceType<scalar_t>::type;
+    winograd::transform_filters<T>(reinterpret_cast<const T*>(w.const_data_ptr<scalar_t>()),
+                                   reinterpret_cast<T*>(U.mutable_data_ptr<scalar_t>()), K, C,
+                                   tile, at::cuda::getCurrentCUDAStream());
+  });
+  return U;
+}
+
+TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
+  DeviceOps<&run_cuda, &filter_transform_cuda>::register_ops(m);
+}
 
 }  // namespace winograd_host
 }  // namespace fastlayers

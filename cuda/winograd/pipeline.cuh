@@ -23,11 +23,12 @@ void launch_two(const A& first, const B& second, cudaStream_t stream) {
   FL_LAUNCH_CHECK();
 }
 
-// One pass with F(Mat::kM, Mat::kR).
+// One pass with F(Mat::kM, Mat::kR). `given_u`: the forward's filters already transformed
+// ([alpha^2, K, C]), or null.
 template <typename T, typename Mat>
 void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
                  char* ws, const Buffers& buf, int64_t chunk, cudaStream_t stream,
-                 cublasHandle_t blas, bool tf32) {
+                 cublasHandle_t blas, bool tf32, const T* given_u) {
   using F = compute_t<T>;
   using G = GemmTypes<T>;
   const Tiling t = tiling(pass, s);
@@ -35,9 +36,10 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
   T* U = reinterpret_cast<T*>(ws + buf.u);
   T* V = reinterpret_cast<T*>(ws + buf.v);
   F* M = reinterpret_cast<F*>(ws + buf.m);
+  const T* filter_u = given_u != nullptr ? given_u : U;  // what the products read
 
   // The filters' transform (forward, input gradient) rides in the first chunk's data-transform
-  // launch.
+  // launch, unless they come transformed.
   const FilterJob<T, Mat> filters{b, U, s.K, s.C, pass == Pass::InputGrad};
   for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
     const int64_t n = std::min(chunk, s.S - s0);
@@ -52,7 +54,7 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
       const TileSource gsrc{n, s.K, s.oh(), s.ow(), t.th, t.tw, t.step, 0, 0};
       const TileJob<T, UseG<Mat>> gtiles{a + s0 * s.K * s.oh() * s.ow(), U, gsrc};
       launch_two(gtiles, tiles, stream);
-    } else if (s0 == 0) {
+    } else if (s0 == 0 && given_u == nullptr) {
       launch_two(filters, tiles, stream);
     } else {
       run_job<<<blocks_for(tiles.threads()), kThreads, 0, stream>>>(tiles);
@@ -61,8 +63,8 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
     switch (pass) {
       case Pass::Forward: {  // M [K, P] = U [K, C] V [C, P]
         const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.K, s.C, P, s.C, P};
-        gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, V, s.C * P, U, s.K * s.C,
-                              M, s.K * P, a2);
+        gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, V, s.C * P, filter_u,
+                              s.K * s.C, M, s.K * P, a2);
         break;
       }
       case Pass::InputGrad: {  // M [C, P] = U^T [C, K] V [K, P]
@@ -100,31 +102,54 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
 template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
          size_t workspace_size, int64_t chunk, cudaStream_t stream, cublasHandle_t blas,
-         bool tf32) {
+         bool tf32, const T* transformed) {
   if (!tile_ok(pass, s.tile))
     throw std::invalid_argument("fastlayers: Winograd tile " + std::to_string(s.tile) +
                                 " is not supported for this pass");
   if (chunk < 1 || chunk > s.S) throw std::invalid_argument("fastlayers: Winograd chunk out of range");
+  if (transformed != nullptr && pass != Pass::Forward)
+    throw std::invalid_argument("fastlayers: transformed Winograd filters serve the forward");
   const Buffers buf = buffers(pass, s, chunk, sizeof(T), sizeof(compute_t<T>));
   if (workspace_size < buf.total) throw std::invalid_argument("fastlayers: Winograd workspace too small");
   char* ws = static_cast<char*>(workspace);
   if (pass == Pass::WeightGrad) {
     if (s.tile == 2)
-      run_variant<T, Matrices<3, 2>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      run_variant<T, Matrices<3, 2>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32,
+                                     nullptr);
     else
-      run_variant<T, Matrices<3, 4>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      run_variant<T, Matrices<3, 4>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32,
+                                     nullptr);
     return;
   }
   switch (s.tile) {
     case 2:
-      run_variant<T, Matrices<2, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      run_variant<T, Matrices<2, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32,
+                                     transformed);
       break;
     case 4:
-      run_variant<T, Matrices<4, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      run_variant<T, Matrices<4, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32,
+                                     transformed);
       break;
     default:
-      run_variant<T, Matrices<6, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32);
+      run_variant<T, Matrices<6, 3>>(pass, s, a, b, bias, out, ws, buf, chunk, stream, blas, tf32,
+                                     transformed);
       break;
+  }
+}
+
+template <typename T>
+void transform_filters(const T* w, T* U, int64_t K, int64_t C, int64_t tile, cudaStream_t stream) {
+  const auto launch = [&](auto job) {
+    run_job<<<blocks_for(job.threads()), kThreads, 0, stream>>>(job);
+    FL_LAUNCH_CHECK();
+  };
+  switch (tile) {
+    case 2: launch(FilterJob<T, Matrices<2, 3>>{w, U, K, C, false}); break;
+    case 4: launch(FilterJob<T, Matrices<4, 3>>{w, U, K, C, false}); break;
+    case 6: launch(FilterJob<T, Matrices<6, 3>>{w, U, K, C, false}); break;
+    default:
+      throw std::invalid_argument("fastlayers: Winograd tile " + std::to_string(tile) +
+                                  " is not a forward tile");
   }
 }
 

@@ -31,10 +31,17 @@ namespace winograd {
 // `chunk`: samples per round of transforms and GEMMs (1..S; chunk_samples in layout.h), so the
 // workspace stays bounded; weight gradients sum the chunks in the accumulation type.
 // tf32: allow TF32 tensor-op GEMMs (float only). s.tile must satisfy tile_ok (throws otherwise).
+// `transformed` (Forward only, else null): U [alpha^2, K, C], the filters already transformed
+// (transform_filters), which the products then read instead of transforming b.
 template <typename T>
 void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out, void* workspace,
          size_t workspace_size, int64_t chunk, cudaStream_t stream, cublasHandle_t blas,
-         bool tf32);
+         bool tf32, const T* transformed);
+
+// The forward's transformed filters: U [alpha^2, K, C] (storage T) = G w[k, c] G^T of
+// F(tile x tile, 3x3), w [K, C, 3, 3]; tile 2, 4 or 6 (throws otherwise).
+template <typename T>
+void transform_filters(const T* w, T* U, int64_t K, int64_t C, int64_t tile, cudaStream_t stream);
 
 // The fused kernel (fused.cuh), float16 and bfloat16: the filter transform into `workspace`
 // (fused_workspace_bytes, layout.h), then one kernel for the data transform, the products on

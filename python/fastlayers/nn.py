@@ -21,7 +21,7 @@ from ._common import conv_tf32_allowed, pair
 from .algorithms import NATIVE, Choice
 from .rnn import LSTM
 
-__all__ = ["Conv1d", "Conv2d", "convert", "tuned_layers"]
+__all__ = ["Conv1d", "Conv2d", "cached_filter_transforms", "convert", "tuned_layers"]
 
 _CUDA_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CPU_DTYPES = (torch.float32, torch.float64)
@@ -36,6 +36,9 @@ class _Plan(NamedTuple):
     # The eager call through the C++ autograd node, cpp(x, w, b, need_backward) -> y, or None
     # where a family has no C++ form (then _ConvFunction, the same node in Python).
     cpp: Optional[Callable[..., torch.Tensor]]
+    # The forward with its filters transformed ahead, (transform(w) -> U, call(x, w, b, U) -> y),
+    # where the forward's family has one (algorithms.conv2d_filters_call), else None.
+    filters: Optional[tuple] = None
 
 
 _ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None, None)
@@ -56,7 +59,8 @@ def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
     if height_one:
         forward, grads = _height_one(forward, grads)
     cpp = algorithms.conv2d_cpp_plan(choices, padding, tf32, height_one)
-    return _Plan(choices, False, forward, grads, cpp)
+    filters = None if height_one else algorithms.conv2d_filters_call(fwd, padding, tf32)
+    return _Plan(choices, False, forward, grads, cpp, filters)
 
 
 def _height_one(forward, grads):
@@ -332,15 +336,30 @@ class _TunedConv:
     def __setattr__(self, name, value):
         if name != "_fl_route":
             self.__dict__.pop("_fl_route", None)
+            self.__dict__.pop("_fl_filters", None)
         super().__setattr__(name, value)
 
     def __getstate__(self):
         # Plans and the route hold bound op calls (closures, which do not pickle) and are
-        # rebuilt on the next call: torch.save(model) and copy.deepcopy leave them out.
+        # rebuilt on the next call: torch.save(model) and copy.deepcopy leave them out, and the
+        # kept filters with them.
         state = dict(super().__getstate__())
         state.pop("_fl_plans", None)
         state.pop("_fl_route", None)
+        state.pop("_fl_filters", None)
         return state
+
+    def _fl_kept_filters(self, plan: _Plan, weight: torch.Tensor, w: torch.Tensor):
+        """The transformed filters of `w` (`weight` as the op takes it, cast under autocast) for
+        `plan`, kept per weight version (cached_filter_transforms); setting any layer attribute
+        forgets them, as it forgets the route."""
+        key = (plan.choices[0], weight.data_ptr(), weight._version, w.dtype, w.device)
+        kept = self.__dict__.get("_fl_filters")
+        if kept is None or kept[0] != key:
+            with torch.no_grad():
+                kept = (key, plan.filters[0](w))
+            self.__dict__["_fl_filters"] = kept
+        return kept[1]
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # The parameters from their dict (Module.__getattr__ costs microseconds); a weight or bias
@@ -417,13 +436,19 @@ class _TunedConv:
             # unbatched input and autocast casts in C++, at nn.Conv*d's host cost
             return self._conv_forward(input, w, b)
         x = input.unsqueeze(0) if route.unbatched else input
+        weight = w
         # Under autocast the operands take the autocast dtype (its casts in the ops are then
         # no-ops); _fl_decide sent a cast dtype the device does not serve to _SUPER.
         x, w, b = _autocast_operands(x, w, b, x.device.type)
         if route.pad is not None:
             x = F.pad(x, *route.pad)
         plan = route.plan
-        if eager and plan.cpp is not None:
+        if (eager and not route.need_backward and plan.filters is not None
+                and _keeping_filters()):
+            U = self._fl_kept_filters(plan, weight, w)
+            with _below_autograd():
+                y = plan.filters[1](x, w, b, U)
+        elif eager and plan.cpp is not None:
             y = plan.cpp(x, w, b, route.need_backward)
         elif not route.need_backward:
             with _below_autograd():
@@ -431,6 +456,27 @@ class _TunedConv:
         else:
             y = _ConvFunction.apply(x, w, b, plan)
         return y.squeeze(0) if route.unbatched else y
+
+
+_filters_kept = threading.local()
+
+
+@contextlib.contextmanager
+def cached_filter_transforms():
+    """Within it, a fastlayers.Conv2d whose forward runs Winograd convolution (non-fused) and
+    needs no gradient transforms its filters once per weight version and reuses them (Lavin &
+    Gray's FX variant: inference over many batches with one weight). A new weight, or one changed
+    in place (its version), is transformed again; a change through ``weight.data``, which does
+    not count as one, is not seen: change no weight that way inside. Threads have their own."""
+    _filters_kept.depth = getattr(_filters_kept, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _filters_kept.depth -= 1
+
+
+def _keeping_filters() -> bool:
+    return getattr(_filters_kept, "depth", 0) > 0
 
 
 def _autocast_operands(x, w, b, dev: str):

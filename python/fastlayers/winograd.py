@@ -20,6 +20,7 @@ from ._common import IntPair, conv_tf32_allowed, pair
 
 __all__ = [
     "winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
+    "winograd_filter_transform",
     "FORWARD_TILES", "WEIGHT_GRAD_TILES",
 ]
 
@@ -31,13 +32,23 @@ KERNEL = 3
 
 def winograd_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                     padding: IntPair = 0, tile: int = 2, tf32: Optional[bool] = None,
-                    fused: bool = False) -> Tensor:
+                    fused: bool = False, transformed_weight: Optional[Tensor] = None) -> Tensor:
     """Forward Winograd convolution (cross-correlation, stride 1) with F(tile x tile, 3x3):
     [S,C,H,W] x [K,C,3,3] -> [S,K,H+2ph-2,W+2pw-2]. `tf32` None: PyTorch's switch for
-    convolution. `fused`: the fused kernel (tile 2, float16/bfloat16, CUDA)."""
+    convolution. `fused`: the fused kernel (tile 2, float16/bfloat16, CUDA).
+    `transformed_weight`: winograd_filter_transform(weight, tile), detached, which the op reads
+    instead of transforming `weight` again (the filters of a layer called many times with one
+    weight); the gradients remain `weight`'s."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d(input, weight, bias, pair(padding, "padding"),
-                                                int(tile), tf32, bool(fused))
+                                                int(tile), tf32, bool(fused), transformed_weight)
+
+
+def winograd_filter_transform(weight: Tensor, tile: int = 2) -> Tensor:
+    """[K,C,3,3] -> [alpha^2,K,C], alpha = tile + 2: G w G^T of F(tile x tile, 3x3) for every
+    filter, in the weight's dtype (as the forward stores them), for winograd_conv2d's
+    `transformed_weight`."""
+    return torch.ops.fastlayers.winograd_filter_transform(weight, int(tile))
 
 
 def winograd_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: IntPair = 0,
@@ -71,7 +82,8 @@ def _check(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d")
-def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False):
+def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False,
+                  transformed_weight=None):
     _check("winograd_conv2d", input, "input", weight, "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
     ph, pw = padding
@@ -94,6 +106,13 @@ def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
     return grad_output.new_empty((grad_output.shape[1], input.shape[1], KERNEL, KERNEL))
 
 
+@torch.library.register_fake("fastlayers::winograd_filter_transform")
+def _filter_transform_fake(weight, tile=2):
+    torch._check(weight.dim() == 4, lambda: "winograd_filter_transform: `weight` must be 4-D")
+    alpha = tile + KERNEL - 1
+    return weight.new_empty((alpha * alpha, weight.shape[0], weight.shape[1]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Autograd. The three passes are each other's adjoints, so every backward is made of the ops. A
 # forward-type pass (forward, input gradient) hands its tile on to the other forward-type pass;
@@ -102,7 +121,7 @@ def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
 
 
 def _setup_fwd(ctx, inputs, output):
-    input, weight, bias, padding, tile, tf32, fused = inputs
+    input, weight, bias, padding, tile, tf32, fused = inputs[:7]
     ctx.save_for_backward(input, weight)
     ctx.args = (padding, tile, tf32, fused)
     ctx.has_bias = bias is not None
@@ -119,7 +138,8 @@ def _backward_fwd(ctx, grad):
         gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad.sum((0, 2, 3))
-    return gi, gw, gb, None, None, None, None
+    return gi, gw, gb, None, None, None, None, None  # transformed_weight: none (the op refuses
+    #                                                 one that wants a gradient)
 
 
 def _setup_input_grad(ctx, inputs, output):
@@ -160,8 +180,25 @@ def _backward_weight_grad(ctx, gg):
     return d_gy, d_x, None, None, None
 
 
+def _setup_filters(ctx, inputs, output):
+    ctx.tile = inputs[1] if len(inputs) > 1 else 2
+    ctx.shape = inputs[0].shape
+
+
+def _backward_filters(ctx, gU):
+    # U[a, b, k, c] = sum_ij G[a, i] w[k, c, i, j] G[b, j]  ->  grad w = G^T gU G per filter
+    from .winograd_matrices import matrices
+    alpha = ctx.tile + KERNEL - 1
+    G = torch.tensor([[float(v) for v in row] for row in matrices(ctx.tile, KERNEL)[1]],
+                     dtype=gU.dtype, device=gU.device)
+    K, C = ctx.shape[0], ctx.shape[1]
+    return torch.einsum("ai,abkc,bj->kcij", G, gU.reshape(alpha, alpha, K, C), G), None
+
+
 torch.library.register_autograd("fastlayers::winograd_conv2d", _backward_fwd,
                                 setup_context=_setup_fwd)
+torch.library.register_autograd("fastlayers::winograd_filter_transform", _backward_filters,
+                                setup_context=_setup_filters)
 torch.library.register_autograd("fastlayers::winograd_conv2d_input_grad", _backward_input_grad,
                                 setup_context=_setup_input_grad)
 torch.library.register_autograd("fastlayers::winograd_conv2d_weight_grad", _backward_weight_grad,

@@ -18,9 +18,13 @@ def opcheck_args(variant, tile, shape, dtype, grads, device):
     if grads == "all":
         w.requires_grad_(), b.requires_grad_()
     pad = list(shape[5:])
+    transformed = fl.winograd_filter_transform(w.detach(), tile) if tile in (2, 4, 6) else None
     return {
         "forward": (fl.winograd_conv2d.default, (x, w, b, pad, tile, False)),
         "forward-nobias-tf32": (fl.winograd_conv2d.default, (x, w, None, pad, tile, True)),
+        "forward-transformed": (fl.winograd_conv2d.default,
+                                (x, w, b, pad, tile, False, False, transformed)),
+        "filter_transform": (fl.winograd_filter_transform.default, (w, tile)),
         "input_grad": (fl.winograd_conv2d_input_grad.default, (gy, w, pad, tile, False)),
         "weight_grad": (fl.winograd_conv2d_weight_grad.default, (gy, x, pad, tile, False)),
     }[variant]
@@ -34,7 +38,10 @@ SPECS = ([(VARIANT[p], t, SMALL_SHAPES[0], torch.float32, g)
           for p, t in ((0, 4), (1, 6), (2, 4)) for g in ("none", "first", "all")]
          + [("forward-nobias-tf32", 6, SMALL_SHAPES[0], torch.float32, g) for g in ("none", "all")]
          + [(VARIANT[p], 2, SMALL_SHAPES[2], torch.float32, "all") for p in range(3)]
-         + [(VARIANT[p], 4, SMALL_SHAPES[1], torch.float16, "all") for p in range(3)])
+         + [(VARIANT[p], 4, SMALL_SHAPES[1], torch.float16, "all") for p in range(3)]
+         + [(v, t, SMALL_SHAPES[0], torch.float32, g) for v in ("forward-transformed",
+                                                              "filter_transform")
+            for t, g in ((4, "none"), (6, "all"))])
 
 
 def spec_id(spec):

@@ -23,6 +23,7 @@ from .. import _C
 __all__ = [
     "Choice", "Family", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse", "register", "unregister", "families",
     "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "conv2d_cpp_plan",
+    "conv2d_filters_call",
     "workspace_bytes",
     "describe", "deterministic",
 ]
@@ -108,6 +109,12 @@ class Family:
     def conv2d_grads(self, igrad: Choice, wgrad: Choice, padding: Tuple[int, int],
                      tf32: bool) -> Optional[Conv2dGrads]:
         """Both gradients in one call, where the family has one; None: the two pass calls."""
+        return None
+
+    def conv2d_filters_call(self, choice: Choice, padding: Tuple[int, int],
+                            tf32: bool) -> Optional[Tuple[Callable, Conv2dCall]]:
+        """Where the forward can take its filters transformed ahead of the call (Winograd's FX
+        variant): (transform(w) -> U, call(x, w, b, U) -> y); None where it cannot."""
         return None
 
     def cpp_pass(self, choice: Choice, pass_: str) -> Optional[tuple]:
@@ -296,6 +303,19 @@ def _in_input_layout(call: Conv2dCall) -> Conv2dCall:
             y = y.contiguous(memory_format=torch.channels_last)
         return y
     return forward
+
+
+def conv2d_filters_call(choice: Union[Choice, str], padding: Sequence[int],
+                        tf32: bool) -> Optional[Tuple[Callable, Conv2dCall]]:
+    """The forward of `choice` with its filters transformed ahead (Family.conv2d_filters_call):
+    (transform(w) -> U, call(x, w, b, U) -> y, y in nn.Conv2d's memory format), or None where
+    the family has no such form."""
+    choice = parse(choice)
+    got = _family(choice).conv2d_filters_call(choice, _pad(padding), bool(tf32))
+    if got is None:
+        return None
+    transform, call = got
+    return transform, _in_input_layout(call)  # (its fourth argument carries U through)
 
 
 def conv2d_grads(igrad: Union[Choice, str], wgrad: Union[Choice, str], padding: Sequence[int],

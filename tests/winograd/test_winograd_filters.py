@@ -1,0 +1,155 @@
+"""The forward's filters transformed ahead (Lavin & Gray's FX variant): winograd_filter_transform
+against the exact matrices, winograd_conv2d with `transformed_weight` giving what it gives
+without, on every device and dtype the pipeline takes; the argument checks; and
+fastlayers.cached_filter_transforms keeping a layer's transformed filters per weight version."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fastlayers
+from fastlayers import winograd as W
+from fastlayers import winograd_matrices
+from conv_samples import RecordOps
+
+fl = torch.ops.fastlayers
+TILES = (2, 4, 6)
+
+
+def exact_filters(w, tile):
+    """G w G^T in float64 from the exact matrices: [alpha^2, K, C]."""
+    G = torch.tensor([[float(v) for v in row] for row in winograd_matrices.matrices(tile, 3)[1]],
+                     dtype=torch.float64)
+    a = G.shape[0]
+    U = torch.einsum("ai,kcij,bj->abkc", G, w.double().cpu(), G)
+    return U.reshape(a * a, w.shape[0], w.shape[1])
+
+
+@pytest.mark.parametrize("tile", TILES)
+def test_filter_transform_is_g_w_gt(device, tile):
+    w = torch.randn(5, 3, 3, 3, dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        if device == "cuda" or dtype == torch.float64:
+            U = W.winograd_filter_transform(w.to(device, dtype), tile)
+            assert U.shape == ((tile + 2) ** 2, 5, 3) and U.dtype == dtype
+            tol = 1e-14 if dtype == torch.float64 else 1e-6
+            torch.testing.assert_close(U.cpu().double(), exact_filters(w, tile), rtol=tol,
+                                       atol=tol)
+
+
+def test_filter_transform_gradcheck():
+    w = torch.randn(3, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    for tile in TILES:
+        assert torch.autograd.gradcheck(lambda t: W.winograd_filter_transform(t, tile), (w,))
+
+
+def dtypes_of(device):
+    return ([torch.float64, torch.float32] +
+            ([torch.float16, torch.bfloat16] if device == "cuda" else []))
+
+
+@pytest.mark.parametrize("tile", TILES)
+def test_the_forward_reads_the_given_filters_as_its_own(device, tile):
+    # the pipeline transforms the filters as winograd_filter_transform does and stores them in
+    # the input dtype: given or not, the same algorithm, as accurate against float64 (the bits
+    # may differ: a GEMM library's rounding may follow its operands' addresses, MKL's on the CPU)
+    for dtype in dtypes_of(device):
+        x = torch.randn(3, 5, 11, 9, device=device).to(dtype)
+        w = torch.randn(6, 5, 3, 3, device=device).to(dtype)
+        b = torch.randn(6, device=device).to(dtype)
+        U = W.winograd_filter_transform(w, tile)
+        plain = W.winograd_conv2d(x, w, b, (1, 2), tile, tf32=False)
+        given = W.winograd_conv2d(x, w, b, (1, 2), tile, tf32=False, transformed_weight=U)
+        exact = F.conv2d(x.double(), w.double(), b.double(), padding=(1, 2))
+        err_plain, err_given = ((y.double() - exact).abs().max().item() for y in (plain, given))
+        assert err_given <= 2 * err_plain, (dtype, err_given, err_plain)
+        # and the given filters are what is read: others give another result
+        other = W.winograd_conv2d(x, w, b, (1, 2), tile, tf32=False, transformed_weight=2 * U)
+        assert not torch.equal(other, plain)
+
+
+def test_gradients_remain_the_weights(device):
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, device=device)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64, device=device)
+    if device == "cuda":
+        x, w = x.float(), w.float()
+    U = W.winograd_filter_transform(w, 4)
+    got, ref = [], []
+    for out, transformed in ((got, U), (ref, None)):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        W.winograd_conv2d(xs, ws, None, 1, 4, tf32=False,
+                          transformed_weight=transformed).square().sum().backward()
+        out += [xs.grad, ws.grad]
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+BAD = {
+    "tile": (lambda x, w: W.winograd_conv2d(x, w, None, 1, 4,
+                                            transformed_weight=W.winograd_filter_transform(w, 2)),
+             r"`transformed_weight` must be \[alpha\^2, K, C\] = \[36, 4, 3\]"),
+    "dtype": (lambda x, w: W.winograd_conv2d(x, w, None, 1, 2, transformed_weight=(
+        W.winograd_filter_transform(w, 2).double())), r"`transformed_weight` must have `weight`'s"),
+    "needs-grad": (lambda x, w: W.winograd_conv2d(x, w, None, 1, 2, transformed_weight=(
+        W.winograd_filter_transform(w.clone().requires_grad_(), 2))),
+        r"`transformed_weight` takes no gradient"),
+    "filters-5x5": (lambda x, w: W.winograd_filter_transform(torch.randn(4, 3, 5, 5), 2),
+                    r"winograd_filter_transform: `weight` must be 3x3"),
+    "filters-tile": (lambda x, w: W.winograd_filter_transform(w, 3),
+                     r"winograd_filter_transform: `tile` must be 2, 4 or 6"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_arguments_name_the_argument(name):
+    call, match = BAD[name]
+    with pytest.raises(RuntimeError, match=match):
+        call(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3))
+
+
+@pytest.mark.gpu
+def test_not_with_the_fused_kernel():
+    x = torch.randn(2, 8, 8, 8, device="cuda", dtype=torch.float16)
+    w = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.float16)
+    with pytest.raises(RuntimeError, match=r"`transformed_weight` serves the non-fused pipeline"):
+        W.winograd_conv2d(x, w, None, 1, 2, fused=True,
+                          transformed_weight=W.winograd_filter_transform(w, 2))
+
+
+# --- the module ----------------------------------------------------------------------------------
+
+
+def ops_of(fn):
+    with RecordOps() as rec:
+        out = fn()
+    return out, [name for name, _ in rec.calls]
+
+
+def test_layers_keep_their_transformed_filters_per_weight_version(device):
+    m = fastlayers.Conv2d(3, 4, 3, padding=1, dtype=torch.float64, device=device)
+    m.force_algorithms("winograd:4", "winograd:4", "winograd:4")
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64, device=device)
+
+    def expect():
+        return F.conv2d(x, m.weight, m.bias, padding=1)
+
+    with torch.no_grad(), fastlayers.cached_filter_transforms():
+        y, ops = ops_of(lambda: m(x))
+        assert ops == ["winograd_filter_transform", "winograd_conv2d"]
+        torch.testing.assert_close(y, expect())
+        y, ops = ops_of(lambda: m(x * 2))
+        assert ops == ["winograd_conv2d"]  # kept
+        torch.testing.assert_close(y, F.conv2d(x * 2, m.weight, m.bias, padding=1))
+        m.weight.mul_(-1)  # a new version
+        y, ops = ops_of(lambda: m(x))
+        assert ops == ["winograd_filter_transform", "winograd_conv2d"]
+        torch.testing.assert_close(y, expect())
+        m.weight = torch.nn.Parameter(torch.randn_like(m.weight))  # a new weight
+        y, ops = ops_of(lambda: m(x))
+        assert ops == ["winograd_filter_transform", "winograd_conv2d"]
+        torch.testing.assert_close(y, expect())
+    with torch.no_grad():  # outside the context: transformed in the call, as always
+        _, ops = ops_of(lambda: m(x))
+        assert ops == ["winograd_conv2d"]
+    with fastlayers.cached_filter_transforms():  # a gradient wanted: the call as always
+        _, ops = ops_of(lambda: m(x.requires_grad_()).sum().backward())
+        assert "winograd_filter_transform" not in ops
