@@ -312,6 +312,9 @@ def speed_pass(row, plan, problem, pass_, tf32, x, w, gy, refs, timer, stats):
             else:
                 m.update(timer(fn), ratio=None)
             m["tflops"] = fl / (m["ms"] * 1e-3) / 1e12
+            if pass_ == "forward" and not m.get("single_call"):
+                speed_filters_ahead(m, choice, tf32, x, w, xc, refs[key], tol, native, plan,
+                                    timer, stats)
         attempt(m, stats, run)
     ok = {lb: m for lb, m in cands.items() if common.usable(m)}
     if common.usable(nat):
@@ -327,6 +330,28 @@ def speed_pass(row, plan, problem, pass_, tf32, x, w, gy, refs, timer, stats):
                    for lb, m in cands.items()) or "no Winograd candidate"))
     if "failed" in nat:
         log("      cuDNN failed: %s" % nat["failed"])
+
+
+def speed_filters_ahead(m, choice, tf32, x, w, xc, ref, tol, native, plan, timer, stats):
+    """The forward with its filters transformed ahead (winograd_filter_transform, outside the
+    timed calls: inference over many batches with one weight), checked as the candidate was and
+    timed interleaved with cuDNN: m["fx"]."""
+    got = algorithms.conv2d_filters_call(choice, PADDING, tf32)
+    if got is None:
+        return
+    transform, forward = got
+    fx = m["fx"] = {}
+
+    def run(fx):
+        U = transform(w)
+        fx["rel_err"] = common.rel_err(forward(xc, w, None, U), ref)
+        if not common.gate(fx, tol):
+            return
+        fn = lambda: forward(x, w, None, U)  # noqa: E731
+        fn()
+        ab = common.interleaved(native, fn, timer, plan["rounds"])
+        fx.update(ms=ab["b_ms"], ab=ab, ratio=ab["ratio"])
+    attempt(fx, stats, run)
 
 
 def totals(rows, plan) -> list:

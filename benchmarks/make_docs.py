@@ -599,6 +599,14 @@ def winograd(doc: dict) -> str:
         out.append("| **network** | %s |" % " | ".join(
             " / ".join(total(totals.get((mode, n, p))) for p in passes) for n in batches))
         out.append("")
+        fx = {n: [c["fx"]["ratio"] for r in rows if r["mode"] == mode and r["N"] == n
+                  and r["pass"] == "fprop" for c in r.get("candidates", {}).values()
+                  if c.get("fx", {}).get("ratio")] for n in batches}
+        if any(fx.values()):
+            out += ["The forward with its filters transformed ahead (FX, "
+                    "`cached_filter_transforms`), cuDNN / Winograd over the layers and tiles "
+                    "within tolerance: " + "; ".join("N=%d %s" % (n, span(v) if v else "-")
+                                                    for n, v in fx.items()) + ".", ""]
     if totals:
         out += ["Network totals (each layer times its count), ms (effective TFLOP/s); x = cuDNN / "
                 "Winograd, tuned x = cuDNN / the faster of the two per layer:", "",
