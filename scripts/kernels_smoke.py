@@ -168,6 +168,15 @@ def winograd_cases(dev):
                         if err > bound:
                             print("winograd pass %d tile %d %s: rel err %.2e > %.0e"
                                   % (pass_, tile, dtype, err, bound), flush=True)
+            for tile in (2, 4, 6):  # the forward with its filters transformed ahead
+                fl = torch.ops.fastlayers
+                U = fl.winograd_filter_transform(wd, tile)
+                out = fl.winograd_conv2d(xd, wd, bd, list(pad), tile, False, False, U)
+                err = ((out.double().cpu() - ref[0]).norm() / ref[0].norm()).item()
+                worst = max(worst, err / bound * 1e-5)
+                if err > bound:
+                    print("winograd filters ahead tile %d %s: rel err %.2e > %.0e"
+                          % (tile, dtype, err, bound), flush=True)
         print("winograd S=%d C=%d K=%d %dx%d pad=%s: worst (scaled to fp32) so far %.2e"
               % (S, C, K, H, W, pad, worst), flush=True)
     if dev == "cuda":
