@@ -1,5 +1,7 @@
 #include "fbfft.h"
 
+#include "../common/conv_checks.h"
+
 namespace fastlayers {
 namespace fbfft_host {
 namespace {
@@ -51,6 +53,9 @@ void check_inverse(const char* op, const at::Tensor& input, at::IntArrayRef size
   TORCH_CHECK(static_cast<int64_t>(out_size.size()) == dims, op, ": `out_size` must have ", dims,
               " values, got ", out_size);
   for (int64_t n : out_size) TORCH_CHECK(n >= 1, op, ": `out_size` must be >= 1, got ", out_size);
+  // the result's rows are indexed with int, as a convolution's planes
+  TORCH_CHECK(conv_plane_ok(out_size[0], dims == 2 ? out_size[1] : 1), op, ": `out_size` ",
+              out_size, " is too large: at most ", kConvMaxPlane, " elements per transform");
   if (dims == 1) {
     TORCH_CHECK(input.size(-1) == size[0] / 2 + 1, op, ": `input` must have n/2+1 = ",
                 size[0] / 2 + 1, " bins in its last dimension, got ", input.size(-1));

@@ -52,9 +52,22 @@ def _rfft_fake(input, n, offset=0):
     return input.new_empty((*input.shape[:-1], n // 2 + 1), dtype=_complex_of(input))
 
 
+def _check_out_size(op, out_size):
+    """The ops' bound on `out_size`, for the fake kernels (csrc/fbfft/fbfft_common.cpp)."""
+    from . import _C
+    limit = int(_C.FFT_CONV_MAX_PLANE)
+    plane = 1
+    for n in out_size:
+        torch._check(n >= 1, lambda: f"{op}: `out_size` must be >= 1, got {list(out_size)}")
+        plane = plane * n
+    torch._check(plane <= limit, lambda: f"{op}: `out_size` {list(out_size)} is too large: at "
+                                         f"most {limit} elements per transform")
+
+
 @torch.library.register_fake("fastlayers::fbfft_irfft")
 def _irfft_fake(input, n, out_size, offset=0, normalized=True):
     torch._check(input.shape[-1] == n // 2 + 1, lambda: "fbfft_irfft: `input` must have n/2+1 bins")
+    _check_out_size("fbfft_irfft", (out_size,))
     return input.new_empty((*input.shape[:-1], out_size), dtype=_real_of(input))
 
 
@@ -66,5 +79,6 @@ def _rfft2_fake(input, size, offset=(0, 0), transposed=False):
 
 @torch.library.register_fake("fastlayers::fbfft_irfft2")
 def _irfft2_fake(input, size, out_size, offset=(0, 0), transposed=False, normalized=True):
+    _check_out_size("fbfft_irfft2", out_size)
     return input.new_empty((*input.shape[:-2], *out_size), dtype=_real_of(input))
 

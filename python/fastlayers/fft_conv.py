@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._common import IntPair, conv_tf32_allowed, pair
+from ._common import IntPair, check_fake_conv, conv_tf32_allowed, pair
 
 __all__ = [
     "fft_conv2d",
@@ -210,8 +210,10 @@ def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False, backend="c
     def shape():
         torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
         ph, pw = padding
-        return (input.shape[0], weight.shape[0], input.shape[2] + 2 * ph - weight.shape[2] + 1,
-                input.shape[3] + 2 * pw - weight.shape[3] + 1)
+        hw = (input.shape[2] + 2 * ph - weight.shape[2] + 1,
+              input.shape[3] + 2 * pw - weight.shape[3] + 1)
+        check_fake_conv("fft_conv2d", padding, hw)
+        return (input.shape[0], weight.shape[0], *hw)
     return _fake_result("fft_conv2d", input, "input", weight, "weight", shape)
 
 
@@ -219,8 +221,9 @@ def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False, backend="c
 def _fft_conv2d_input_grad_fake(grad_output, weight, padding, basis, tf32=False,
                                 backend="cufft", tile=(0, 0)):
     def shape():
-        return (grad_output.shape[0], weight.shape[1],
-                *_input_hw_of_grad(grad_output, weight, padding))
+        hw = _input_hw_of_grad(grad_output, weight, padding)
+        check_fake_conv("fft_conv2d_input_grad", padding, hw)
+        return (grad_output.shape[0], weight.shape[1], *hw)
     return _fake_result("fft_conv2d_input_grad", grad_output, "grad_output", weight, "weight",
                         shape)
 
@@ -230,9 +233,10 @@ def _fft_conv2d_weight_grad_fake(grad_output, input, padding, basis, tf32=False,
                                  backend="cufft", tile=(0, 0)):
     def shape():
         ph, pw = padding
-        return (grad_output.shape[1], input.shape[1],
-                input.shape[2] + 2 * ph - grad_output.shape[2] + 1,
-                input.shape[3] + 2 * pw - grad_output.shape[3] + 1)
+        hw = (input.shape[2] + 2 * ph - grad_output.shape[2] + 1,
+              input.shape[3] + 2 * pw - grad_output.shape[3] + 1)
+        check_fake_conv("fft_conv2d_weight_grad", padding, hw)
+        return (grad_output.shape[1], input.shape[1], *hw)
     return _fake_result("fft_conv2d_weight_grad", grad_output, "grad_output", input, "input",
                         shape)
 

@@ -334,6 +334,9 @@ class _TunedConv:
     _fl_route: Optional[tuple] = None
 
     def __setattr__(self, name, value):
+        if name == "transforms" and value is not None and not isinstance(value, bool):
+            raise TypeError(f"fastlayers.{type(self).__name__}.transforms must be True, False or "
+                            f"None (the global switch), got {value!r}")
         if name != "_fl_route":
             self.__dict__.pop("_fl_route", None)
             self.__dict__.pop("_fl_filters", None)

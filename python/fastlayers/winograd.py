@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._common import IntPair, conv_tf32_allowed, pair
+from ._common import IntPair, check_fake_conv, conv_tf32_allowed, pair
 
 __all__ = [
     "winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
@@ -87,22 +87,24 @@ def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False,
     _check("winograd_conv2d", input, "input", weight, "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
     ph, pw = padding
-    return input.new_empty((input.shape[0], weight.shape[0], input.shape[2] + 2 * ph - KERNEL + 1,
-                            input.shape[3] + 2 * pw - KERNEL + 1))
+    hw = (input.shape[2] + 2 * ph - KERNEL + 1, input.shape[3] + 2 * pw - KERNEL + 1)
+    check_fake_conv("winograd_conv2d", padding, hw)
+    return input.new_empty((input.shape[0], weight.shape[0], *hw))
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_input_grad")
 def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False, fused=False):
     _check("winograd_conv2d_input_grad", grad_output, "grad_output", weight, "weight")
     ph, pw = padding
-    return grad_output.new_empty((grad_output.shape[0], weight.shape[1],
-                                  grad_output.shape[2] + KERNEL - 1 - 2 * ph,
-                                  grad_output.shape[3] + KERNEL - 1 - 2 * pw))
+    hw = (grad_output.shape[2] + KERNEL - 1 - 2 * ph, grad_output.shape[3] + KERNEL - 1 - 2 * pw)
+    check_fake_conv("winograd_conv2d_input_grad", padding, hw)
+    return grad_output.new_empty((grad_output.shape[0], weight.shape[1], *hw))
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_weight_grad")
 def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
     _check("winograd_conv2d_weight_grad", grad_output, "grad_output", input, "input")
+    check_fake_conv("winograd_conv2d_weight_grad", padding, ())
     return grad_output.new_empty((grad_output.shape[1], input.shape[1], KERNEL, KERNEL))
 
 

@@ -282,6 +282,11 @@ BAD_ARGUMENTS = {
     "irfft2-layout": (lambda d: fbfft.irfft2(spectrum(2, 8, 5, device=d), (8, 8), (4, 4), 0,
                                              True),
                       "`input` must end in"),
+    "irfft2-out-size-huge": (lambda d: fbfft.irfft2(spectrum(2, 8, 5, device=d), (8, 8),
+                                                    (2 ** 31, 2 ** 31)),
+                             "`out_size` .* is too large"),
+    "irfft-out-size-huge": (lambda d: fbfft.irfft(spectrum(2, 5, device=d), 8, 2 ** 40),
+                            "`out_size` .* is too large"),
 }
 
 

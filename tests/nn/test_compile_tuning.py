@@ -152,3 +152,33 @@ def test_a_layer_first_seen_under_compile_that_falls_back_is_reported():
     traced = [r for r in rows if "dilation=" in r["key"]]  # the traced record names every field
     assert {r["reason"].split(" ")[0] for r in traced} == {"stride", "groups=2"}
     assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def test_switching_back_and_forth_reuses_the_compiled_graphs():
+    # a transforms switch for a block and back returns the tuner to a state whose graph exists:
+    # no new graph per switch (dynamo's recompile limit would end a fullgraph model after 8)
+    m = fastlayers.Conv2d(3, 4, 5, padding=2, dtype=torch.float64)
+    ref = nn.Conv2d(3, 4, 5, padding=2, dtype=torch.float64)
+    ref.load_state_dict(m.state_dict())
+    cm = torch.compile(m, fullgraph=True, backend="eager")
+    x = torch.randn(2, 3, 12, 12, dtype=torch.float64)
+    with torch._dynamo.config.patch(recompile_limit=3):
+        for _ in range(6):
+            torch.testing.assert_close(cm(x), ref(x))
+            with tuner.transforms(False):
+                torch.testing.assert_close(cm(x), ref(x))
+
+
+@pytest.mark.parametrize("call,arg", [
+    (lambda x, w: torch.ops.fastlayers.fft_conv2d(x, w, None, [-5, -5], [16, 16]), "`padding`"),
+    (lambda x, w: torch.ops.fastlayers.winograd_conv2d(x, w, None, [2 ** 62, 1]), "`padding`"),
+    (lambda x, w: torch.ops.fastlayers.fft_conv2d_input_grad(x, w, [9, 9], [16, 16]),
+     "empty"),
+])
+def test_traced_ops_check_their_arguments_as_eager_ones(call, arg):
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(3, 3, 3, 3)
+    with pytest.raises(Exception, match=arg):
+        call(x, w)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=arg):
+        torch.compile(call, fullgraph=True, backend="aot_eager")(x, w)

@@ -162,3 +162,23 @@ def test_tuning_leaves_the_random_generators_as_they_were(measuring, monkeypatch
     torch.manual_seed(0)
     m(x).sum().backward()  # decided: no measurement
     torch.testing.assert_close(after_tuning, torch.rand(4), rtol=0, atol=0)
+
+
+def test_the_layer_switch_takes_a_bool_or_none():
+    m = fastlayers.Conv2d(3, 4, 3)
+    for v in (True, False, None):
+        m.transforms = v
+    with pytest.raises(TypeError, match="transforms must be True, False or None"):
+        m.transforms = "false"
+
+
+def test_sizes_the_tuner_cannot_measure_give_pytorchs_own_error(measuring):
+    ref = nn.Conv2d(2, 2, 3, padding=2 ** 62)
+    fast = fastlayers.convert(copy.deepcopy(ref))
+    x = torch.randn(1, 2, 8, 8)
+    errors = []
+    for m in (ref, fast):
+        with pytest.raises(Exception) as e:
+            m(x)
+        errors.append(e.value)
+    assert type(errors[1]) is type(errors[0]) and str(errors[1]) == str(errors[0])

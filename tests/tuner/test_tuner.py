@@ -171,11 +171,16 @@ def test_second_process_reads_the_file(tune_cpu, tuner_cache):
     assert {r["key"] for r in out["decisions"]} == {p.key(pass_) for pass_ in tuner.PASSES}
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"format": 1, "entries": []}', ""])
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"format": 1, "entries": []}', "",
+                                  b"\xff\xfe not UTF-8", "[" * 100000 + "]" * 100000],
+                         ids=["not-json", "list", "format-1", "empty", "bytes", "deep"])
 def test_corrupt_file_is_ignored_then_overwritten(tune_cpu, text):
     path = tuner.cache_file()
     path.parent.mkdir(parents=True)
-    path.write_text(text)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
     tuner.clear()
     p = problem()
     with pytest.warns(UserWarning, match="corrupt"):
@@ -203,6 +208,29 @@ def test_foreign_format_is_ignored(no_measuring):
     with pytest.warns(UserWarning, match="format %d" % (tuner.FORMAT + 1)):
         assert tuner.choose_conv2d(p, "forward") == "native"
     assert by_key()[p.key("forward")]["source"] == "heuristic"
+
+
+@pytest.mark.parametrize("field,value", [("times_ms", {"native": "1.0"}),
+                                         ("host_ms", {"native": None}),
+                                         ("errors", {"native": [1]}), ("times_ms", [1.0])])
+def test_entries_with_measurements_not_numbers_are_ignored(no_measuring, field, value):
+    p = problem()
+    write_cache({p.key("forward"): {"choice": "native", field: value}})
+    tuner.set_mode("cache")
+    with pytest.warns(UserWarning, match="malformed entry"):
+        assert tuner.choose_conv2d(p, "forward") == "native"
+    assert by_key()[p.key("forward")]["source"] == "heuristic"
+    assert "fastlayers tuner" in tuner.report()  # (a malformed entry once broke it)
+
+
+def test_a_write_keeps_the_files_permissions(tune_cpu):
+    path = tuner.cache_file()
+    path.parent.mkdir(parents=True)
+    write_cache({})
+    path.chmod(0o664)
+    tuner.clear()
+    tuner.choose_conv2d(problem(), "forward")
+    assert path.stat().st_mode & 0o777 == 0o664
 
 
 def test_entries_without_a_choice_are_ignored(no_measuring):
@@ -357,6 +385,38 @@ def test_environment_is_read_at_start(monkeypatch):
                                          ("2GiB", 2 << 30), ("1gb", 1 << 30)])
 def test_workspace_limit_parsing(text, value):
     assert state._parse_bytes(text) == value
+    tuner.set_workspace_limit(text)  # the setter takes the variable's forms too
+    assert state._state.workspace_limit == value
+    tuner.set_workspace_limit(None)
+
+
+@pytest.mark.parametrize("name,text", [("FASTLAYERS_TUNER_BUDGET", "2s"),
+                                       ("FASTLAYERS_TUNER_BUDGET", "-1"),
+                                       ("FASTLAYERS_TUNER_BUDGET", "nan"),
+                                       ("FASTLAYERS_WORKSPACE_LIMIT", "lots"),
+                                       ("FASTLAYERS_WORKSPACE_LIMIT", "inf")])
+def test_bad_numbers_in_the_environment_are_reported_and_the_default_used(monkeypatch, name,
+                                                                           text):
+    monkeypatch.setenv(name, text)
+    with pytest.warns(UserWarning, match=name):
+        s = state._State()
+    assert (s.budget_s, s.workspace_limit) == (2.0, None)
+
+
+@pytest.mark.parametrize("call", [lambda: tuner.set_budget(-1), lambda: tuner.set_budget("abc"),
+                                  lambda: tuner.set_budget(float("nan")),
+                                  lambda: tuner.set_workspace_limit(-5),
+                                  lambda: tuner.set_workspace_limit("lots")])
+def test_bad_budgets_and_limits_name_the_argument(call):
+    with pytest.raises(ValueError, match="`seconds`|`nbytes`"):
+        call()
+
+
+@pytest.mark.parametrize("text,on", [("1", True), ("yes", True), ("On", True), ("0", False),
+                                     ("False", False), ("OFF", False), ("no", False), ("", False)])
+def test_tune_cpu_environment(monkeypatch, text, on):
+    monkeypatch.setenv("FASTLAYERS_TUNE_CPU", text)
+    assert state._State().tune_cpu is on
 
 
 def test_workspace_limit_skips_fft_candidates(tune_cpu):
@@ -801,6 +861,14 @@ def test_transforms_switch_and_context():
         assert not tuner.transforms_allowed() and tuner.generation() != generation
         assert not problem().transforms
     assert tuner.transforms_allowed() and problem().transforms
+    # back to the same state: the same generation (plans and compiled graphs made in it serve)
+    assert tuner.generation() == generation
+    tuner.set_mode("cache")
+    assert tuner.generation() != generation
+    tuner.set_mode("tune")
+    assert tuner.generation() == generation
+    tuner.clear()
+    assert tuner.generation() != generation
     with pytest.raises(TypeError, match="`allowed`"):
         tuner.set_transforms("0")
     assert tuner.transforms_allowed()

@@ -42,26 +42,32 @@ def cache_file() -> Path:
     """$FASTLAYERS_CACHE_DIR, else $XDG_CACHE_HOME/fastlayers, else ~/.cache/fastlayers; the file
     name carries FORMAT."""
     d = os.environ.get("FASTLAYERS_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if d:
+        d = os.path.expanduser(d)
+    else:
+        # a relative XDG_CACHE_HOME is ignored, as the XDG specification says
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"),
+                                                                   ".cache")
         d = os.path.join(base, "fastlayers")
     return Path(d) / ("tuner-v%d.json" % FORMAT)
 
 
 def _read_file(path: Path) -> Dict[str, dict]:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return {}
     except OSError as e:
         warnings.warn(f"fastlayers: tuner cache {path} could not be read ({e}); ignoring it")
         return {}
-    try:
-        data = json.loads(text)
+    try:  # (bytes that are not UTF-8, and nesting too deep for the parser, are corruption too)
+        data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
             raise ValueError("not a fastlayers tuner cache")
-    except ValueError as e:
-        warnings.warn(f"fastlayers: tuner cache {path} is corrupt ({e}); ignoring it")
+    except (ValueError, RecursionError) as e:
+        warnings.warn(f"fastlayers: tuner cache {path} is corrupt ({type(e).__name__}: "
+                      f"{str(e)[:200]}); ignoring it")
         return {}
     if data.get("format") != FORMAT:
         warnings.warn(f"fastlayers: tuner cache {path} has format {data.get('format')!r}, "
@@ -78,7 +84,7 @@ def file_entries() -> Dict[str, dict]:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def file_lock(path: Path):
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
@@ -98,13 +104,21 @@ def write_entry(key: str, entry: dict) -> None:
     path = cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(path):
+        with file_lock(path):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a bad file was reported when first read
                 entries = _read_file(path)
             entries[key] = entry
             fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
             try:
+                # the file keeps its permissions (a cache shared by a team stays readable);
+                # a new one gets the umask's, as an open() would give it
+                try:
+                    os.chmod(tmp, path.stat().st_mode & 0o7777)
+                except FileNotFoundError:
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.chmod(tmp, 0o666 & ~umask)
                 with os.fdopen(fd, "w") as f:
                     json.dump({"format": FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
                     f.flush()

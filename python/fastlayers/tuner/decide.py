@@ -33,10 +33,17 @@ class Decision:
 
     @staticmethod
     def from_json(d: dict) -> "Decision":
+        """ValueError (TypeError) for an entry not of this form: measurements are numbers."""
+        def numbers(name):
+            out = dict(d.get(name, {}))
+            for label, v in out.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError("%s[%r] is %r, not a number" % (name, label, v))
+            return out
         return Decision(choice=str(d["choice"]), source="file", reason=str(d.get("reason", "")),
-                        times_ms=dict(d.get("times_ms", {})), errors=dict(d.get("errors", {})),
-                        skipped=dict(d.get("skipped", {})), runs=dict(d.get("runs", {})),
-                        host_ms=dict(d.get("host_ms", {})))
+                        times_ms=numbers("times_ms"), errors=numbers("errors"),
+                        skipped={str(k): str(v) for k, v in dict(d.get("skipped", {})).items()},
+                        runs=numbers("runs"), host_ms=numbers("host_ms"))
 
 
 Measure = Callable[[object, str, torch.device], Decision]
@@ -51,7 +58,9 @@ def _measure_or_native(measure: Measure, problem, pass_: str, device: torch.devi
     try:
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             return measure(problem, pass_, device)
-    except (RuntimeError, MemoryError) as e:  # out of memory for the reference, say
+    # out of memory for the reference, say, or sizes the measuring inputs cannot take (the
+    # layer's own call then says what is wrong, as nn.Conv2d would)
+    except (RuntimeError, MemoryError, TypeError, ValueError, OverflowError) as e:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         return Decision(choice="native", source="heuristic",

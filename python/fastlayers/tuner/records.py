@@ -1,14 +1,14 @@
 """Records: forced choices and unsupported layers, every decision as rows, clear(), report()."""
 from __future__ import annotations
 
-import contextlib
+import warnings
 from typing import List
 
 from .. import algorithms
 from . import cache
 from .conv2d import LAYER, LAYER_ANSWERS
 from .decide import Decision
-from .state import _state
+from .state import _state, regenerate
 
 
 def record_forced(problem, pass_: str, label: str) -> None:
@@ -48,10 +48,17 @@ def clear(memory: bool = True, file: bool = False) -> None:
             _state.fallbacks.clear()
             _state.rejected.clear()
         if file:
-            with contextlib.suppress(FileNotFoundError):
-                cache.cache_file().unlink()
+            path = cache.cache_file()
+            try:
+                with cache.file_lock(path):
+                    path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:  # a read-only file system, say: the memory is cleared anyway
+                warnings.warn(f"fastlayers: could not remove tuner cache {path} ({e})")
         _state.file_entries = None
-        _state.generation += 1
+        _state.clears += 1
+        regenerate(_state)
 
 
 def report() -> str:

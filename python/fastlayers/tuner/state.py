@@ -14,14 +14,33 @@ import torch
 MODES = ("tune", "cache", "off")
 
 
-def _transforms_from_env() -> bool:
-    text = os.environ.get("FASTLAYERS_TRANSFORMS", "1").strip().lower()
+def _flag_from_env(name: str, default: bool) -> bool:
+    """An on/off variable: 0/false/off/no or 1/true/on/yes in any case; empty or unset is the
+    default, anything else is reported and the default."""
+    text = os.environ.get(name, "").strip().lower()
     if text in ("0", "false", "off", "no"):
         return False
-    if text not in ("", "1", "true", "on", "yes"):
-        warnings.warn(f"fastlayers: FASTLAYERS_TRANSFORMS={text!r} is not 0 or 1; allowing "
-                      "transforms")
-    return True
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text:
+        warnings.warn(f"fastlayers: {name}={text!r} is not 0 or 1; using {int(default)}")
+    return default
+
+
+def _number_from_env(name: str, default, parse):
+    """`parse` of the variable's text (a finite value >= 0); unset is the default, anything
+    else is reported and the default."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = parse(text)
+        if not value >= 0 or value == float("inf"):
+            raise ValueError("not a finite value >= 0")
+        return value
+    except (ValueError, OverflowError) as e:
+        warnings.warn(f"fastlayers: {name}={text!r} is not understood ({e}); using the default")
+        return default
 
 
 def _parse_bytes(text: str) -> int:
@@ -41,24 +60,37 @@ class _State:
             warnings.warn(f"fastlayers: FASTLAYERS_TUNER_MODE={self.mode!r} is not one of {MODES}; "
                           "using 'tune'")
             self.mode = "tune"
-        self.budget_s = float(os.environ.get("FASTLAYERS_TUNER_BUDGET", "2"))
-        lim = os.environ.get("FASTLAYERS_WORKSPACE_LIMIT")
-        self.workspace_limit: Optional[int] = _parse_bytes(lim) if lim else None
-        self.tune_cpu = os.environ.get("FASTLAYERS_TUNE_CPU", "0") not in ("", "0", "false")
-        self.transforms = _transforms_from_env()
+        self.budget_s = _number_from_env("FASTLAYERS_TUNER_BUDGET", 2.0, float)
+        self.workspace_limit: Optional[int] = _number_from_env("FASTLAYERS_WORKSPACE_LIMIT",
+                                                               None, _parse_bytes)
+        self.tune_cpu = _flag_from_env("FASTLAYERS_TUNE_CPU", False)
+        self.transforms = _flag_from_env("FASTLAYERS_TRANSFORMS", True)
         self.memory: Dict[str, object] = {}  # key -> Decision
         self.file_entries: Optional[Dict[str, dict]] = None  # loaded lazily
         self.fallbacks: Dict[str, str] = {}
         self.observers: list = []  # decide.observing's callbacks
         self.rejected: Set[Tuple[str, str]] = set()  # (key, label) of file entries warned about
+        self.clears = 0  # clear() calls
+        # One number per state the modules' plans depend on (mode, transforms switch, clears),
+        # the same again when a state returns (a switch for a block and back): plans made in it,
+        # and torch.compile's graphs guarded on it, serve again.
+        self.generations: Dict[Tuple[str, bool, int], int] = {}
         self.generation = 0
+        regenerate(self)
+
+
+def regenerate(state: "_State") -> None:
+    """Sets state.generation from the state (under state.lock where others may change it)."""
+    key = (state.mode, state.transforms, state.clears)
+    state.generation = state.generations.setdefault(key, len(state.generations))
 
 
 _state = _State()
 
 
 def generation() -> int:
-    """Changes whenever cached choices may have become stale (mode switch, clear)."""
+    """Changes whenever cached choices may have become stale (mode switch, transforms switch,
+    clear), and returns to its earlier value when the mode and switch do (clear() excepted)."""
     return _state.generation
 
 
@@ -68,7 +100,7 @@ def set_mode(mode: str) -> None:
     with _state.lock:
         _state.mode = mode
         _state.memory.clear()  # decisions made under the old mode are re-made under the new one
-        _state.generation += 1
+        regenerate(_state)
 
 
 def get_mode() -> str:
@@ -99,7 +131,7 @@ def set_transforms(allowed: bool) -> None:
         raise TypeError(f"set_transforms: `allowed` must be a bool, got {allowed!r}")
     with _state.lock:
         _state.transforms = allowed
-        _state.generation += 1  # modules plan again, under keys with the new switch
+        regenerate(_state)  # modules plan again, under keys with the new switch
 
 
 def transforms_allowed() -> bool:
@@ -115,12 +147,30 @@ def transforms(allowed: bool):
 
 
 def set_budget(seconds: float) -> None:
-    _state.budget_s = float(seconds)
+    """Seconds of measuring per decision beyond each candidate's first measurement (>= 0)."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"set_budget: `seconds` must be a finite number >= 0, got {seconds!r}")
+    _state.budget_s = value
 
 
-def set_workspace_limit(nbytes: Optional[int]) -> None:
-    """Bytes of workspace a candidate may use; None restores the default bound."""
-    _state.workspace_limit = None if nbytes is None else int(nbytes)
+def set_workspace_limit(nbytes) -> None:
+    """Bytes of workspace a candidate may use (an int, or text as FASTLAYERS_WORKSPACE_LIMIT
+    takes it: '512M', '2GiB'); None restores the default bound."""
+    if nbytes is None:
+        _state.workspace_limit = None
+        return
+    try:
+        value = _parse_bytes(nbytes) if isinstance(nbytes, str) else int(nbytes)
+    except (TypeError, ValueError, OverflowError):
+        value = -1
+    if value < 0:
+        raise ValueError(f"set_workspace_limit: `nbytes` must be a byte count >= 0 (or text such "
+                         f"as '512M'), got {nbytes!r}")
+    _state.workspace_limit = value
 
 
 def workspace_limit(device: torch.device) -> int:
