@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check, _Unpack, _Wrap
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor, intrusive_ptr holders
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -113,7 +114,8 @@ constexpr std::array<int64_t, 2> kSum1d{0, 2};
 // PyTorch returns contiguous); PyTorch's own convolution gives that layout itself. A Conv1d's
 // result is contiguous, as nn.Conv1d's.
 at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
-                       const std::optional<at::Tensor>& b) {
+                       const std::optional<at::Tensor>& b,
+                       const std::optional<at::Tensor>& filters = std::nullopt) {
   const PassCall& c = p.pass[0];
   at::Tensor y;
   switch (c.algo) {
@@ -123,7 +125,7 @@ at::Tensor run_forward(const Plan& p, const at::Tensor& x, const at::Tensor& w,
       y = ops().fft.call(x, w, b, sym(p.padding), sym(c.basis), p.tf32, c.backend, sym(c.tile));
       break;
     case Algo::Winograd:
-      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.fused, std::nullopt);
+      y = ops().wino.call(x, w, b, sym(p.padding), c.tile[0], p.tf32, c.fused, filters);
       break;
   }
   if (!p.height_one && (channels_last(x) || channels_last(w)) &&
@@ -192,8 +194,9 @@ at::Tensor as_given(const at::Tensor& t, bool height_one) {
 // height by _unsafe_view, which autograd does not take for a view: the node's output is then no
 // view, and may be changed in place (a ReLU(inplace=True) after the layer) as nn.Conv1d's may.
 at::Tensor forward_call(const Plan& p, const at::Tensor& x, const at::Tensor& w,
-                        const std::optional<at::Tensor>& b) {
-  at::Tensor y = run_forward(p, as_2d(x, p.height_one), as_2d(w, p.height_one), b);
+                        const std::optional<at::Tensor>& b,
+                        const std::optional<at::Tensor>& filters = std::nullopt) {
+  at::Tensor y = run_forward(p, as_2d(x, p.height_one), as_2d(w, p.height_one), b, filters);
   if (!p.height_one) return y;
   y = y.contiguous();
   return at::_unsafe_view(y, {y.size(0), y.size(1), y.size(3)});
@@ -235,23 +238,28 @@ struct PlannedConv : torch::autograd::Function<PlannedConv> {
   }
 };
 
-// plan(x, w, b, need_backward): operands already in the autocast dtype where autocast is on
-// (the module casts them), so the ops' autocast kernels are left out.
+// plan(x, w, b, need_backward[, filters]): operands already in the autocast dtype where autocast
+// is on (the module casts them), so the ops' autocast kernels are left out. `filters`: the
+// forward's filters transformed ahead (a Winograd forward's transformed_weight; a forward that
+// needs no backward only).
 at::Tensor call_plan(const c10::intrusive_ptr<Plan>& plan, const at::Tensor& x,
                      const at::Tensor& w, const std::optional<at::Tensor>& b,
-                     bool need_backward) {
+                     bool need_backward, const std::optional<at::Tensor>& filters) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   if (!need_backward) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return forward_call(*plan, x, w, b);
+    return forward_call(*plan, x, w, b, filters);
   }
+  TORCH_CHECK(!filters.has_value(), "Conv2dPlan call: `filters` serve a call with no backward");
   return PlannedConv::apply(x, w, b, plan);
 }
 
-// What both plain CPython functions below check first: `want` positional arguments, the first
-// three (input, weight, bias) tensors, bias also None. False with a TypeError naming `usage`.
-bool check_operands(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, const char* usage) {
-  if (nargs != want) {
+// What both plain CPython functions below check first: `want` positional arguments (or up to
+// `most`), the first three (input, weight, bias) tensors, bias also None. False with a TypeError
+// naming `usage`.
+bool check_operands(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, const char* usage,
+                    Py_ssize_t most = 0) {
+  if (nargs < want || nargs > std::max(want, most)) {
     PyErr_Format(PyExc_TypeError, "%s: %zd positional arguments, got %zd", usage, want, nargs);
     return false;
   }
@@ -274,13 +282,21 @@ void release_plan(PyObject* capsule) {
   if (p != nullptr) c10::intrusive_ptr<Plan>::reclaim(p);  // drops the capsule's reference
 }
 
-// f(input, weight, bias, need_backward) -> output, positional only. Errors: TypeError for
-// arguments of the wrong kind; the ops' errors and warnings as PyTorch raises them
+// f(input, weight, bias, need_backward[, filters]) -> output, positional only. Errors:
+// TypeError for arguments of the wrong kind; the ops' errors and warnings as PyTorch raises them
 // (torch.OutOfMemoryError included; TORCH_WARN as a Python warning).
 PyObject* plan_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (!check_operands(args, nargs, 4, "Conv2dPlan call(input, weight, bias, need_backward)"))
-    return nullptr;
+  const char* usage = "Conv2dPlan call(input, weight, bias, need_backward[, filters])";
+  if (!check_operands(args, nargs, 4, usage, 5)) return nullptr;
+  std::optional<at::Tensor> filters;
+  if (nargs == 5 && args[4] != Py_None) {
+    if (!THPVariable_Check(args[4])) {
+      PyErr_Format(PyExc_TypeError, "%s: filters must be a tensor or None", usage);
+      return nullptr;
+    }
+    filters = THPVariable_Unpack(args[4]);
+  }
   const int need_backward = PyObject_IsTrue(args[3]);
   if (need_backward < 0) return nullptr;
   auto* raw = static_cast<Plan*>(PyCapsule_GetPointer(self, kPlanCapsule));
@@ -289,7 +305,8 @@ PyObject* plan_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   std::optional<at::Tensor> bias;
   if (args[2] != Py_None) bias = THPVariable_Unpack(args[2]);
   return THPVariable_Wrap(call_plan(plan, THPVariable_Unpack(args[0]),
-                                    THPVariable_Unpack(args[1]), bias, need_backward != 0));
+                                    THPVariable_Unpack(args[1]), bias, need_backward != 0,
+                                    filters));
   END_HANDLE_TH_ERRORS
 }
 
@@ -297,7 +314,8 @@ PyMethodDef plan_call_def = {
     "conv2d_plan_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(
                             &plan_call)),
     METH_FASTCALL,
-    "f(input, weight, bias, need_backward) -> output: a Conv2dPlan's call (Conv2dPlan.fast_call)."};
+    "f(input, weight, bias, need_backward[, filters]) -> output: a Conv2dPlan's call "
+    "(Conv2dPlan.fast_call)."};
 
 py::object fast_call(const c10::intrusive_ptr<Plan>& plan) {
   c10::intrusive_ptr<Plan> owned = plan;
@@ -455,8 +473,8 @@ void bind(py::module_& m) {
            py::arg("forward"), py::arg("input_grad"), py::arg("weight_grad"), py::arg("padding"),
            py::arg("tf32"), py::arg("height_one"))
       .def("fast_call", &fast_call,
-           "The plan's call as a plain function f(input, weight, bias, need_backward), without "
-           "pybind11's dispatch: what the modules call on every eager step.");
+           "The plan's call as a plain function f(input, weight, bias, need_backward[, filters]), "
+           "without pybind11's dispatch: what the modules call on every eager step.");
 }
 
 }  // namespace conv_module

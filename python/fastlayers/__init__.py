@@ -8,7 +8,7 @@ from .nn import Conv1d, Conv2d, cached_filter_transforms, convert
 from .rnn import LSTM
 from .tuning import tune
 
-__all__ = ["Conv1d", "Conv2d", "LSTM", "cached_filter_transforms", "convert", "tune", "algorithms", "fbfft", "lstm", "ops",
-           "tuner", "winograd", "with_cuda", "__version__"]
+__all__ = ["Conv1d", "Conv2d", "LSTM", "cached_filter_transforms", "convert", "tune",
+           "algorithms", "fbfft", "lstm", "ops", "tuner", "winograd", "with_cuda", "__version__"]
 
 with_cuda = bool(getattr(_C, "with_cuda", False))

@@ -41,12 +41,17 @@ def _conv_tf32_allowed() -> bool:
     return bool(_C.conv_tf32_allowed())
 
 
+def max_plane() -> int:
+    """Elements per side and per plane the convolution ops and fbfft's inverses take."""
+    from . import _C
+    return int(_C.FFT_CONV_MAX_PLANE)
+
+
 def check_fake_conv(op: str, padding, sizes) -> None:
     """What the convolution ops check of `padding` and of their result's spatial `sizes`, for
     their fake kernels: a traced call then fails as the eager one does, with the argument named,
     not later on a negative or overflowing size."""
-    from . import _C
-    limit = int(_C.FFT_CONV_MAX_PLANE)
+    limit = max_plane()
     for p in padding:
         torch._check(p >= 0, lambda: f"{op}: `padding` must be >= 0, got {list(padding)}")
         torch._check(p <= limit, lambda: f"{op}: `padding` {list(padding)} is too large: the ops "
@@ -55,4 +60,3 @@ def check_fake_conv(op: str, padding, sizes) -> None:
         torch._check(n >= 1, lambda: f"{op}: the result would be empty (spatial size "
                                      f"{list(sizes)}): the kernel is larger than the padded "
                                      f"input, or `padding` too large for grad_output")
-

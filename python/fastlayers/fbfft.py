@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._common import IntPair, pair
+from ._common import IntPair, max_plane, pair
 
 __all__ = ["rfft", "irfft", "rfft2", "irfft2"]
 
@@ -54,8 +54,7 @@ def _rfft_fake(input, n, offset=0):
 
 def _check_out_size(op, out_size):
     """The ops' bound on `out_size`, for the fake kernels (csrc/fbfft/fbfft_common.cpp)."""
-    from . import _C
-    limit = int(_C.FFT_CONV_MAX_PLANE)
+    limit = max_plane()
     plane = 1
     for n in out_size:
         torch._check(n >= 1, lambda: f"{op}: `out_size` must be >= 1, got {list(out_size)}")

@@ -354,15 +354,22 @@ class _TunedConv:
 
     def _fl_kept_filters(self, plan: _Plan, weight: torch.Tensor, w: torch.Tensor):
         """The transformed filters of `w` (`weight` as the op takes it, cast under autocast) for
-        `plan`, kept per weight version (cached_filter_transforms); setting any layer attribute
-        forgets them, as it forgets the route."""
-        key = (plan.choices[0], weight.data_ptr(), weight._version, w.dtype, w.device)
+        `plan`, kept as cached_filter_transforms says, or None where they are not kept; setting
+        any layer attribute forgets them, as it forgets the route."""
+        if (weight is not self._parameters.get("weight") or weight.is_inference()
+                or (w.is_cuda and torch.cuda.is_current_stream_capturing())):
+            return None
+        stream = torch.cuda.current_stream(w.device).cuda_stream if w.is_cuda else None
+        key = (plan.choices[0], weight._version, w.dtype, w.device, stream)
         kept = self.__dict__.get("_fl_filters")
-        if kept is None or kept[0] != key:
-            with torch.no_grad():
-                kept = (key, plan.filters[0](w))
-            self.__dict__["_fl_filters"] = kept
-        return kept[1]
+        if kept is not None and kept[0] is weight and kept[1] == key:
+            return kept[2]
+        with torch.no_grad():
+            U = plan.filters[0](w)
+        if kept is None:
+            _kept.layers.append(self)
+        self.__dict__["_fl_filters"] = (weight, key, U)  # the weight held: no address reused
+        return U
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # The parameters from their dict (Module.__getattr__ costs microseconds); a weight or bias
@@ -446,9 +453,12 @@ class _TunedConv:
         if route.pad is not None:
             x = F.pad(x, *route.pad)
         plan = route.plan
-        if (eager and not route.need_backward and plan.filters is not None
-                and _keeping_filters()):
+        U = None
+        if eager and _kept.depth and not route.need_backward and plan.filters is not None:
             U = self._fl_kept_filters(plan, weight, w)
+        if U is not None and plan.cpp is not None:
+            y = plan.cpp(x, w, b, False, U)
+        elif U is not None:
             with _below_autograd():
                 y = plan.filters[1](x, w, b, U)
         elif eager and plan.cpp is not None:
@@ -461,25 +471,38 @@ class _TunedConv:
         return y.squeeze(0) if route.unbatched else y
 
 
-_filters_kept = threading.local()
+class _KeptFilters(threading.local):
+    depth = 0      # cached_filter_transforms blocks open in this thread
+    layers = None  # the layers keeping filters in this thread's outermost block
+
+
+_kept = _KeptFilters()
 
 
 @contextlib.contextmanager
 def cached_filter_transforms():
     """Within it, a fastlayers.Conv2d whose forward runs Winograd convolution (non-fused) and
-    needs no gradient transforms its filters once per weight version and reuses them (Lavin &
-    Gray's FX variant: inference over many batches with one weight). A new weight, or one changed
-    in place (its version), is transformed again; a change through ``weight.data``, which does
-    not count as one, is not seen: change no weight that way inside. Threads have their own."""
-    _filters_kept.depth = getattr(_filters_kept, "depth", 0) + 1
+    needs no gradient transforms its filters once and reuses them (Lavin & Gray's FX variant:
+    inference over many batches with one weight). Kept per layer for its own weight parameter
+    (the same tensor, its version counter, the op's dtype, the device's current stream), and
+    forgotten when the outermost block ends. Inside it, change no weight except in place
+    through PyTorch's ops on the tensor itself (which moves its version): a change through
+    ``weight.data``, or by a fused optimizer's step, does not move the version and is not seen.
+    A weight that is not the layer's own parameter (a parametrization, weight_norm), an
+    inference tensor, and calls during CUDA-graph capture are transformed in each call, as
+    outside. Threads have their own blocks."""
+    outer = _kept.depth == 0
+    if outer:
+        _kept.layers = []
+    _kept.depth += 1
     try:
         yield
     finally:
-        _filters_kept.depth -= 1
-
-
-def _keeping_filters() -> bool:
-    return getattr(_filters_kept, "depth", 0) > 0
+        _kept.depth -= 1
+        if outer:
+            for layer in _kept.layers:
+                layer.__dict__.pop("_fl_filters", None)
+            _kept.layers = None
 
 
 def _autocast_operands(x, w, b, dev: str):

@@ -86,6 +86,15 @@ def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False,
                   transformed_weight=None):
     _check("winograd_conv2d", input, "input", weight, "weight")
     torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
+    if transformed_weight is not None:
+        alpha = tile + KERNEL - 1
+        torch._check(not fused, lambda: "winograd_conv2d: `transformed_weight` serves the "
+                                        "non-fused pipeline (fused=False)")
+        torch._check(tuple(transformed_weight.shape) == (alpha * alpha, weight.shape[0],
+                                                          weight.shape[1]),
+                     lambda: "winograd_conv2d: `transformed_weight` must be [alpha^2, K, C]")
+        torch._check(transformed_weight.dtype == weight.dtype,
+                     lambda: "winograd_conv2d: `transformed_weight` must have `weight`'s dtype")
     ph, pw = padding
     hw = (input.shape[2] + 2 * ph - KERNEL + 1, input.shape[3] + 2 * pw - KERNEL + 1)
     check_fake_conv("winograd_conv2d", padding, hw)
@@ -111,6 +120,10 @@ def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
 @torch.library.register_fake("fastlayers::winograd_filter_transform")
 def _filter_transform_fake(weight, tile=2):
     torch._check(weight.dim() == 4, lambda: "winograd_filter_transform: `weight` must be 4-D")
+    torch._check(tuple(weight.shape[2:]) == (KERNEL, KERNEL),
+                 lambda: "winograd_filter_transform: `weight` must be 3x3")
+    torch._check(tile in FORWARD_TILES,
+                 lambda: f"winograd_filter_transform: `tile` must be 2, 4 or 6, got {tile}")
     alpha = tile + KERNEL - 1
     return weight.new_empty((alpha * alpha, weight.shape[0], weight.shape[1]))
 
@@ -140,8 +153,8 @@ def _backward_fwd(ctx, grad):
         gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad.sum((0, 2, 3))
-    return gi, gw, gb, None, None, None, None, None  # transformed_weight: none (the op refuses
-    #                                                 one that wants a gradient)
+    # none for transformed_weight: the op refuses one that wants a gradient
+    return gi, gw, gb, None, None, None, None, None
 
 
 def _setup_input_grad(ctx, inputs, output):

@@ -67,6 +67,24 @@ def test_tune_leaves_the_random_generators_as_they_were(device):
                                                             torch.rand(3, device=device))))
 
 
+def test_tune_after_a_mode_switch_and_back_reports_every_pass(monkeypatch):
+    # decided in mode 'tune', then 'off', then tune(): the layers' plans and decisions return
+    # with the mode, and tune() still walks (and reports) every pass
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    tuner.set_budget(0)
+    m = fastlayers.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1)))
+    x = torch.randn(2, 3, 8, 8)
+    m(x).sum().backward()
+    assert len(pass_decisions()) == 3
+    tuner.set_mode("off")
+    seen = []
+    with tuner.observing(lambda p, pass_, d: seen.append(pass_)):
+        report = fastlayers.tune(m, x, progress=False)
+    assert sorted(seen) == sorted(tuner.PASSES)
+    assert tuner.get_mode() == "off"
+    assert report.count("conv2d") >= 3 and "no decisions yet" not in report
+
+
 def test_tune_without_gradients_decides_the_forward():
     tuner.set_budget(0)
     tuner._state.tune_cpu = True

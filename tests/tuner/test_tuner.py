@@ -874,6 +874,17 @@ def test_transforms_switch_and_context():
     assert tuner.transforms_allowed()
 
 
+def test_decisions_return_with_their_mode(tune_cpu):
+    # a module keeps its plan for a state it returns to: the decisions behind it stay listed
+    p = problem()
+    tuner.choose_conv2d(p, "forward")
+    made = by_key()
+    tuner.set_mode("cache")
+    assert p.key("forward") not in by_key()  # this mode's own table
+    tuner.set_mode("tune")
+    assert by_key() == made
+
+
 def test_transforms_environment(monkeypatch):
     for text, allowed in (("0", False), ("false", False), ("1", True), ("", True)):
         monkeypatch.setenv("FASTLAYERS_TRANSFORMS", text)

@@ -153,3 +153,63 @@ def test_layers_keep_their_transformed_filters_per_weight_version(device):
     with fastlayers.cached_filter_transforms():  # a gradient wanted: the call as always
         _, ops = ops_of(lambda: m(x.requires_grad_()).sum().backward())
         assert "winograd_filter_transform" not in ops
+
+
+def pinned(device, dtype=torch.float64):
+    m = fastlayers.Conv2d(3, 4, 3, padding=1, dtype=dtype, device=device)
+    return m.force_algorithms("winograd:4", "winograd:4", "winograd:4")
+
+
+def test_kept_filters_are_forgotten_when_the_block_ends(device):
+    # a change the version counter does not see (.data, a fused optimizer's step) between two
+    # blocks is seen: nothing is kept from one block to the next
+    m = pinned(device)
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        with fastlayers.cached_filter_transforms():
+            m(x)
+            assert "_fl_filters" in m.__dict__
+        assert "_fl_filters" not in m.__dict__
+        m.weight.data.mul_(-3)  # no new version
+        with fastlayers.cached_filter_transforms():
+            y, ops = ops_of(lambda: m(x))
+        assert ops == ["winograd_filter_transform", "winograd_conv2d"]
+        torch.testing.assert_close(y, F.conv2d(x, m.weight, m.bias, padding=1))
+
+
+def test_kept_filters_follow_the_weights_dtype(device):
+    m = pinned(device, torch.float32)
+    x = torch.randn(2, 3, 10, 10, device=device)
+    with torch.no_grad(), fastlayers.cached_filter_transforms():
+        m(x)
+        m.double()  # the same parameter, other data (no new version)
+        y, ops = ops_of(lambda: m(x.double()))
+        assert ops == ["winograd_filter_transform", "winograd_conv2d"]
+        torch.testing.assert_close(y, F.conv2d(x.double(), m.weight, m.bias, padding=1))
+
+
+def test_weights_not_the_layers_own_are_transformed_in_each_call(device):
+    m = pinned(device)
+    torch.nn.utils.parametrize.register_parametrization(m, "weight", Twice())
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64, device=device)
+    with torch.no_grad(), fastlayers.cached_filter_transforms():
+        for _ in range(2):
+            y, ops = ops_of(lambda: m(x))
+            assert ops == ["winograd_conv2d"]
+            torch.testing.assert_close(y, F.conv2d(x, m.weight, m.bias, padding=1))
+            m.parametrizations.weight.original.mul_(-1)
+
+
+class Twice(torch.nn.Module):
+    def forward(self, w):
+        return 2 * w
+
+
+def test_inference_tensors_are_transformed_in_each_call(device):
+    with torch.inference_mode():
+        m = pinned(device)
+        x = torch.randn(2, 3, 10, 10, dtype=torch.float64, device=device)
+        with fastlayers.cached_filter_transforms():
+            y, ops = ops_of(lambda: m(x))
+    assert ops == ["winograd_conv2d"]
+    torch.testing.assert_close(y, F.conv2d(x, m.weight, m.bias, padding=1))

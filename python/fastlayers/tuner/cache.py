@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import uuid
 import warnings
 from pathlib import Path
 from typing import Dict
@@ -109,16 +109,14 @@ def write_entry(key: str, entry: dict) -> None:
                 warnings.simplefilter("ignore")  # a bad file was reported when first read
                 entries = _read_file(path)
             entries[key] = entry
-            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+            # the temporary file is created as open() creates one (the umask's permissions, which
+            # mkstemp's 0600 is not), and then takes the file's own where there is one (a cache
+            # shared by a team stays readable)
+            tmp = str(path.parent / ("%s.%d.%s.tmp" % (path.name, os.getpid(), uuid.uuid4().hex)))
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
             try:
-                # the file keeps its permissions (a cache shared by a team stays readable);
-                # a new one gets the umask's, as an open() would give it
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.chmod(tmp, path.stat().st_mode & 0o7777)
-                except FileNotFoundError:
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    os.chmod(tmp, 0o666 & ~umask)
                 with os.fdopen(fd, "w") as f:
                     json.dump({"format": FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
                     f.flush()

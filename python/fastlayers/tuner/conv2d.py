@@ -103,12 +103,17 @@ def candidates_conv2d(p: ConvProblem, pass_: str) -> List[str]:
 
 
 def inputs(p: ConvProblem, device: torch.device):
-    """x [S,C,H,W] (in the problem's layout), w [K,C,kh,kw], gy [S,K,oh,ow]: seeded normal samples."""
+    """x [S,C,H,W] (in the problem's layout), w [K,C,kh,kw], gy [S,K,oh,ow]: seeded normal samples.
+    RuntimeError where the problem's sizes cannot be made (the tuner then leaves the layer to
+    PyTorch's path, whose own call says what is wrong)."""
     dt = p.torch_dtype
     gen = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(p.S, p.C, p.H, p.W, device=device, dtype=dt, generator=gen)
-    w = torch.randn(p.K, p.C, p.kh, p.kw, device=device, dtype=dt, generator=gen)
-    gy = torch.randn(p.S, p.K, p.oh, p.ow, device=device, dtype=dt, generator=gen)
+    try:
+        x = torch.randn(p.S, p.C, p.H, p.W, device=device, dtype=dt, generator=gen)
+        w = torch.randn(p.K, p.C, p.kh, p.kw, device=device, dtype=dt, generator=gen)
+        gy = torch.randn(p.S, p.K, p.oh, p.ow, device=device, dtype=dt, generator=gen)
+    except (TypeError, ValueError, OverflowError) as e:  # sizes beyond a tensor's
+        raise RuntimeError("the problem's sizes cannot be measured (%s)" % e) from e
     if p.layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     return x, w, gy

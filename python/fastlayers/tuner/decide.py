@@ -58,9 +58,7 @@ def _measure_or_native(measure: Measure, problem, pass_: str, device: torch.devi
     try:
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             return measure(problem, pass_, device)
-    # out of memory for the reference, say, or sizes the measuring inputs cannot take (the
-    # layer's own call then says what is wrong, as nn.Conv2d would)
-    except (RuntimeError, MemoryError, TypeError, ValueError, OverflowError) as e:
+    except (RuntimeError, MemoryError) as e:  # out of memory for the reference, say
         if device.type == "cuda":
             torch.cuda.empty_cache()
         return Decision(choice="native", source="heuristic",
@@ -168,8 +166,8 @@ def _decide(key, problem, pass_, device, measure, fixed, default=None) -> Decisi
         kept = _state.memory.get(key)
         if kept is not None:
             return kept
-        if _state.generation != generation:  # a mode switch or clear() while measuring
-            return d
+        if _state.generation != generation:  # a switch or clear() while measuring (a
+            return d  # switch and back again leaves the decision as valid as it was)
         if d.source == "tuned":
             cache.write_entry(key, d.to_json())
         _state.memory[key] = d

@@ -44,7 +44,8 @@ def clear(memory: bool = True, file: bool = False) -> None:
     """Forget decisions: those in memory, and (file=True) the cache file too."""
     with _state.lock:
         if memory:
-            _state.memory.clear()
+            for table in _state.memories.values():
+                table.clear()
             _state.fallbacks.clear()
             _state.rejected.clear()
         if file:

@@ -65,7 +65,9 @@ class _State:
                                                                None, _parse_bytes)
         self.tune_cpu = _flag_from_env("FASTLAYERS_TUNE_CPU", False)
         self.transforms = _flag_from_env("FASTLAYERS_TRANSFORMS", True)
-        self.memory: Dict[str, object] = {}  # key -> Decision
+        # key -> Decision, one table per mode (a decision belongs to the mode it was made in:
+        # a mode switch and back finds its decisions again, as the modules' plans do)
+        self.memories: Dict[str, Dict[str, object]] = {}
         self.file_entries: Optional[Dict[str, dict]] = None  # loaded lazily
         self.fallbacks: Dict[str, str] = {}
         self.observers: list = []  # decide.observing's callbacks
@@ -77,6 +79,11 @@ class _State:
         self.generations: Dict[Tuple[str, bool, int], int] = {}
         self.generation = 0
         regenerate(self)
+
+    @property
+    def memory(self) -> Dict[str, object]:
+        """The decisions of the mode in force."""
+        return self.memories.setdefault(self.mode, {})
 
 
 def regenerate(state: "_State") -> None:
@@ -98,8 +105,9 @@ def set_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"tuner mode must be one of {MODES}, got {mode!r}")
     with _state.lock:
+        if mode == _state.mode:
+            return
         _state.mode = mode
-        _state.memory.clear()  # decisions made under the old mode are re-made under the new one
         regenerate(_state)
 
 
