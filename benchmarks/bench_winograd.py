@@ -336,10 +336,14 @@ def speed_filters_ahead(m, choice, tf32, x, w, xc, ref, tol, native, plan, timer
     """The forward with its filters transformed ahead (winograd_filter_transform, outside the
     timed calls: inference over many batches with one weight), checked as the candidate was and
     timed interleaved with cuDNN: m["fx"]."""
-    got = algorithms.conv2d_filters_call(choice, PADDING, tf32)
-    if got is None:
+    transform = algorithms.conv2d_filter_transform(choice)
+    if transform is None:
         return
-    transform, forward = got
+    tile = choice.params.tile
+    op = torch.ops.fastlayers.winograd_conv2d
+
+    def forward(x, w, b, U):
+        return op(x, w, b, list(PADDING), tile, tf32, False, U)
     fx = m["fx"] = {}
 
     def run(fx):

@@ -60,15 +60,20 @@ at::Tensor tangent_of(const at::Tensor& input) {
   return input._fw_grad(0);
 }
 
-// The input as the backward's Function takes it: without its tangent (a C++ Function has no jvp
-// rule and refuses a dual input), which the result gets from with_tangent.
-at::Tensor primal(const at::Tensor& input, const at::Tensor& tangent) {
-  return tangent.defined() ? input._fw_primal(0) : input;
-}
-
-// `out` with `op` of the input's tangent as its own, where there is one.
-template <typename Op>
-at::Tensor with_tangent(at::Tensor out, const at::Tensor& tangent, const Op& op) {
+// The Autograd kernel of a transform whose call is `op` and whose backward is the Function `Fn`
+// (applied to `input` and `args`): a call that builds no graph runs the device kernel directly;
+// either way the result takes `op` of the input's tangent as its own. The Function gets the input
+// without its tangent (a C++ Function has no jvp rule and refuses a dual input).
+template <typename Fn, typename Op, typename... Args>
+at::Tensor differentiable(const at::Tensor& input, const Op& op, const Args&... args) {
+  const at::Tensor tangent = tangent_of(input);
+  at::Tensor out;
+  if (!needs_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    out = op(input);
+  } else {
+    out = Fn::apply(tangent.defined() ? input._fw_primal(0) : input, args...);
+  }
   if (tangent.defined()) out._set_fw_grad(op(tangent), 0, false);
   return out;
 }
@@ -173,59 +178,35 @@ struct Irfft2Fn : torch::autograd::Function<Irfft2Fn> {
   }
 };
 
-// The Autograd kernels: a call that builds no graph runs the device kernel directly; either way
-// the result takes its tangent (forward AD).
+// The Autograd kernels.
 at::Tensor rfft(const at::Tensor& input, c10::SymInt n, int64_t offset) {
-  const auto op = [&](const at::Tensor& x) { return ops().rfft.call(x, n, offset); };
-  const at::Tensor tangent = tangent_of(input);
-  if (!needs_graph(input)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return with_tangent(op(input), tangent, op);
-  }
-  return with_tangent(RfftFn::apply(primal(input, tangent), n, offset), tangent, op);
+  return differentiable<RfftFn>(
+      input, [&](const at::Tensor& x) { return ops().rfft.call(x, n, offset); }, n, offset);
 }
 
 at::Tensor irfft(const at::Tensor& input, c10::SymInt n, c10::SymInt out_size, int64_t offset,
                  bool normalized) {
-  const auto op = [&](const at::Tensor& x) {
-    return ops().irfft.call(x, n, out_size, offset, normalized);
-  };
-  const at::Tensor tangent = tangent_of(input);
-  if (!needs_graph(input)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return with_tangent(op(input), tangent, op);
-  }
-  return with_tangent(IrfftFn::apply(primal(input, tangent), n, out_size, offset, normalized),
-                      tangent, op);
+  return differentiable<IrfftFn>(
+      input,
+      [&](const at::Tensor& x) { return ops().irfft.call(x, n, out_size, offset, normalized); },
+      n, out_size, offset, normalized);
 }
 
 at::Tensor rfft2(const at::Tensor& input, c10::SymIntArrayRef size, at::IntArrayRef offset,
                  bool transposed) {
-  const auto op = [&](const at::Tensor& x) {
-    return ops().rfft2.call(x, size, offset, transposed);
-  };
-  const at::Tensor tangent = tangent_of(input);
-  if (!needs_graph(input)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return with_tangent(op(input), tangent, op);
-  }
-  return with_tangent(Rfft2Fn::apply(primal(input, tangent), size, offset, transposed), tangent,
-                      op);
+  return differentiable<Rfft2Fn>(
+      input, [&](const at::Tensor& x) { return ops().rfft2.call(x, size, offset, transposed); },
+      size, offset, transposed);
 }
 
 at::Tensor irfft2(const at::Tensor& input, c10::SymIntArrayRef size, c10::SymIntArrayRef out_size,
                   at::IntArrayRef offset, bool transposed, bool normalized) {
-  const auto op = [&](const at::Tensor& x) {
-    return ops().irfft2.call(x, size, out_size, offset, transposed, normalized);
-  };
-  const at::Tensor tangent = tangent_of(input);
-  if (!needs_graph(input)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return with_tangent(op(input), tangent, op);
-  }
-  return with_tangent(
-      Irfft2Fn::apply(primal(input, tangent), size, out_size, offset, transposed, normalized),
-      tangent, op);
+  return differentiable<Irfft2Fn>(
+      input,
+      [&](const at::Tensor& x) {
+        return ops().irfft2.call(x, size, out_size, offset, transposed, normalized);
+      },
+      size, out_size, offset, transposed, normalized);
 }
 
 }  // namespace

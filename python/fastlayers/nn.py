@@ -36,9 +36,9 @@ class _Plan(NamedTuple):
     # The eager call through the C++ autograd node, cpp(x, w, b, need_backward) -> y, or None
     # where a family has no C++ form (then _ConvFunction, the same node in Python).
     cpp: Optional[Callable[..., torch.Tensor]]
-    # The forward with its filters transformed ahead, (transform(w) -> U, call(x, w, b, U) -> y),
-    # where the forward's family has one (algorithms.conv2d_filters_call), else None.
-    filters: Optional[tuple] = None
+    # The forward's filters transformed ahead, transform(w) -> U for cpp's fifth argument, where
+    # the forward's family has one and cpp is there to take it (cached_filter_transforms).
+    filters: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
 
 _ALL_NATIVE = _Plan((NATIVE, NATIVE, NATIVE), True, None, None, None)
@@ -59,7 +59,8 @@ def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
     if height_one:
         forward, grads = _height_one(forward, grads)
     cpp = algorithms.conv2d_cpp_plan(choices, padding, tf32, height_one)
-    filters = None if height_one else algorithms.conv2d_filters_call(fwd, padding, tf32)
+    filters = (algorithms.conv2d_filter_transform(fwd)
+               if cpp is not None and not height_one else None)
     return _Plan(choices, False, forward, grads, cpp, filters)
 
 
@@ -365,7 +366,7 @@ class _TunedConv:
         if kept is not None and kept[0] is weight and kept[1] == key:
             return kept[2]
         with torch.no_grad():
-            U = plan.filters[0](w)
+            U = plan.filters(w)
         if kept is None:
             _kept.layers.append(self)
         self.__dict__["_fl_filters"] = (weight, key, U)  # the weight held: no address reused
@@ -456,11 +457,8 @@ class _TunedConv:
         U = None
         if eager and _kept.depth and not route.need_backward and plan.filters is not None:
             U = self._fl_kept_filters(plan, weight, w)
-        if U is not None and plan.cpp is not None:
+        if U is not None:
             y = plan.cpp(x, w, b, False, U)
-        elif U is not None:
-            with _below_autograd():
-                y = plan.filters[1](x, w, b, U)
         elif eager and plan.cpp is not None:
             y = plan.cpp(x, w, b, route.need_backward)
         elif not route.need_backward:

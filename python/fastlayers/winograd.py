@@ -11,6 +11,7 @@ explicit.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -200,12 +201,17 @@ def _setup_filters(ctx, inputs, output):
     ctx.shape = inputs[0].shape
 
 
+@functools.lru_cache(maxsize=None)
+def _filter_matrix(tile: int):
+    """G of F(tile x tile, 3x3) as floats (exact from the matrices' fractions)."""
+    from .winograd_matrices import matrices
+    return tuple(tuple(float(v) for v in row) for row in matrices(tile, KERNEL)[1])
+
+
 def _backward_filters(ctx, gU):
     # U[a, b, k, c] = sum_ij G[a, i] w[k, c, i, j] G[b, j]  ->  grad w = G^T gU G per filter
-    from .winograd_matrices import matrices
     alpha = ctx.tile + KERNEL - 1
-    G = torch.tensor([[float(v) for v in row] for row in matrices(ctx.tile, KERNEL)[1]],
-                     dtype=gU.dtype, device=gU.device)
+    G = torch.tensor(_filter_matrix(ctx.tile), dtype=gU.dtype, device=gU.device)
     K, C = ctx.shape[0], ctx.shape[1]
     return torch.einsum("ai,abkc,bj->kcij", G, gU.reshape(alpha, alpha, K, C), G), None
 

@@ -15,13 +15,13 @@ from . import fft, lstm, native, winograd
 from .fft import FftParams
 from .native import NATIVE
 from .registry import (CONV2D_PASSES, LSTM_PASSES, PASSES, Choice, Family, candidates,
-                       check_fits, conv2d_call, conv2d_cpp_plan, conv2d_filters_call, conv2d_grads, describe, deterministic, families,
+                       check_fits, conv2d_call, conv2d_cpp_plan, conv2d_filter_transform, conv2d_grads, describe, deterministic, families,
                        fits, parse, register, unregister, workspace_bytes)
 
 __all__ = [
     "Choice", "Family", "FftParams", "NATIVE", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse",
     "register", "unregister", "families", "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads",
-    "conv2d_cpp_plan", "conv2d_filters_call", "workspace_bytes", "describe", "deterministic",
+    "conv2d_cpp_plan", "conv2d_filter_transform", "workspace_bytes", "describe", "deterministic",
 ]
 
 register(native.FAMILY)  # first: the baseline leads every candidate list

@@ -23,7 +23,7 @@ from .. import _C
 __all__ = [
     "Choice", "Family", "CONV2D_PASSES", "LSTM_PASSES", "PASSES", "parse", "register", "unregister", "families",
     "candidates", "fits", "check_fits", "conv2d_call", "conv2d_grads", "conv2d_cpp_plan",
-    "conv2d_filters_call",
+    "conv2d_filter_transform",
     "workspace_bytes",
     "describe", "deterministic",
 ]
@@ -111,10 +111,10 @@ class Family:
         """Both gradients in one call, where the family has one; None: the two pass calls."""
         return None
 
-    def conv2d_filters_call(self, choice: Choice, padding: Tuple[int, int],
-                            tf32: bool) -> Optional[Tuple[Callable, Conv2dCall]]:
+    def conv2d_filter_transform(self, choice: Choice) -> Optional[Callable]:
         """Where the forward can take its filters transformed ahead of the call (Winograd's FX
-        variant): (transform(w) -> U, call(x, w, b, U) -> y); None where it cannot."""
+        variant; the modules' C++ node passes them on): transform(w) -> U; None where it
+        cannot."""
         return None
 
     def cpp_pass(self, choice: Choice, pass_: str) -> Optional[tuple]:
@@ -305,17 +305,11 @@ def _in_input_layout(call: Conv2dCall) -> Conv2dCall:
     return forward
 
 
-def conv2d_filters_call(choice: Union[Choice, str], padding: Sequence[int],
-                        tf32: bool) -> Optional[Tuple[Callable, Conv2dCall]]:
-    """The forward of `choice` with its filters transformed ahead (Family.conv2d_filters_call):
-    (transform(w) -> U, call(x, w, b, U) -> y, y in nn.Conv2d's memory format), or None where
-    the family has no such form."""
+def conv2d_filter_transform(choice: Union[Choice, str]) -> Optional[Callable]:
+    """The transform of the filters that the forward of `choice` can take ahead of its call
+    (Family.conv2d_filter_transform), transform(w) -> U, or None."""
     choice = parse(choice)
-    got = _family(choice).conv2d_filters_call(choice, _pad(padding), bool(tf32))
-    if got is None:
-        return None
-    transform, call = got
-    return transform, _in_input_layout(call)  # (its fourth argument carries U through)
+    return _family(choice).conv2d_filter_transform(choice)
 
 
 def conv2d_grads(igrad: Union[Choice, str], wgrad: Union[Choice, str], padding: Sequence[int],

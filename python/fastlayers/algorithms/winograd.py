@@ -111,14 +111,12 @@ class Winograd(Family):
         op = fl.winograd_conv2d_weight_grad
         return lambda x, w, b, gy: op(gy, x, padding, tile, tf32)
 
-    def conv2d_filters_call(self, choice, padding, tf32):
+    def conv2d_filter_transform(self, choice):
         tile, fused = choice.params
         if fused:  # the fused kernel transforms its filters into a layout of its own
             return None
-        fl = torch.ops.fastlayers
-        op = fl.winograd_conv2d
-        return ((lambda w: fl.winograd_filter_transform(w, tile)),
-                (lambda x, w, b, U: op(x, w, b, padding, tile, tf32, False, U)))
+        op = torch.ops.fastlayers.winograd_filter_transform
+        return lambda w: op(w, tile)
 
     def cpp_pass(self, choice, pass_):
         t = choice.params.tile

@@ -27,18 +27,26 @@ def _flag_from_env(name: str, default: bool) -> bool:
     return default
 
 
+def _finite(value, parse=float):
+    """parse(value) if that is a finite number >= 0 (a budget, a byte count), else ValueError."""
+    try:
+        got = parse(value)
+    except (TypeError, ValueError, OverflowError):
+        got = float("nan")
+    if not 0 <= got < float("inf"):
+        raise ValueError("not a finite number >= 0")
+    return got
+
+
 def _number_from_env(name: str, default, parse):
-    """`parse` of the variable's text (a finite value >= 0); unset is the default, anything
-    else is reported and the default."""
+    """_finite of the variable's text; unset is the default, anything else is reported and the
+    default."""
     text = os.environ.get(name, "").strip()
     if not text:
         return default
     try:
-        value = parse(text)
-        if not value >= 0 or value == float("inf"):
-            raise ValueError("not a finite value >= 0")
-        return value
-    except (ValueError, OverflowError) as e:
+        return _finite(text, parse)
+    except ValueError as e:
         warnings.warn(f"fastlayers: {name}={text!r} is not understood ({e}); using the default")
         return default
 
@@ -157,12 +165,10 @@ def transforms(allowed: bool):
 def set_budget(seconds: float) -> None:
     """Seconds of measuring per decision beyond each candidate's first measurement (>= 0)."""
     try:
-        value = float(seconds)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"set_budget: `seconds` must be a finite number >= 0, got {seconds!r}")
-    _state.budget_s = value
+        _state.budget_s = _finite(seconds)
+    except ValueError:
+        raise ValueError(f"set_budget: `seconds` must be a finite number >= 0, "
+                         f"got {seconds!r}") from None
 
 
 def set_workspace_limit(nbytes) -> None:
@@ -172,13 +178,10 @@ def set_workspace_limit(nbytes) -> None:
         _state.workspace_limit = None
         return
     try:
-        value = _parse_bytes(nbytes) if isinstance(nbytes, str) else int(nbytes)
-    except (TypeError, ValueError, OverflowError):
-        value = -1
-    if value < 0:
+        _state.workspace_limit = _finite(nbytes, _parse_bytes if isinstance(nbytes, str) else int)
+    except ValueError:
         raise ValueError(f"set_workspace_limit: `nbytes` must be a byte count >= 0 (or text such "
-                         f"as '512M'), got {nbytes!r}")
-    _state.workspace_limit = value
+                         f"as '512M'), got {nbytes!r}") from None
 
 
 def workspace_limit(device: torch.device) -> int:
