@@ -158,15 +158,16 @@ void bind_winograd(py::module_& m) {
   m.def(
       "winograd_chunk_samples",
       [](int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W, int64_t ph, int64_t pw,
-         int64_t tile, int store_bytes, int acc_bytes, int64_t chunk_bytes) {
+         int64_t tile, int store_bytes, int acc_bytes, int64_t chunk_bytes, bool filters_given) {
         check_mode("winograd_chunk_samples", "pass_", pass);
         const winograd::Shape s{S, C, K, H, W, ph, pw, tile};
         return winograd::chunk_samples(static_cast<Pass>(pass), s, store_bytes, acc_bytes,
-                                       chunk_bytes > 0 ? chunk_bytes : host::kChunkBytes);
+                                       chunk_bytes > 0 ? chunk_bytes : host::kChunkBytes,
+                                       filters_given);
       },
       py::arg("pass_"), py::arg("S"), py::arg("C"), py::arg("K"), py::arg("H"), py::arg("W"),
       py::arg("ph"), py::arg("pw"), py::arg("tile"), py::arg("store_bytes"), py::arg("acc_bytes"),
-      py::arg("chunk_bytes") = 0);
+      py::arg("chunk_bytes") = 0, py::arg("filters_given") = false);
   m.attr("WINOGRAD_CHUNK_BYTES") = host::kChunkBytes;
 }
 

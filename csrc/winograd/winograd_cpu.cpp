@@ -102,7 +102,9 @@ at::Tensor run_cpu(Pass pass, const Shape& s, const at::Tensor& a_in, const at::
   const Tiling t = winograd::tiling(pass, s);
   const int store = static_cast<int>(a_in.element_size());
   const int acc = ct == at::kDouble ? 8 : 4;
-  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);
+  // chunks as the CUDA pipeline's (given filters take no workspace there)
+  const int64_t chunk =
+      winograd::chunk_samples(pass, s, store, acc, chunk_bytes, transformed != nullptr);
   at::Tensor out;
   if (pass == Pass::WeightGrad) {
     // M [a2, C, K] = sum over chunks of X [a2, C, P] Gy^T [a2, P, K]

@@ -40,8 +40,9 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   }
   const int store = static_cast<int>(a.element_size());
   const int acc = a.scalar_type() == at::kDouble ? 8 : 4;
-  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes);
-  const size_t ws_bytes = winograd::buffers(pass, s, chunk, store, acc).total;
+  const bool given = transformed.defined();
+  const int64_t chunk = winograd::chunk_samples(pass, s, store, acc, chunk_bytes, given);
+  const size_t ws_bytes = winograd::buffers(pass, s, chunk, store, acc, given).total;
   const c10::DataPtr ws = cuda_workspace(ws_bytes);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();

@@ -95,7 +95,8 @@ inline Tiling tiling(Pass pass, const Shape& s) {
 //   Forward, InputGrad: U [a2, K, C], V [a2, data_ch, P], M [a2, res_ch, P] (accumulation type).
 //   WeightGrad:         Gy [a2, K, P], X [a2, C, P], M [a2, C, K] (accumulation type, summed over
 //                       the chunks).
-// Each buffer starts on a 256-byte boundary.
+// Each buffer starts on a 256-byte boundary. A forward given its filters transformed ahead
+// (`filters_given`) reads them where they are: U takes no workspace.
 struct Buffers {
   size_t u, v, m, total;  // offsets of U (Gy), V (X), M; total bytes
 };
@@ -103,7 +104,7 @@ struct Buffers {
 inline size_t align256(size_t n) { return (n + 255) & ~size_t{255}; }
 
 inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_bytes,
-                       int acc_bytes) {
+                       int acc_bytes, bool filters_given = false) {
   const Tiling t = tiling(pass, s);
   const size_t a2 = static_cast<size_t>(t.alpha * t.alpha);
   const size_t P = static_cast<size_t>(samples * t.tiles());
@@ -113,7 +114,7 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
     v = a2 * s.C * P * store_bytes;
     m = a2 * s.C * s.K * acc_bytes;
   } else {
-    u = a2 * s.K * s.C * store_bytes;
+    u = pass == Pass::Forward && filters_given ? 0 : a2 * s.K * s.C * store_bytes;
     v = a2 * t.data_ch * P * store_bytes;
     m = a2 * t.res_ch * P * acc_bytes;
   }
@@ -149,12 +150,14 @@ inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) 
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.
 inline int64_t chunk_samples(Pass pass, const Shape& s, int store_bytes, int acc_bytes,
-                             int64_t bound) {
+                             int64_t bound, bool filters_given = false) {
   if (s.S <= 1) return std::max<int64_t>(s.S, 1);
-  if (buffers(pass, s, s.S, store_bytes, acc_bytes).total <= static_cast<size_t>(bound))
-    return s.S;
-  const size_t one = buffers(pass, s, 1, store_bytes, acc_bytes).total;
-  const size_t fixed = buffers(pass, s, 0, store_bytes, acc_bytes).total;
+  const auto total = [&](int64_t n) {
+    return buffers(pass, s, n, store_bytes, acc_bytes, filters_given).total;
+  };
+  if (total(s.S) <= static_cast<size_t>(bound)) return s.S;
+  const size_t one = total(1);
+  const size_t fixed = total(0);
   if (one >= static_cast<size_t>(bound)) return 1;
   const size_t per = std::max<size_t>(one - fixed, 1);
   return std::max<int64_t>(1, std::min<int64_t>(s.S, (bound - fixed) / per));

@@ -33,7 +33,8 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
   using G = GemmTypes<T>;
   const Tiling t = tiling(pass, s);
   const int64_t a2 = t.alpha * t.alpha;
-  T* U = reinterpret_cast<T*>(ws + buf.u);
+  // Given filters have no room in the workspace (buffers()): U must then go unused.
+  T* U = given_u != nullptr ? nullptr : reinterpret_cast<T*>(ws + buf.u);
   T* V = reinterpret_cast<T*>(ws + buf.v);
   F* M = reinterpret_cast<F*>(ws + buf.m);
   const T* filter_u = given_u != nullptr ? given_u : U;  // what the products read
@@ -109,7 +110,8 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
   if (chunk < 1 || chunk > s.S) throw std::invalid_argument("fastlayers: Winograd chunk out of range");
   if (transformed != nullptr && pass != Pass::Forward)
     throw std::invalid_argument("fastlayers: transformed Winograd filters serve the forward");
-  const Buffers buf = buffers(pass, s, chunk, sizeof(T), sizeof(compute_t<T>));
+  const Buffers buf =
+      buffers(pass, s, chunk, sizeof(T), sizeof(compute_t<T>), transformed != nullptr);
   if (workspace_size < buf.total) throw std::invalid_argument("fastlayers: Winograd workspace too small");
   char* ws = static_cast<char*>(workspace);
   if (pass == Pass::WeightGrad) {

@@ -9,18 +9,19 @@ from conv_samples import assert_within_bound, torch_passes
 testing = _C.testing
 
 
-def chunk_bound(pass_, S, C, K, H, W, pad, tile, samples, store=8, acc=8):
+def chunk_bound(pass_, S, C, K, H, W, pad, tile, samples, store=8, acc=8, given=False):
     """The smallest bound under which a chunk holds `samples` samples (checked)."""
-    lo, hi = 1, 1 << 30
+    def chunk(bound):
+        return testing.winograd_chunk_samples(pass_, S, C, K, H, W, *pad, tile, store, acc, bound,
+                                              given)
+    lo, hi = 1, 1 << 40
     while lo < hi:  # the chunk's sample count grows with the bound
         mid = (lo + hi) // 2
-        if testing.winograd_chunk_samples(pass_, S, C, K, H, W, *pad, tile, store, acc, mid) \
-                >= samples:
+        if chunk(mid) >= samples:
             hi = mid
         else:
             lo = mid + 1
-    assert testing.winograd_chunk_samples(pass_, S, C, K, H, W, *pad, tile, store, acc,
-                                          lo) == samples
+    assert chunk(lo) == samples
     return lo
 
 
@@ -56,3 +57,19 @@ def test_chunk_bound_is_checked():
     with pytest.raises(RuntimeError, match="chunk_bytes"):
         testing.winograd_conv2d_pass(0, x, w, None, [1, 1], 2, False, -1)
     assert testing.WINOGRAD_CHUNK_BYTES == 512 << 20
+
+
+@pytest.mark.parametrize("tile", [2, 4, 6])
+def test_given_filters_take_no_workspace(tile):
+    # A forward given its filters transformed ahead reads them where they are: the bound under
+    # which a chunk holds n samples is U's bytes less; the other passes have no such filters.
+    S, C, K, H, W, pad = 16, 512, 256, 14, 14, (1, 1)
+    u_bytes = (tile + 2) ** 2 * K * C * 4
+    for n in (2, 5, S):
+        plain = chunk_bound(0, S, C, K, H, W, pad, tile, n, 4, 4)
+        given = chunk_bound(0, S, C, K, H, W, pad, tile, n, 4, 4, given=True)
+        assert given == plain - u_bytes, (n, plain, given)
+    for pass_ in (1, 2):
+        t = min(tile, 4)
+        assert chunk_bound(pass_, S, C, K, H, W, pad, t, 5, 4, 4, given=True) == \
+            chunk_bound(pass_, S, C, K, H, W, pad, t, 5, 4, 4)

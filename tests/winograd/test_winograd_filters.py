@@ -67,6 +67,27 @@ def test_the_forward_reads_the_given_filters_as_its_own(device, tile):
         assert not torch.equal(other, plain)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_given_filters_take_no_workspace_on_cuda():
+    # deep layer, small batch: the filters are most of what the forward would reserve
+    x = torch.randn(1, 512, 14, 14, device="cuda")
+    w = torch.randn(512, 512, 3, 3, device="cuda")
+    U = W.winograd_filter_transform(w, 4)
+    u_bytes = U.numel() * U.element_size()
+
+    def peak(**kw):
+        W.winograd_conv2d(x, w, None, 1, 4, tf32=False, **kw)  # the allocator settles
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        W.winograd_conv2d(x, w, None, 1, 4, tf32=False, **kw)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    assert peak(transformed_weight=U) <= peak() - u_bytes
+
+
 def test_gradients_remain_the_weights(device):
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64, device=device)
     w = torch.randn(4, 3, 3, 3, dtype=torch.float64, device=device)
