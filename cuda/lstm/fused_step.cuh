@@ -20,6 +20,7 @@ namespace lstm {
 constexpr int kFsThreads = 128;  // 4 warps of 16 rows (kFsRows)
 constexpr int kFsGates = 4 * kFsUnits;
 static_assert(kFsRows == 16 * (kFsThreads / 32), "a warp per 16 batch rows");
+static_assert(kFsRows * kFsUnits % kFsThreads == 0, "whole (row, unit) pairs a thread");
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -44,23 +45,25 @@ __global__ void __launch_bounds__(kFsThreads)
   const int64_t live = n - b0 < kFsRows ? n - b0 : kFsRows;  // active rows of this block (<= 0: none)
 
   // Stage h_{t-1}'s active rows and this block's gate rows (row q kFsUnits + u: gate q of unit
-  // j0 + u), 16 bytes a copy; rows past the data read as zeros.
-  const int64_t vec = H / 8;
+  // j0 + u), 16 bytes a copy, a warp per row (no index division); rows past the data read as
+  // zeros.
+  const int vec = static_cast<int>(H / 8);
   if (live > 0) {
-    for (int64_t k = tid; k < (kFsRows + kFsGates) * vec; k += kFsThreads) {
-      const int64_t r = k / vec, col = (k - r * vec) * 8;
-      T* dst = h_s + r * ld + col;  // w_s follows h_s: row r >= kFsRows is w_s's r - kFsRows
+    for (int r = warp; r < kFsRows + kFsGates; r += kFsThreads / 32) {
       const T* src = nullptr;
       if (r < kFsRows) {
-        if (r < live) src = hp + (b0 + r) * H + col;
+        if (r < live) src = hp + (b0 + r) * H;
       } else {
-        const int64_t q = (r - kFsRows) / kFsUnits, u = (r - kFsRows) % kFsUnits;
-        if (j0 + u < H) src = w_hh + (q * H + j0 + u) * H + col;
+        const int q = (r - kFsRows) / kFsUnits, u = (r - kFsRows) % kFsUnits;
+        if (j0 + u < H) src = w_hh + (q * H + j0 + u) * H;
       }
-      if (src != nullptr) {
-        cp_async16(dst, src);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      T* dst = h_s + r * ld;  // w_s follows h_s: row r >= kFsRows is w_s's r - kFsRows
+      for (int v = lane; v < vec; v += 32) {
+        if (src != nullptr) {
+          cp_async16(dst + 8 * v, src + 8 * v);
+        } else {
+          *reinterpret_cast<uint4*>(dst + 8 * v) = make_uint4(0, 0, 0, 0);
+        }
       }
     }
     asm volatile("cp.async.commit_group;\n");
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(kFsThreads)
     float acc[kFsGates / 8][4] = {};
     const T* ha = h_s + (16 * warp + gr) * ld + 2 * tq;
     const T* wb = w_s + gr * ld + 2 * tq;
-    for (int64_t k0 = 0; k0 < H; k0 += 16) {
+    for (int k0 = 0; k0 < static_cast<int>(H); k0 += 16) {
       uint32_t af[4];
       load_a(af, ha + k0, static_cast<int>(ld));
 #pragma unroll
@@ -92,11 +95,28 @@ __global__ void __launch_bounds__(kFsThreads)
   }
   __syncthreads();
 
-  // The cell for (row b, unit u), as cell_forward with g from g_s; rows n.. keep their h.
+  // The cell for (row b, unit u), as cell_forward with g from g_s; rows n.. keep their h. A
+  // thread's pairs load their pre-activations first, all at once (xp comes from memory).
   const ForwardRows<T> p = *rows;
-  const int64_t rh_cols = H;  // no projection: reserve_h holds h_{t-1} alone
-  for (int k = tid; k < kFsRows * kFsUnits; k += kFsThreads) {
-    const int bl = k / kFsUnits, u = k % kFsUnits;
+  const float* __restrict__ xp = p.xp;
+  constexpr int kPer = kFsRows * kFsUnits / kFsThreads;
+  float v[kPer][4];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int k = tid + i * kFsThreads, bl = k / kFsUnits, u = k % kFsUnits;
+    const int64_t b = b0 + bl, j = j0 + u;
+    if (b >= n || j >= H) continue;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float x = xp[(o + b) * 4 * H + q * H + j] + g_s[bl * (kFsGates + 1) + q * kFsUnits + u];
+      if (p.b_ih != nullptr) x += to_compute(p.b_ih[q * H + j]);
+      if (p.b_hh != nullptr) x += to_compute(p.b_hh[q * H + j]);
+      v[i][q] = x;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int k = tid + i * kFsThreads, bl = k / kFsUnits, u = k % kFsUnits;
     const int64_t b = b0 + bl, j = j0 + u;
     if (b >= B || j >= H) continue;
     if (b >= n) {
@@ -104,18 +124,10 @@ __global__ void __launch_bounds__(kFsThreads)
       continue;
     }
     const int64_t row = o + b;
-    p.reserve_h[row * rh_cols + j] = hp[b * H + j];  // h_{t-1}
-    float v[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float x = p.xp[row * 4 * H + q * H + j] + g_s[bl * (kFsGates + 1) + q * kFsUnits + u];
-      if (p.b_ih != nullptr) x += to_compute(p.b_ih[q * H + j]);
-      if (p.b_hh != nullptr) x += to_compute(p.b_hh[q * H + j]);
-      v[q] = x;
-    }
+    p.reserve_h[row * H + j] = hp[b * H + j];  // h_{t-1} (no projection: H columns)
     const float cp = c[b * H + j];
     float cn, ht;
-    cell_update(v, cp, p.reserve + row * 5 * H + j, H, cn, ht);
+    cell_update(v[i], cp, p.reserve + row * 5 * H + j, H, cn, ht);
     c[b * H + j] = cn;
     const T hv = from_compute<T>(ht);
     hn[b * H + j] = hv;
