@@ -3,8 +3,10 @@
 // block, where the step-wise loop runs a cuBLAS GEMM and then cell_forward. A block owns
 // kFsUnits hidden units (their four gates: 4 kFsUnits rows of w_hh) for kFsRows batch rows; it
 // stages the whole of h_{t-1}'s rows and its w_hh rows in shared memory (cp.async, every load in
-// flight at once) and each warp multiplies 16 batch rows by the 4 kFsUnits gate rows (mma.sync
-// m16n8k16, float32 accumulation, as the GEMM's); the products meet the cell in shared memory.
+// flight at once) and its warps multiply 16 batch rows each by the 4 kFsUnits gate rows over a
+// quarter of H (mma.sync
+// m16n8k16, float32 accumulation, as the GEMM's); the quarters' products meet the cell in shared
+// memory.
 // Blocks read h_{t-1} while others write h_t, so h_t goes to the other of two buffers (hn, not hp).
 #pragma once
 
@@ -17,10 +19,12 @@
 namespace fastlayers {
 namespace lstm {
 
-constexpr int kFsThreads = 128;  // 4 warps of 16 rows (kFsRows)
-constexpr int kFsGates = 4 * kFsUnits;
-static_assert(kFsRows == 16 * (kFsThreads / 32), "a warp per 16 batch rows");
-static_assert(kFsRows * kFsUnits % kFsThreads == 0, "whole (row, unit) pairs a thread");
+// 16 warps: 4 groups of 16 batch rows (kFsRows) x 4 quarters of H, summed at the end: one block of
+// 4 warps per SM left each warp's 32 k16 steps and its cells in sequence (15 us a step at 512/64
+// on an H200, against nn.LSTM's 6.6).
+constexpr int kFsSplit = 4, kFsThreads = 32 * kFsSplit * (kFsRows / 16);
+constexpr int kFsGates = 4 * kFsUnits, kFsLd = kFsGates + 1;  // the products' rows (floats)
+static_assert(kFsRows * kFsUnits == kFsThreads, "a (row, unit) pair a thread");
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -39,7 +43,6 @@ __global__ void __launch_bounds__(kFsThreads)
   const int64_t ld = H + 8;  // fused_step_smem's rows
   T* h_s = reinterpret_cast<T*>(smem);
   T* w_s = h_s + kFsRows * ld;
-  float* g_s = reinterpret_cast<float*>(w_s + kFsGates * ld);  // [kFsRows, kFsGates + 1]
   const int64_t j0 = int64_t{blockIdx.x} * kFsUnits, b0 = int64_t{blockIdx.y} * kFsRows;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gr = lane >> 2, tq = lane & 3;
   const int64_t live = n - b0 < kFsRows ? n - b0 : kFsRows;  // active rows of this block (<= 0: none)
@@ -71,12 +74,17 @@ __global__ void __launch_bounds__(kFsThreads)
   }
   __syncthreads();
 
-  // Warp w: batch rows 16 w.., all kFsGates gate rows (kFsGates / 8 tiles of 8).
-  if (16 * warp < live) {
-    float acc[kFsGates / 8][4] = {};
-    const T* ha = h_s + (16 * warp + gr) * ld + 2 * tq;
+  // Warp (group rg, quarter kq): batch rows 16 rg.. over its quarter of the k16 steps, all
+  // kFsGates gate rows (kFsGates / 8 tiles of 8).
+  const int rg = warp % (kFsRows / 16), kq = warp / (kFsRows / 16);
+  const bool busy = 16 * rg < live;
+  float acc[kFsGates / 8][4] = {};
+  if (busy) {
+    const int steps = static_cast<int>(H / 16);
+    const int k_begin = 16 * (steps * kq / kFsSplit), k_end = 16 * (steps * (kq + 1) / kFsSplit);
+    const T* ha = h_s + (16 * rg + gr) * ld + 2 * tq;
     const T* wb = w_s + gr * ld + 2 * tq;
-    for (int k0 = 0; k0 < static_cast<int>(H); k0 += 16) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 16) {
       uint32_t af[4];
       load_a(af, ha + k0, static_cast<int>(ld));
 #pragma unroll
@@ -86,53 +94,49 @@ __global__ void __launch_bounds__(kFsThreads)
         mma16816(acc[nt], af, bf, T{});
       }
     }
+  }
+  __syncthreads();  // the staged rows are read: the quarters' products take their place
+  float* part = reinterpret_cast<float*>(smem);  // [kFsSplit, kFsRows, kFsLd]
+  if (busy) {
 #pragma unroll
     for (int nt = 0; nt < kFsGates / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        g_s[(16 * warp + gr + (i >= 2 ? 8 : 0)) * (kFsGates + 1) + nt * 8 + 2 * tq + (i & 1)] =
+        part[(kq * kFsRows + 16 * rg + gr + (i >= 2 ? 8 : 0)) * kFsLd + nt * 8 + 2 * tq + (i & 1)] =
             acc[nt][i];
   }
   __syncthreads();
 
-  // The cell for (row b, unit u), as cell_forward with g from g_s; rows n.. keep their h. A
-  // thread's pairs load their pre-activations first, all at once (xp comes from memory).
+  // The cell for (row b, unit u), as cell_forward with the products summed over the quarters in
+  // order; rows n.. keep their h.
   const ForwardRows<T> p = *rows;
-  const float* __restrict__ xp = p.xp;
-  constexpr int kPer = kFsRows * kFsUnits / kFsThreads;
-  float v[kPer][4];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int k = tid + i * kFsThreads, bl = k / kFsUnits, u = k % kFsUnits;
-    const int64_t b = b0 + bl, j = j0 + u;
-    if (b >= n || j >= H) continue;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float x = xp[(o + b) * 4 * H + q * H + j] + g_s[bl * (kFsGates + 1) + q * kFsUnits + u];
-      if (p.b_ih != nullptr) x += to_compute(p.b_ih[q * H + j]);
-      if (p.b_hh != nullptr) x += to_compute(p.b_hh[q * H + j]);
-      v[i][q] = x;
-    }
+  const int bl = tid / kFsUnits, u = tid % kFsUnits;
+  const int64_t b = b0 + bl, j = j0 + u;
+  if (b >= B || j >= H) return;
+  if (b >= n) {
+    hn[b * H + j] = hp[b * H + j];
+    return;
   }
+  const int64_t row = o + b;
+  float v[4];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int k = tid + i * kFsThreads, bl = k / kFsUnits, u = k % kFsUnits;
-    const int64_t b = b0 + bl, j = j0 + u;
-    if (b >= B || j >= H) continue;
-    if (b >= n) {
-      hn[b * H + j] = hp[b * H + j];
-      continue;
-    }
-    const int64_t row = o + b;
-    p.reserve_h[row * H + j] = hp[b * H + j];  // h_{t-1} (no projection: H columns)
-    const float cp = c[b * H + j];
-    float cn, ht;
-    cell_update(v[i], cp, p.reserve + row * 5 * H + j, H, cn, ht);
-    c[b * H + j] = cn;
-    const T hv = from_compute<T>(ht);
-    hn[b * H + j] = hv;
-    p.out[row * H + j] = hv;
+  for (int q = 0; q < 4; ++q) {
+    float g = 0.f;
+#pragma unroll
+    for (int s = 0; s < kFsSplit; ++s) g += part[(s * kFsRows + bl) * kFsLd + q * kFsUnits + u];
+    float x = p.xp[row * 4 * H + q * H + j] + g;
+    if (p.b_ih != nullptr) x += to_compute(p.b_ih[q * H + j]);
+    if (p.b_hh != nullptr) x += to_compute(p.b_hh[q * H + j]);
+    v[q] = x;
   }
+  p.reserve_h[row * H + j] = hp[b * H + j];  // h_{t-1} (no projection: H columns)
+  const float cp = c[b * H + j];
+  float cn, ht;
+  cell_update(v, cp, p.reserve + row * 5 * H + j, H, cn, ht);
+  c[b * H + j] = cn;
+  const T hv = from_compute<T>(ht);
+  hn[b * H + j] = hv;
+  p.out[row * H + j] = hv;
 }
 
 }  // namespace lstm

@@ -14,10 +14,13 @@ size_t piece(int64_t count, int bytes) {
 }  // namespace
 
 // h_{t-1}'s rows and the block's gate rows, each H + 8 values (the fragment loads of a warp fall
-// in distinct banks), then the products [kFsRows, 4 kFsUnits + 1] float.
+// in distinct banks); afterwards, in the same place, the 4 quarters' products [4, kFsRows,
+// 4 kFsUnits + 1] float.
 size_t fused_step_smem(int64_t H, int t_bytes) {
-  return static_cast<size_t>(kFsRows + 4 * kFsUnits) * static_cast<size_t>(H + 8) * t_bytes +
-         static_cast<size_t>(kFsRows) * (4 * kFsUnits + 1) * sizeof(float);
+  const size_t staged =
+      static_cast<size_t>(kFsRows + 4 * kFsUnits) * static_cast<size_t>(H + 8) * t_bytes;
+  const size_t products = 4 * static_cast<size_t>(kFsRows) * (4 * kFsUnits + 1) * sizeof(float);
+  return staged > products ? staged : products;
 }
 
 bool fused_step_fits(const Steps& s, int t_bytes) {
