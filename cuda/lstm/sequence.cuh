@@ -95,16 +95,13 @@ template <typename T>
 void fused_forward_steps(const Steps& s, const T* w_hh, const ForwardState<T>& st,
                          cudaStream_t stream) {
   if constexpr (sizeof(T) == 2) {
-    const size_t smem = fused_step_smem(s.H, sizeof(T));
-    FL_CUDA_CHECK(cudaFuncSetAttribute(fused_step<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
     const dim3 grid(static_cast<unsigned>((s.H + kFsUnits - 1) / kFsUnits),
                     static_cast<unsigned>((s.B + kFsRows - 1) / kFsRows));
     for (int64_t step = 0; step < s.T; ++step) {
       const int64_t t = s.reverse ? s.T - 1 - step : step;
       const T* hp = step % 2 == 0 ? st.h : st.h2;
       T* hn = step % 2 == 0 ? st.h2 : st.h;
-      fused_step<T><<<grid, kFsThreads, smem, stream>>>(s.bs[t], s.B, s.H, s.off[t], st.rows,
+      fused_step<T><<<grid, kFsThreads, 0, stream>>>(s.bs[t], s.B, s.H, s.off[t], st.rows,
                                                        w_hh, hp, hn, st.c);
       FL_LAUNCH_CHECK();
     }
@@ -123,7 +120,7 @@ void forward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state, cu
   using G = GemmTypes<T>;
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
   const ForwardState<T> st(state, s);
-  if (st.h2 != nullptr && (reinterpret_cast<uintptr_t>(w_hh) & 15) == 0) {
+  if (st.h2 != nullptr && (reinterpret_cast<uintptr_t>(w_hh) & 3) == 0) {
     fused_forward_steps<T>(s, w_hh, st, stream);
     return;
   }

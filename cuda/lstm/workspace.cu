@@ -1,6 +1,4 @@
 // Workspace sizes of the LSTM's drivers (sequence.cuh's carving, in the same order).
-#include <cuda_runtime.h>
-
 #include "lstm.h"
 
 namespace fastlayers {
@@ -13,25 +11,8 @@ size_t piece(int64_t count, int bytes) {
 
 }  // namespace
 
-// h_{t-1}'s rows and the block's gate rows, each H + 8 values (the fragment loads of a warp fall
-// in distinct banks); afterwards, in the same place, the 4 quarters' products [4, kFsRows,
-// 4 kFsUnits + 1] float.
-size_t fused_step_smem(int64_t H, int t_bytes) {
-  const size_t staged =
-      static_cast<size_t>(kFsRows + 4 * kFsUnits) * static_cast<size_t>(H + 8) * t_bytes;
-  const size_t products = 4 * static_cast<size_t>(kFsRows) * (4 * kFsUnits + 1) * sizeof(float);
-  return staged > products ? staged : products;
-}
-
 bool fused_step_fits(const Steps& s, int t_bytes) {
-  if (t_bytes != 2 || s.proj || s.R != s.H || s.H < 16 || s.H % 16 != 0) return false;
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return fused_step_smem(s.H, t_bytes) <= static_cast<size_t>(optin);
+  return t_bytes == 2 && !s.proj && s.R == s.H && s.H >= 16 && s.H % 16 == 0;
 }
 
 size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
