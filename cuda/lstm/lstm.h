@@ -40,13 +40,6 @@ struct Steps {
 size_t forward_workspace(const Steps& s, int t_bytes, int a_bytes);
 size_t backward_workspace(const Steps& s, int t_bytes, int a_bytes);
 size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes);
-
-// The step-wise forward of a float16 or bfloat16 layer without a projection runs each step as one
-// kernel (fused_step.cuh: the gate products on tensor cores and the cell) where H is a multiple of
-// 16 and the recurrent weights are 4-byte aligned; fused_step_fits() says whether the sizes do
-// (its state then holds a second h).
-constexpr int kFsUnits = 8, kFsRows = 64;  // hidden units and batch rows of a block
-bool fused_step_fits(const Steps& s, int t_bytes);
 size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes);
 constexpr size_t kRowsBytes = 256;  // a state's piece for the per-call pointers
 

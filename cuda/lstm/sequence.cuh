@@ -11,7 +11,6 @@
 #include "../common/launch.cuh"
 #include "../common/step_graph.h"
 #include "cell.cuh"
-#include "fused_step.cuh"
 #include "lstm.h"
 
 namespace fastlayers {
@@ -67,8 +66,7 @@ std::string loop_key(const char* tag, const Steps& s, const T* w_hh, const T* w_
 }
 
 // The forward loop's state (forward_state_bytes): rows, g [B, 4H] A (the recurrent products),
-// c [B, H] A, h [B, R] T, htil [B, H] T (projection), h2 [B, R] T (fused_step_fits: the steps
-// alternate h and h2).
+// c [B, H] A, h [B, R] T, htil [B, H] T (projection).
 template <typename T>
 struct ForwardState {
   ForwardRows<T>* rows;
@@ -76,7 +74,6 @@ struct ForwardState {
   compute_t<T>* c;
   T* h;
   T* htil;
-  T* h2;
   ForwardState(void* base, const Steps& s) {
     static_assert(sizeof(ForwardRows<T>) <= kRowsBytes, "rows exceed their piece");
     Carve ws(base);
@@ -85,32 +82,8 @@ struct ForwardState {
     c = ws.take<compute_t<T>>(s.B * s.H);
     h = ws.take<T>(s.B * s.R);
     htil = s.proj ? ws.take<T>(s.B * s.H) : nullptr;
-    h2 = fused_step_fits(s, sizeof(T)) ? ws.take<T>(s.B * s.R) : nullptr;
   }
 };
-
-// fused_step's loop: step k reads h_{t-1} from one of h, h2 and writes h_t to the other; h_n
-// ends in h.
-template <typename T>
-void fused_forward_steps(const Steps& s, const T* w_hh, const ForwardState<T>& st,
-                         cudaStream_t stream) {
-  if constexpr (sizeof(T) == 2) {
-    const dim3 grid(static_cast<unsigned>((s.H + kFsUnits - 1) / kFsUnits),
-                    static_cast<unsigned>((s.B + kFsRows - 1) / kFsRows));
-    for (int64_t step = 0; step < s.T; ++step) {
-      const int64_t t = s.reverse ? s.T - 1 - step : step;
-      const T* hp = step % 2 == 0 ? st.h : st.h2;
-      T* hn = step % 2 == 0 ? st.h2 : st.h;
-      fused_step<T><<<grid, kFsThreads, 0, stream>>>(s.bs[t], s.B, s.H, s.off[t], st.rows,
-                                                       w_hh, hp, hn, st.c);
-      FL_LAUNCH_CHECK();
-    }
-    if (s.T % 2 == 1) {
-      convert<T, T><<<blocks_for(s.B * s.H), kThreads, 0, stream>>>(s.B * s.H, st.h2, st.h);
-      FL_LAUNCH_CHECK();
-    }
-  }
-}
 
 // The forward's recurrence over a state (recorded once per key): per step g = h w_hh^T, then the
 // cell; with a projection, h = htil w_hr^T and the step's output rows.
@@ -120,10 +93,6 @@ void forward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state, cu
   using G = GemmTypes<T>;
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
   const ForwardState<T> st(state, s);
-  if (st.h2 != nullptr && (reinterpret_cast<uintptr_t>(w_hh) & 3) == 0) {
-    fused_forward_steps<T>(s, w_hh, st, stream);
-    return;
-  }
   const gemm::Pinned pin(blas, stream);
   for (int64_t step = 0; step < s.T; ++step) {
     const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];

@@ -11,14 +11,9 @@ size_t piece(int64_t count, int bytes) {
 
 }  // namespace
 
-bool fused_step_fits(const Steps& s, int t_bytes) {
-  return t_bytes == 2 && !s.proj && s.R == s.H && s.H >= 16 && s.H % 16 == 0;
-}
-
 size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
   return kRowsBytes + piece(s.B * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) +
-         piece(s.B * s.R, t_bytes) + (s.proj ? piece(s.B * s.H, t_bytes) : 0) +
-         (fused_step_fits(s, t_bytes) ? piece(s.B * s.R, t_bytes) : 0);
+         piece(s.B * s.R, t_bytes) + (s.proj ? piece(s.B * s.H, t_bytes) : 0);
 }
 
 size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
