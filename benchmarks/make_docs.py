@@ -548,6 +548,38 @@ def _wg_failures(doc: dict) -> list:
     return out
 
 
+def _wg_fx_totals(rows: list, mode: str, batches: list, layers: list) -> dict:
+    """Per batch: (cuDNN / Winograd, cuDNN / tuned, every layer present) of the network's forward
+    total where each layer's Winograd time is its fastest candidate within tolerance, the
+    filters transformed ahead where that was timed (fx); only where some fx time exists."""
+    out = {}
+    for n in batches:
+        cudnn = wg = tuned = 0.0
+        seen, any_fx = set(), False
+        for r in rows:
+            if r["mode"] != mode or r["N"] != n or r["pass"] != "fprop" or not ok(r.get("cudnn")):
+                continue
+            times = []
+            for c in r.get("candidates", {}).values():
+                if not c.get("within_tolerance") or c.get("ms") is None:
+                    continue
+                t = c["ms"]
+                fx = c.get("fx") or {}
+                if fx.get("within_tolerance") and fx.get("ms") is not None:
+                    t, any_fx = min(t, fx["ms"]), True
+                times.append(t)
+            if not times:
+                continue
+            seen.add(r["layer"])
+            count = r.get("count", 1)
+            cudnn += r["cudnn"]["ms"] * count
+            wg += min(times) * count
+            tuned += min(min(times), r["cudnn"]["ms"]) * count
+        if any_fx and wg > 0:
+            out[n] = (cudnn / wg, cudnn / tuned, {l["layer"] for l in layers} <= seen)
+    return out
+
+
 def winograd(doc: dict) -> str:
     cfg = doc.get("config", {})
     rows = [r for r in doc.get("speed", []) if "pass" in r]
@@ -599,14 +631,14 @@ def winograd(doc: dict) -> str:
         out.append("| **network** | %s |" % " | ".join(
             " / ".join(total(totals.get((mode, n, p))) for p in passes) for n in batches))
         out.append("")
-        fx = {n: [c["fx"]["ratio"] for r in rows if r["mode"] == mode and r["N"] == n
-                  and r["pass"] == "fprop" for c in r.get("candidates", {}).values()
-                  if c.get("fx", {}).get("ratio")] for n in batches}
-        if any(fx.values()):
+        fx = _wg_fx_totals(rows, mode, batches, layers)
+        if fx:
             out += ["The forward with its filters transformed ahead (FX, "
-                    "`cached_filter_transforms`), cuDNN / Winograd over the layers and tiles "
-                    "within tolerance: " + "; ".join("N=%d %s" % (n, span(v) if v else "-")
-                                                    for n, v in fx.items()) + ".", ""]
+                    "`cached_filter_transforms`: a forward that needs no gradient, its filter "
+                    "transform out of the call), network totals, cuDNN / the fastest Winograd "
+                    "forward within tolerance (tuned: / the faster of the two per layer): " +
+                    "; ".join("N=%d %s (tuned %s)%s" % (n, f(x), f(tx), "" if whole else "*")
+                              for n, (x, tx, whole) in fx.items()) + ".", ""]
     if totals:
         out += ["Network totals (each layer times its count), ms (effective TFLOP/s); x = cuDNN / "
                 "Winograd, tuned x = cuDNN / the faster of the two per layer:", "",
