@@ -549,9 +549,10 @@ def _wg_failures(doc: dict) -> list:
 
 
 def _wg_fx_totals(rows: list, mode: str, batches: list, layers: list) -> dict:
-    """Per batch: (cuDNN / Winograd, cuDNN / tuned, every layer present) of the network's forward
-    total where each layer's Winograd time is its fastest candidate within tolerance, the
-    filters transformed ahead where that was timed (fx); only where some fx time exists."""
+    """Per batch: (cuDNN / Winograd, cuDNN / tuned, every layer with a Winograd time) of the
+    network's forward total where each layer's Winograd time is its fastest candidate within
+    tolerance, the filters transformed ahead where that was timed (fx); a layer with none counts
+    cuDNN's time on both sides (as the totals do); only where some fx time exists."""
     out = {}
     for n in batches:
         cudnn = wg = tuned = 0.0
@@ -561,20 +562,20 @@ def _wg_fx_totals(rows: list, mode: str, batches: list, layers: list) -> dict:
                 continue
             times = []
             for c in r.get("candidates", {}).values():
-                if not c.get("within_tolerance") or c.get("ms") is None:
+                if not c.get("within_tolerance") or not ok(c):
                     continue
                 t = c["ms"]
                 fx = c.get("fx") or {}
-                if fx.get("within_tolerance") and fx.get("ms") is not None:
+                if fx.get("within_tolerance") and ok(fx):
                     t, any_fx = min(t, fx["ms"]), True
                 times.append(t)
-            if not times:
-                continue
-            seen.add(r["layer"])
-            count = r.get("count", 1)
-            cudnn += r["cudnn"]["ms"] * count
-            wg += min(times) * count
-            tuned += min(min(times), r["cudnn"]["ms"]) * count
+            count, base = r.get("count", 1), r["cudnn"]["ms"]
+            if times:
+                seen.add(r["layer"])
+            best = min(times) if times else base
+            cudnn += base * count
+            wg += best * count
+            tuned += min(best, base) * count
         if any_fx and wg > 0:
             out[n] = (cudnn / wg, cudnn / tuned, {l["layer"] for l in layers} <= seen)
     return out
@@ -638,7 +639,10 @@ def winograd(doc: dict) -> str:
                     "transform out of the call), network totals, cuDNN / the fastest Winograd "
                     "forward within tolerance (tuned: / the faster of the two per layer): " +
                     "; ".join("N=%d %s (tuned %s)%s" % (n, f(x), f(tx), "" if whole else "*")
-                              for n, (x, tx, whole) in fx.items()) + ".", ""]
+                              for n, (x, tx, whole) in fx.items()) + "." +
+                    ("" if all(w for _, _, w in fx.values()) else
+                     " * some layers had no Winograd time: cuDNN's counts there on both sides."),
+                    ""]
     if totals:
         out += ["Network totals (each layer times its count), ms (effective TFLOP/s); x = cuDNN / "
                 "Winograd, tuned x = cuDNN / the faster of the two per layer:", "",

@@ -59,12 +59,15 @@ def test_chunk_bound_is_checked():
     assert testing.WINOGRAD_CHUNK_BYTES == 512 << 20
 
 
+@pytest.mark.parametrize("C,K", [(512, 256), (3, 3)])
 @pytest.mark.parametrize("tile", [2, 4, 6])
-def test_given_filters_take_no_workspace(tile):
+def test_given_filters_take_no_workspace(tile, C, K):
     # A forward given its filters transformed ahead reads them where they are: the bound under
-    # which a chunk holds n samples is U's bytes less; the other passes have no such filters.
-    S, C, K, H, W, pad = 16, 512, 256, 14, 14, (1, 1)
-    u_bytes = (tile + 2) ** 2 * K * C * 4
+    # which a chunk holds n samples is U's bytes less (each buffer starts on 256 bytes: 3 x 3
+    # filters at tile 2 take 576 bytes, 768 with their padding); the other passes have no such
+    # filters.
+    S, H, W, pad = 16, 14, 14, (1, 1)
+    u_bytes = ((tile + 2) ** 2 * K * C * 4 + 255) // 256 * 256
     for n in (2, 5, S):
         plain = chunk_bound(0, S, C, K, H, W, pad, tile, n, 4, 4)
         given = chunk_bound(0, S, C, K, H, W, pad, tile, n, 4, 4, given=True)

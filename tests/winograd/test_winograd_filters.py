@@ -85,7 +85,8 @@ def test_given_filters_take_no_workspace_on_cuda():
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
 
-    assert peak(transformed_weight=U) <= peak() - u_bytes
+    # the allocator rounds requests (512 bytes; 1 MiB of slack): U's 37.7 MB are what differs
+    assert peak() - peak(transformed_weight=U) >= u_bytes - (1 << 20)
 
 
 def test_gradients_remain_the_weights(device):
