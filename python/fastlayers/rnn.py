@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd import forward_ad as _forward_ad
 from torch.nn.utils.rnn import PackedSequence
 
 from . import _C
@@ -117,6 +118,13 @@ class LSTM(nn.RNNBase):
         state.pop("_fl_routes", None)
         return state
 
+    def _fl_all_weights(self) -> list:
+        """The weights as the module holds them now (functional_call puts its own in the
+        parameters' dict, a parametrization behind the attribute), not the list nn.RNNBase keeps
+        of them; the dict first (Module.__getattr__ costs microseconds)."""
+        params = self._parameters
+        return [params[n] if n in params else getattr(self, n) for n in self._flat_weights_names]
+
     def _fl_route(self, data: torch.Tensor, hx, T: int, B: int, packed: bool,
                   training: bool) -> str:
         """_fl_choice, remembered per input signature: a later call with the same signature, pin,
@@ -126,7 +134,10 @@ class LSTM(nn.RNNBase):
         torch.compile the choice is made when the graph is traced, as before."""
         if torch.compiler.is_compiling():
             return self._fl_choice(data, T, B, packed, training)
-        context = _C.pytorch_only_context([data] if hx is None else [data, *hx])
+        operands = [data] if hx is None else [data, *hx]
+        if _forward_ad._current_level >= 0:  # a dual weight (functional_call) has a tangent too
+            operands += self._fl_all_weights()
+        context = _C.pytorch_only_context(operands)
         key = (T, B, data.dtype, data.device, packed, training, self._fl_forced,
                data.is_cuda and data.dtype == torch.float32 and rnn_tf32_allowed(),
                torch.are_deterministic_algorithms_enabled(), _tuner._state.generation, context)
@@ -194,15 +205,8 @@ class LSTM(nn.RNNBase):
         x = data if packed else data.contiguous()
         if choice == "fused" and self._fl_stacks(packed, data):
             # one wavefront over every layer (lstm_stack): no dropout between them here
-            # the weights as the module holds them now (functional_call puts its own in the
-            # parameters' dict, a parametrization behind the attribute), not the list
-            # nn.RNNBase keeps of them; the dict first (Module.__getattr__ costs microseconds)
-            params = self._parameters
-            weights = [params.get(name) for name in self._flat_weights_names]
-            weights = [w if w is not None else getattr(self, name)
-                       for w, name in zip(weights, self._flat_weights_names)]
-            y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(x, h0, c0, weights, self.bias,
-                                                               tf32)
+            y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(x, h0, c0, self._fl_all_weights(),
+                                                               self.bias, tf32)
             if not batched:
                 return y.squeeze(1), (h.squeeze(1), c.squeeze(1))
             return (y.transpose(0, 1) if self.batch_first else y), (h, c)

@@ -418,6 +418,25 @@ def test_torch_func_and_forward_ad_run_nn_lstms_forward(name):
     assert ops == _expected_ops(name)
 
 
+@pytest.mark.parametrize("name", PATH_CONFIGS)
+def test_forward_ad_through_a_weight_runs_nn_lstms_forward(name):
+    # the tangent may ride on a weight alone (functional_call with a dual parameter): the ops
+    # would drop it, so the call runs nn.LSTM's forward, whose tangent is the reference
+    import torch.autograd.forward_ad as fwAD
+    ref, fast = pair(CONFIGS[name][0])
+    x, hx = make_inputs(name)
+    tangents = []
+    for m in (ref, fast):
+        with fwAD.dual_level():
+            params = {n: p.detach() for n, p in m.named_parameters()}
+            params["weight_hh_l0"] = fwAD.make_dual(params["weight_hh_l0"],
+                                                    torch.ones_like(params["weight_hh_l0"]))
+            y, _ = torch.func.functional_call(m, params, (x, hx))
+            tangents.append(fwAD.unpack_dual(y).tangent)
+    assert tangents[0] is not None and tangents[0].abs().max() > 0
+    assert tangents[1] is not None and rel_err(tangents[1], tangents[0]) <= FLOAT64_BOUND
+
+
 def test_default_path_is_nn_lstms_with_the_reason():
     ref, fast = pair({"num_layers": 2, "bidirectional": True})
     fast.force_algorithm(None)
