@@ -90,6 +90,20 @@ at::Tensor half_spectrum_weights(const c10::SymInt& n, const at::Tensor& like, b
   return column ? d.unsqueeze(-1) : d;
 }
 
+// The gradient of an input with no values along a transformed dimension (`last`: its sizes
+// there): nothing was read, so an empty tensor of its shape, the gradient's leading dimensions
+// then `last` (the inverse takes no out_size of 0).
+bool reads_nothing(c10::ArrayRef<c10::SymInt> last) {
+  for (const auto& v : last)
+    if (v == 0) return true;
+  return false;
+}
+at::Tensor nothing_read(const at::Tensor& g, c10::ArrayRef<c10::SymInt> last, at::ScalarType dt) {
+  auto sizes = g.sym_sizes().slice(0, g.dim() - last.size()).vec();
+  sizes.insert(sizes.end(), last.begin(), last.end());
+  return at::zeros_symint(sizes, g.options().dtype(dt));
+}
+
 std::vector<int64_t> negated(at::IntArrayRef v) {
   std::vector<int64_t> out(v.begin(), v.end());
   for (auto& x : out) x = -x;
@@ -107,11 +121,12 @@ struct RfftFn : torch::autograd::Function<RfftFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& g = grads[0];
-    const c10::SymInt n = ctx->saved_data["n"].toSymInt();
-    const auto gx = ops().irfft.call(g / half_spectrum_weights(n, g, false), n,
-                                     ctx->saved_data["w"].toSymInt(),
+    const c10::SymInt n = ctx->saved_data["n"].toSymInt(), w = ctx->saved_data["w"].toSymInt();
+    const auto dtype = ctx->saved_data["dtype"].toScalarType();
+    if (reads_nothing({w})) return {nothing_read(g, {w}, dtype), at::Tensor(), at::Tensor()};
+    const auto gx = ops().irfft.call(g / half_spectrum_weights(n, g, false), n, w,
                                      -ctx->saved_data["offset"].toInt(), false);
-    return {gx.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor()};
+    return {gx.to(dtype), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -148,11 +163,13 @@ struct Rfft2Fn : torch::autograd::Function<Rfft2Fn> {
     const auto size = ctx->saved_data["size"].toSymIntVector();
     const auto hw = ctx->saved_data["hw"].toSymIntVector();
     const bool transposed = ctx->saved_data["transposed"].toBool();
+    const auto dtype = ctx->saved_data["dtype"].toScalarType();
+    if (reads_nothing(hw))
+      return {nothing_read(g, hw, dtype), at::Tensor(), at::Tensor(), at::Tensor()};
     const auto gx = ops().irfft2.call(g / half_spectrum_weights(size[1], g, transposed), size, hw,
                                       negated(ctx->saved_data["offset"].toIntVector()),
                                       transposed, false);
-    return {gx.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {gx.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

@@ -334,6 +334,17 @@ def test_empty_batch(device, batch, dtype):
             assert g is None or (g.shape == t.shape and g.dtype == t.dtype), name
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (3, 0, 4), (3, 4, 0)], ids=str)
+def test_empty_signal_has_an_empty_gradient(device, shape):
+    # nothing is read from an input with no values along a transformed dimension: its spectrum is
+    # zeros and its gradient an empty tensor of its shape (irfft takes no out_size of 0)
+    x = torch.zeros(shape, device=device).requires_grad_()
+    X = fbfft.rfft(x, 16) if len(shape) == 2 else fbfft.rfft2(x, 16)
+    assert X.abs().max().item() == 0
+    (gx,) = torch.autograd.grad(X.abs().sum() + X.real.sum(), x)
+    assert gx.shape == x.shape and gx.dtype == x.dtype
+
+
 def test_fbfft_size_limits_come_from_the_library():
     from fastlayers import _C
     assert (_C.FBFFT_MAX_1D, _C.FBFFT_MAX_2D) == (SIZES_1D[-1], SIZES_2D[-1][0])
