@@ -340,36 +340,32 @@ class _TunedConv:
                             f"None (the global switch), got {value!r}")
         if name != "_fl_route":
             self.__dict__.pop("_fl_route", None)
-            self.__dict__.pop("_fl_filters", None)
         super().__setattr__(name, value)
 
     def __getstate__(self):
         # Plans and the route hold bound op calls (closures, which do not pickle) and are
-        # rebuilt on the next call: torch.save(model) and copy.deepcopy leave them out, and the
-        # kept filters with them.
+        # rebuilt on the next call: torch.save(model) and copy.deepcopy leave them out.
         state = dict(super().__getstate__())
         state.pop("_fl_plans", None)
         state.pop("_fl_route", None)
-        state.pop("_fl_filters", None)
         return state
 
     def _fl_kept_filters(self, plan: _Plan, weight: torch.Tensor, w: torch.Tensor):
         """The transformed filters of `w` (`weight` as the op takes it, cast under autocast) for
-        `plan`, kept as cached_filter_transforms says, or None where they are not kept; setting
-        any layer attribute forgets them, as it forgets the route."""
+        `plan`, kept in this thread's cached_filter_transforms block, or None where they are not
+        kept. The key (the weight itself, its version, the forward's choice, the dtype, device and
+        stream) changes with anything the filters depend on."""
         if (weight is not self._parameters.get("weight") or weight.is_inference()
                 or (w.is_cuda and torch.cuda.is_current_stream_capturing())):
             return None
         stream = torch.cuda.current_stream(w.device).cuda_stream if w.is_cuda else None
         key = (plan.choices[0], weight._version, w.dtype, w.device, stream)
-        kept = self.__dict__.get("_fl_filters")
+        kept = _kept.filters.get(self)
         if kept is not None and kept[0] is weight and kept[1] == key:
             return kept[2]
         with torch.no_grad():
             U = plan.filters(w)
-        if kept is None:
-            _kept.layers.append(self)
-        self.__dict__["_fl_filters"] = (weight, key, U)  # the weight held: no address reused
+        _kept.filters[self] = (weight, key, U)  # the weight held: no address reused
         return U
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -455,7 +451,7 @@ class _TunedConv:
             x = F.pad(x, *route.pad)
         plan = route.plan
         U = None
-        if eager and _kept.depth and not route.need_backward and plan.filters is not None:
+        if plan.filters is not None and eager and not route.need_backward and _kept.depth:
             U = self._fl_kept_filters(plan, weight, w)
         if U is not None:
             y = plan.cpp(x, w, b, False, U)
@@ -470,8 +466,8 @@ class _TunedConv:
 
 
 class _KeptFilters(threading.local):
-    depth = 0      # cached_filter_transforms blocks open in this thread
-    layers = None  # the layers keeping filters in this thread's outermost block
+    depth = 0       # cached_filter_transforms blocks open in this thread
+    filters = None  # layer -> (weight, key, filters) kept in this thread's outermost block
 
 
 _kept = _KeptFilters()
@@ -491,16 +487,14 @@ def cached_filter_transforms():
     outside. Threads have their own blocks."""
     outer = _kept.depth == 0
     if outer:
-        _kept.layers = []
+        _kept.filters = {}
     _kept.depth += 1
     try:
         yield
     finally:
         _kept.depth -= 1
         if outer:
-            for layer in _kept.layers:
-                layer.__dict__.pop("_fl_filters", None)
-            _kept.layers = None
+            _kept.filters = None
 
 
 def _autocast_operands(x, w, b, dev: str):

@@ -190,8 +190,10 @@ def test_kept_filters_are_forgotten_when_the_block_ends(device):
     with torch.no_grad():
         with fastlayers.cached_filter_transforms():
             m(x)
-            assert "_fl_filters" in m.__dict__
-        assert "_fl_filters" not in m.__dict__
+            _, ops = ops_of(lambda: m(x))
+            assert ops == ["winograd_conv2d"]  # kept
+            assert m in fastlayers.nn._kept.filters
+        assert fastlayers.nn._kept.filters is None  # the block's filters are let go
         m.weight.data.mul_(-3)  # no new version
         with fastlayers.cached_filter_transforms():
             y, ops = ops_of(lambda: m(x))
