@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._common import IntPair, check_fake_conv, conv_tf32_allowed, pair
+from ._common import IntPair, check_fake_conv, conv_tf32_allowed, max_plane, pair
 
 __all__ = [
     "fft_conv2d",
@@ -33,7 +33,7 @@ BACKENDS = ("cufft", "fbfft")
 FBFFT_MAX_BASIS = int(_C.FBFFT_MAX_2D)
 # The ops' size bound, elements per side and per plane (csrc/fft_conv/module_api.h): checked here
 # before a default basis is derived from a size, and by the ops.
-MAX_PLANE = int(_C.FFT_CONV_MAX_PLANE)
+MAX_PLANE = max_plane()
 
 
 def good_fft_size(n: int) -> int:

@@ -59,8 +59,7 @@ def _bind(labels: Tuple[str, str, str], padding: Tuple[int, int], tf32: bool,
     if height_one:
         forward, grads = _height_one(forward, grads)
     cpp = algorithms.conv2d_cpp_plan(choices, padding, tf32, height_one)
-    filters = (algorithms.conv2d_filter_transform(fwd)
-               if cpp is not None and not height_one else None)
+    filters = algorithms.conv2d_filter_transform(fwd) if cpp is not None else None
     return _Plan(choices, False, forward, grads, cpp, filters)
 
 

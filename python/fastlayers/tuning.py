@@ -80,7 +80,7 @@ def tune(model: nn.Module, *example_inputs, progress: bool = True, **example_kwa
                 tuner.set_mode("tune")
             # a new generation: every layer asks the tuner again (decided shapes from memory),
             # so that the bar counts each pass and the report holds each layer
-            tuner.clear(memory=False)
+            tuner.new_generation()
             out = model(*example_inputs, **example_kwargs)
             leaves = [t for t in _tensors((example_inputs, example_kwargs))
                       if t.requires_grad and t.is_leaf]

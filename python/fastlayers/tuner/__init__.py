@@ -31,8 +31,8 @@ from .decide import Decision, observing
 from .lstm import LstmProblem, candidates_lstm, choose_lstm
 from .measure import ERROR_FLOOR, WIN_MARGIN, error_floor
 from .records import clear, decisions, note_fallback, record_forced, report
-from .state import (MODES, _state, generation, get_mode, mode, set_budget, set_mode,
-                    set_transforms, set_workspace_limit, transforms, transforms_allowed,
+from .state import (MODES, _state, generation, get_mode, mode, new_generation, set_budget,
+                    set_mode, set_transforms, set_workspace_limit, transforms, transforms_allowed,
                     workspace_limit)
 
 __all__ = [
@@ -40,5 +40,5 @@ __all__ = [
     "choose_conv2d", "candidates_conv2d", "report", "decisions", "set_mode", "get_mode", "mode",
     "clear", "cache_file", "set_workspace_limit", "workspace_limit", "set_budget", "generation",
     "note_fallback", "record_forced", "error_floor", "observing", "set_transforms", "transforms",
-    "transforms_allowed",
+    "transforms_allowed", "new_generation",
 ]

@@ -8,7 +8,7 @@ from .. import algorithms
 from . import cache
 from .conv2d import LAYER, LAYER_ANSWERS
 from .decide import Decision
-from .state import _state, regenerate
+from .state import _state, new_generation
 
 
 def record_forced(problem, pass_: str, label: str) -> None:
@@ -58,8 +58,7 @@ def clear(memory: bool = True, file: bool = False) -> None:
             except OSError as e:  # a read-only file system, say: the memory is cleared anyway
                 warnings.warn(f"fastlayers: could not remove tuner cache {path} ({e})")
         _state.file_entries = None
-        _state.clears += 1
-        regenerate(_state)
+        new_generation()
 
 
 def report() -> str:

@@ -103,6 +103,14 @@ def regenerate(state: "_State") -> None:
 _state = _State()
 
 
+def new_generation() -> None:
+    """A generation not seen before: every layer asks the tuner again (its decisions stay, in
+    memory and in the file)."""
+    with _state.lock:
+        _state.clears += 1
+        regenerate(_state)
+
+
 def generation() -> int:
     """Changes whenever cached choices may have become stale (mode switch, transforms switch,
     clear), and returns to its earlier value when the mode and switch do (clear() excepted)."""
