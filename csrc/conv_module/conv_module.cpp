@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../common/op_handle.h"
+#include "../common/tangent.h"
 
 namespace fastlayers {
 namespace conv_module {
@@ -260,7 +261,11 @@ at::Tensor call_plan(const c10::intrusive_ptr<Plan>& plan, const at::Tensor& x,
 bool check_operands(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, const char* usage,
                     Py_ssize_t most = 0) {
   if (nargs < want || nargs > std::max(want, most)) {
-    PyErr_Format(PyExc_TypeError, "%s: %zd positional arguments, got %zd", usage, want, nargs);
+    if (most > want)
+      PyErr_Format(PyExc_TypeError, "%s: %zd to %zd positional arguments, got %zd", usage, want,
+                   most, nargs);
+    else
+      PyErr_Format(PyExc_TypeError, "%s: %zd positional arguments, got %zd", usage, want, nargs);
     return false;
   }
   if (!THPVariable_Check(args[0]) || !THPVariable_Check(args[1]) ||
@@ -353,9 +358,7 @@ const char* pytorch_only_context(c10::ArrayRef<at::Tensor> operands) {
   if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode))
     return "a torch.func transform (vmap, grad, jvp, ...) runs PyTorch's own layer";
   for (const auto& t : operands)
-    if (t.defined() && t.unsafeGetTensorImpl()->autograd_meta() != nullptr &&
-        t._fw_grad(0).defined())
-      return "forward-mode AD runs PyTorch's own layer";
+    if (tangent_of(t).defined()) return "forward-mode AD runs PyTorch's own layer";
   return nullptr;
 }
 

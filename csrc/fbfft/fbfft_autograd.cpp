@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../common/op_handle.h"
+#include "../common/tangent.h"
 
 namespace fastlayers {
 namespace fbfft_host {
@@ -51,13 +52,6 @@ const Ops& ops() {
 
 bool needs_graph(const at::Tensor& input) {
   return at::GradMode::is_enabled() && input.requires_grad();
-}
-
-// The input's tangent at the first forward-AD level, or an undefined tensor (read without taking
-// autograd's lock where the input has no autograd data).
-at::Tensor tangent_of(const at::Tensor& input) {
-  if (input.unsafeGetTensorImpl()->autograd_meta() == nullptr) return {};
-  return input._fw_grad(0);
 }
 
 // The Autograd kernel of a transform whose call is `op` and whose backward is the Function `Fn`

@@ -288,6 +288,8 @@ def test_plan_call_checks_its_arguments_and_keeps_its_plan(device):
     for args in ((1.0, w, b, True), (x, [1], b, True), (x, w, 3, True), (x, w, b), ()):
         with pytest.raises(TypeError):
             f(*args)
+    with pytest.raises(TypeError, match=r"4 to 5 positional arguments, got 6"):
+        f(x, w, b, True, None, None)
     with pytest.raises(TypeError):  # positional only, as the module calls it
         f(x, w, b, need_backward=True)
     with pytest.raises(RuntimeError):  # need_backward's truth value raises: an error, no crash
