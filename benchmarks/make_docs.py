@@ -550,34 +550,36 @@ def _wg_failures(doc: dict) -> list:
 
 def _wg_fx_totals(rows: list, mode: str, batches: list, layers: list) -> dict:
     """Per batch: (cuDNN / Winograd, cuDNN / tuned, every layer with a Winograd time) of the
-    network's forward total where each layer's Winograd time is its fastest candidate within
-    tolerance, the filters transformed ahead where that was timed (fx); a layer with none counts
-    cuDNN's time on both sides (as the totals do); only where some fx time exists."""
+    network's forward total as bench_winograd's totals count it (each layer's pair of interleaved
+    times; cuDNN's on both sides where no candidate is usable), with a layer's Winograd time its
+    fastest candidate within tolerance, the filters transformed ahead where that was timed (fx);
+    only where some fx time exists and cuDNN ran on every layer."""
     out = {}
     for n in batches:
-        cudnn = wg = tuned = 0.0
-        seen, any_fx = set(), False
+        a = b = tuned = 0.0
+        seen, any_fx, failed = set(), False, False
         for r in rows:
-            if r["mode"] != mode or r["N"] != n or r["pass"] != "fprop" or not ok(r.get("cudnn")):
+            if r["mode"] != mode or r["N"] != n or r["pass"] != "fprop":
                 continue
-            times = []
+            if "failed" in r or not ok(r.get("cudnn")):
+                failed = True
+                break
+            pairs = []
             for c in r.get("candidates", {}).values():
-                if not c.get("within_tolerance") or not ok(c):
-                    continue
-                t = c["ms"]
-                fx = c.get("fx") or {}
-                if fx.get("within_tolerance") and ok(fx):
-                    t, any_fx = min(t, fx["ms"]), True
-                times.append(t)
-            count, base = r.get("count", 1), r["cudnn"]["ms"]
-            if times:
+                for t in (c, c.get("fx") or {}):
+                    if t.get("within_tolerance") and ok(t):
+                        ab = t.get("ab") or {"a_ms": r["cudnn"]["ms"], "b_ms": t["ms"]}
+                        pairs.append((ab["b_ms"], ab["a_ms"]))
+                        any_fx = any_fx or t is not c
+            if pairs:
                 seen.add(r["layer"])
-            best = min(times) if times else base
-            cudnn += base * count
-            wg += best * count
-            tuned += min(best, base) * count
-        if any_fx and wg > 0:
-            out[n] = (cudnn / wg, cudnn / tuned, {l["layer"] for l in layers} <= seen)
+            wb, wa = min(pairs) if pairs else (r["cudnn"]["ms"], r["cudnn"]["ms"])
+            count = r.get("count", 1)
+            a += wa * count
+            b += wb * count
+            tuned += min(wa, wb) * count
+        if any_fx and not failed and b > 0:
+            out[n] = (a / b, a / tuned, {l["layer"] for l in layers} <= seen)
     return out
 
 
