@@ -350,6 +350,8 @@ def speed_filters_ahead(m, choice, tf32, x, w, xc, ref, tol, native, plan, timer
         U = transform(w)
         fx["rel_err"] = common.rel_err(forward(xc, w, None, U), ref)
         if not common.gate(fx, tol):
+            stats["errors" if x.dtype == torch.float32 and not tf32 else
+                  "outside_tolerance"] += 1
             return
         fn = lambda: forward(x, w, None, U)  # noqa: E731
         fn()

@@ -18,12 +18,12 @@ def opcheck_args(variant, tile, shape, dtype, grads, device):
     if grads == "all":
         w.requires_grad_(), b.requires_grad_()
     pad = list(shape[5:])
-    transformed = fl.winograd_filter_transform(w.detach(), tile) if tile in (2, 4, 6) else None
+    if variant == "forward-transformed":
+        return fl.winograd_conv2d.default, (x, w, b, pad, tile, False, False,
+                                            fl.winograd_filter_transform(w.detach(), tile))
     return {
         "forward": (fl.winograd_conv2d.default, (x, w, b, pad, tile, False)),
         "forward-nobias-tf32": (fl.winograd_conv2d.default, (x, w, None, pad, tile, True)),
-        "forward-transformed": (fl.winograd_conv2d.default,
-                                (x, w, b, pad, tile, False, False, transformed)),
         "filter_transform": (fl.winograd_filter_transform.default, (w, tile)),
         "input_grad": (fl.winograd_conv2d_input_grad.default, (gy, w, pad, tile, False)),
         "weight_grad": (fl.winograd_conv2d_weight_grad.default, (gy, x, pad, tile, False)),
