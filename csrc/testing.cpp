@@ -145,15 +145,17 @@ void bind_winograd(py::module_& m) {
       "winograd_conv2d_pass",
       [](int pass, const at::Tensor& a, const at::Tensor& b,
          const std::optional<at::Tensor>& bias, const Ints& padding, int64_t tile, bool tf32,
-         int64_t chunk_bytes) {
+         int64_t chunk_bytes, const std::optional<at::Tensor>& transformed_weight) {
         check_mode("winograd_conv2d_pass", "pass_", pass);
         TORCH_CHECK(chunk_bytes >= 0,
                     "testing.winograd_conv2d_pass: `chunk_bytes` must be >= 0, got ", chunk_bytes);
         return host::run_pass(static_cast<Pass>(pass), a, b, bias, padding, tile, tf32,
-                              chunk_bytes > 0 ? chunk_bytes : host::kChunkBytes);
+                              chunk_bytes > 0 ? chunk_bytes : host::kChunkBytes,
+                              transformed_weight);
       },
       py::arg("pass_"), py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("padding"),
-      py::arg("tile"), py::arg("tf32") = false, py::arg("chunk_bytes") = 0);
+      py::arg("tile"), py::arg("tf32") = false, py::arg("chunk_bytes") = 0,
+      py::arg("transformed_weight") = py::none());
   // Samples per chunk of a pass under `chunk_bytes` (0: the ops' bound), as the pass computes it.
   m.def(
       "winograd_chunk_samples",

@@ -103,11 +103,12 @@ struct DeviceOps {
   }
 };
 
-// One pass as its op computes it, on the tensors' device, with chunks under `chunk_bytes` (> 0):
-// the test hooks' entry.
+// One pass as its op computes it, on the tensors' device, with chunks under `chunk_bytes` (> 0)
+// and, for the forward, filters transformed ahead where given: the test hooks' entry.
 at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
-                    bool tf32, int64_t chunk_bytes);
+                    bool tf32, int64_t chunk_bytes,
+                    const std::optional<at::Tensor>& transformed = std::nullopt);
 
 }  // namespace winograd_host
 }  // namespace fastlayers

@@ -147,19 +147,21 @@ at::Tensor empty_result(Pass pass, const Shape& s, const at::Tensor& a,
 
 at::Tensor run_pass(Pass pass, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
-                    bool tf32, int64_t chunk_bytes) {
+                    bool tf32, int64_t chunk_bytes, const std::optional<at::Tensor>& transformed) {
   TORCH_CHECK(chunk_bytes > 0, op_name(pass), ": the chunk bound must be > 0");
+  TORCH_CHECK(!transformed.has_value() || pass == Pass::Forward, op_name(pass),
+              ": transformed filters serve the forward");
   if (a.is_cuda()) {
 #ifdef FASTLAYERS_WITH_CUDA
     return DeviceOps<&run_cuda, &filter_transform_cuda>::run(pass, a, b, bias, padding, tile,
-                                                             tf32, chunk_bytes, false);
+                                                             tf32, chunk_bytes, false, transformed);
 #else
     TORCH_CHECK(false, op_name(pass), ": fastlayers was built without CUDA");
 #endif
   }
   TORCH_CHECK(a.is_cpu(), op_name(pass), ": runs on CPU and CUDA tensors, got ", a.device());
   return DeviceOps<&run_cpu, &filter_transform_cpu>::run(pass, a, b, bias, padding, tile, tf32,
-                                                         chunk_bytes, false);
+                                                         chunk_bytes, false, transformed);
 }
 
 size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t H, int64_t W,

@@ -41,14 +41,20 @@ def test_several_chunks_match_pytorch(device, pass_, tile):
         bound = chunk_bound(pass_, S, C, K, H, W, pad, tile, 2, size, size)  # chunks 2, 2, 1
         xd, wd, bd, gyd = (t.to(device, dtype) for t in (x, w, b, gy))
         a, bb, bias = [(xd, wd, bd), (gyd, wd, None), (gyd, xd, None)][pass_]
-        out = testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, bound)
+        outs = [testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, bound)]
         whole = testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, 0)
-        if dtype == torch.float64:
-            assert (out.cpu() - ref).abs().max().item() <= 1e-10 * ref.abs().max().item()
-        else:
-            native = torch_passes(*(t.to(device, dtype) for t in (x, w, b, gy)), pad)[pass_]
-            assert_within_bound(out.cpu(), ref, native.cpu(), whole.cpu(), "float32",
-                                what="chunked pass %d tile %d" % (pass_, tile))
+        if pass_ == 0:  # with the filters transformed ahead, in the same chunks of 2, 2, 1
+            given = chunk_bound(pass_, S, C, K, H, W, pad, tile, 2, size, size, given=True)
+            outs.append(testing.winograd_conv2d_pass(
+                pass_, a, bb, bias, list(pad), tile, False, given,
+                torch.ops.fastlayers.winograd_filter_transform(wd, tile)))
+        for out in outs:
+            if dtype == torch.float64:
+                assert (out.cpu() - ref).abs().max().item() <= 1e-10 * ref.abs().max().item()
+            else:
+                native = torch_passes(*(t.to(device, dtype) for t in (x, w, b, gy)), pad)[pass_]
+                assert_within_bound(out.cpu(), ref, native.cpu(), whole.cpu(), "float32",
+                                    what="chunked pass %d tile %d" % (pass_, tile))
 
 
 def test_chunk_bound_is_checked():
