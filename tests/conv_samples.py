@@ -380,6 +380,13 @@ class RecordOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def ops_of(fn):
+    """fn()'s result and the names of the fastlayers ops it ran, in order (RecordOps)."""
+    with RecordOps() as rec:
+        out = fn()
+    return out, [name for name, _ in rec.calls]
+
+
 def backend_of(args) -> str:
     return next((a for a in args if isinstance(a, str)), "cufft")
 

@@ -12,7 +12,7 @@ from torch import nn
 
 import fastlayers
 from fastlayers import tuner
-from conv_samples import RecordOps, cudnn_tf32
+from conv_samples import cudnn_tf32, ops_of
 
 
 def pair(device, **kwargs):
@@ -21,12 +21,6 @@ def pair(device, **kwargs):
     ref = nn.Conv2d(3, 4, 3, **kwargs).to(device).double()
     fast = fastlayers.convert(copy.deepcopy(ref))
     return ref, fast
-
-
-def ops_of(fn):
-    with RecordOps() as rec:
-        out = fn()
-    return out, [name for name, _ in rec.calls]
 
 
 def assert_same(ref, fast, x):

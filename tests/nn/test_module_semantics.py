@@ -11,7 +11,7 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 import fastlayers
 from fastlayers import tuner
 from fastlayers.tuner import conv2d as tuner_conv2d
-from conv_samples import RecordOps
+from conv_samples import ops_of
 
 FFT1D = ("fft:1x64", "fft:1x64", "fft:1x64")
 FFT2D = ("fft:16x16", "fft:16x16", "fft:16x16")
@@ -22,12 +22,6 @@ def twins(nn_cls, *args, labels, device="cpu", **kwargs):
     ref = nn_cls(*args, dtype=torch.float64, device=device, **kwargs)
     fast = fastlayers.convert(copy.deepcopy(ref)).force_algorithms(*labels)
     return ref, fast
-
-
-def ran_ops(fn):
-    with RecordOps() as rec:
-        out = fn()
-    return out, [name for name, _ in rec.calls]
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
@@ -45,7 +39,7 @@ def test_conv1d_output_may_be_changed_in_place(device, compiled):
             ops = ["fft_conv2d"] if any("fastlayers.fft_conv2d" in g.code
                                         for g in backend.fw_graphs) else []
         else:
-            y, ops = ran_ops(lambda: m(xg))
+            y, ops = ops_of(lambda: m(xg))
         assert y.is_contiguous()
         torch.relu_(y).square().sum().backward()
         grads.append((xg.grad, *(p.grad for p in (ref if m is ref else fast).parameters())))
@@ -63,7 +57,7 @@ def test_padding_set_after_construction_counts(device, dims, padding):
     x = torch.randn(*shape, dtype=torch.float64, device=device)
     fast(x)  # a plan for the first padding
     ref.padding, fast.padding = padding, padding
-    y, ops = ran_ops(lambda: fast(x))
+    y, ops = ops_of(lambda: fast(x))
     assert ops == ["fft_conv2d"]
     torch.testing.assert_close(y, ref(x), rtol=1e-10, atol=1e-12)
 
@@ -91,7 +85,7 @@ def test_channels_last_where_both_layouts_fit(device, case):
     if case == "one-channel-input":
         x = x.to(memory_format=cl)
     a = ref(x)
-    b, ops = ran_ops(lambda: fast(x))
+    b, ops = ops_of(lambda: fast(x))
     assert ops == ["fft_conv2d"]
     assert b.stride() == a.stride()
     torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
@@ -103,7 +97,7 @@ def test_jit_trace_records_pytorchs_convolution():
     traced = torch.jit.trace(fast, x)
     torch.testing.assert_close(traced(x * 2), ref(x * 2), rtol=1e-10, atol=1e-12)
     assert "torch.jit.trace" in tuner.report()
-    _, ops = ran_ops(lambda: fast(x))  # outside the trace: the pinned ops again
+    _, ops = ops_of(lambda: fast(x))  # outside the trace: the pinned ops again
     assert ops == ["fft_conv2d"]
 
 
@@ -126,7 +120,7 @@ def test_torch_func_transforms_run_pytorchs_path(device):
     jb = torch.func.jvp(fast, (x,), (tangent,))
     for u, v in zip(ja, jb):
         torch.testing.assert_close(v, u, rtol=1e-10, atol=1e-12)
-    _, ops = ran_ops(lambda: fast(x))  # outside the transforms: the pinned ops again
+    _, ops = ops_of(lambda: fast(x))  # outside the transforms: the pinned ops again
     assert ops == ["fft_conv2d"]
 
 

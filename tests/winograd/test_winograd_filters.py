@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import fastlayers
 from fastlayers import winograd as W
 from fastlayers import winograd_matrices
-from conv_samples import RecordOps
+from conv_samples import ops_of
 
 fl = torch.ops.fastlayers
 TILES = (2, 4, 6)
@@ -135,12 +135,6 @@ def test_not_with_the_fused_kernel():
 
 
 # --- the module ----------------------------------------------------------------------------------
-
-
-def ops_of(fn):
-    with RecordOps() as rec:
-        out = fn()
-    return out, [name for name, _ in rec.calls]
 
 
 def test_layers_keep_their_transformed_filters_per_weight_version(device):
