@@ -92,8 +92,9 @@ def eager(torch_fn, fb_fn) -> dict:
                      "fbfft", "torch_twin", EAGER_CALLS, EAGER_ROUNDS)
     r["torch_us"], r["fbfft_us"] = r["ab"]["a_ms"] * 1e3, r["ab"]["b_ms"] * 1e3
     # the sleep holds the device through 20 calls of a few tens of microseconds each
-    r["host_torch_us"] = common.held_host_us(torch_fn, sleep_cycles=30_000_000)["host_us"]
-    r["host_fbfft_us"] = common.held_host_us(fb_fn, sleep_cycles=30_000_000)["host_us"]
+    held = [common.held_host_us(fn, sleep_cycles=30_000_000) for fn in (torch_fn, fb_fn)]
+    r["host_torch_us"], r["host_fbfft_us"] = (h["host_us"] for h in held)
+    r["host_held"] = all(h["held"] for h in held)  # False: a figure includes waiting
     return r
 
 

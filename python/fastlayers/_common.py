@@ -41,6 +41,14 @@ def _conv_tf32_allowed() -> bool:
     return bool(_C.conv_tf32_allowed())
 
 
+def same_padding(kernel, dilation=None) -> Tuple[list, list]:
+    """'same' padding as F.conv*d resolves it, per spatial dimension: (before, after), the odd
+    extra of an even window after the input."""
+    dilation = dilation or (1,) * len(kernel)
+    total = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    return [t // 2 for t in total], [t - t // 2 for t in total]
+
+
 def max_plane() -> int:
     """Elements per side and per plane the convolution ops and fbfft's inverses take."""
     from . import _C

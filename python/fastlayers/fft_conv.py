@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._common import IntPair, check_fake_conv, conv_tf32_allowed, max_plane, pair
+from ._common import IntPair, check_fake_conv, conv_tf32_allowed, max_plane, pair, same_padding
 
 __all__ = [
     "fft_conv2d",
@@ -174,13 +174,11 @@ def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride:
         if padding == "valid":
             padding = (0, 0)
         elif padding == "same":
-            kh, kw = weight.shape[-2:]
-            lo = ((kh - 1) // 2, (kw - 1) // 2)
-            hi = (kh - 1 - lo[0], kw - 1 - lo[1])
+            lo, hi = same_padding(weight.shape[-2:])
             if lo != hi:  # asymmetric: pad explicitly (left/top gets the smaller half, as PyTorch)
                 input = torch.nn.functional.pad(input, (lo[1], hi[1], lo[0], hi[0]))
-                lo = (0, 0)
-            padding = lo
+                lo = [0, 0]
+            padding = tuple(lo)
         else:
             raise ValueError(f"fastlayers.ops.conv2d: `padding` string must be 'same' or 'valid', got {padding!r}")
     out = fft_conv2d(input, weight, bias, padding, basis, tf32, backend, tile)

@@ -17,7 +17,7 @@ from torch.fx.experimental.symbolic_shapes import guard_scalar
 from . import _C, algorithms
 from . import tuner as _tuner
 from .tuner import conv2d as _tuner_conv2d
-from ._common import conv_tf32_allowed, pair
+from ._common import conv_tf32_allowed, pair, same_padding
 from .algorithms import NATIVE, Choice
 from .rnn import LSTM
 
@@ -278,13 +278,10 @@ class _TunedConv:
         # kernel's 'same' after the input)
         p = self.padding
         if isinstance(p, str):
-            lo, hi = [], []
-            for d, k in zip(self.dilation, self.kernel_size):
-                total = d * (k - 1) if p == "same" else 0
-                lo.append(total // 2)
-                hi.append(total - total // 2)
+            lo, hi = (same_padding(self.kernel_size, self.dilation) if p == "same" else
+                      ([0] * len(self.kernel_size),) * 2)
             if lo != hi:
-                rp = [v for pair in zip(reversed(lo), reversed(hi)) for v in pair]
+                rp = [v for side in zip(reversed(lo), reversed(hi)) for v in side]
                 return (tuple(rp), "constant"), (0, 0)
             p = lo
         else:  # an int, or a tuple (of one value: every side) as nn.Conv*d takes them
