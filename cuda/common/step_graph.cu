@@ -1,10 +1,12 @@
 // step_graph.h: the cache of recorded loops.
 #include "step_graph.h"
 
+#include <algorithm>
 #include <list>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -30,12 +32,18 @@ struct Entry {
 
 namespace {
 
-// Per device: the loops' cuBLAS handle, the stream graphs are recorded on, and a cuBLAS workspace
-// per stream the loops run on (graphs of two streams may run at once; a stream's are ordered).
+// Per device: the loops' cuBLAS handles (main and auxiliary branch), the streams graphs are
+// recorded on (the main one of the greatest priority, the auxiliary one of the least), an event
+// for forks and joins, and a cuBLAS workspace per stream the loops run on and branch (graphs of
+// two streams may run at once; a stream's are ordered).
 struct Device {
   cublasHandle_t blas = nullptr;
+  cublasHandle_t aux_blas = nullptr;
   cudaStream_t side = nullptr;
-  std::map<std::pair<cudaStream_t, size_t>, void*> workspaces;  // never freed: graphs bake them
+  cudaStream_t aux = nullptr;
+  cudaEvent_t event = nullptr;
+  // (stream, bytes, auxiliary branch) -> workspace; never freed: graphs bake them
+  std::map<std::tuple<cudaStream_t, size_t, bool>, void*> workspaces;
 };
 
 // Keys seen once, most recent first: a loop is recorded the second time its key comes.
@@ -80,16 +88,28 @@ Cache& cache() {
 Device& device_of(Cache& c, int device) {
   Device& d = c.devices[device];
   if (d.blas == nullptr) {
+    int least = 0, greatest = 0;
+    FL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     FL_CUBLAS_CHECK(cublasCreate(&d.blas));
-    FL_CUDA_CHECK(cudaStreamCreateWithFlags(&d.side, cudaStreamNonBlocking));
+    FL_CUBLAS_CHECK(cublasCreate(&d.aux_blas));
+    FL_CUDA_CHECK(cudaStreamCreateWithPriority(&d.side, cudaStreamNonBlocking, greatest));
+    FL_CUDA_CHECK(cudaStreamCreateWithPriority(&d.aux, cudaStreamNonBlocking, least));
+    FL_CUDA_CHECK(cudaEventCreateWithFlags(&d.event, cudaEventDisableTiming));
+    // The auxiliary branch's GEMMs are chosen for a quarter of the SMs, so they leave the rest to
+    // the loop they overlap: chosen for the whole GPU, their blocks took the SMs the loop's step
+    // waited for.
+    int sms = 0;
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    FL_CUBLAS_CHECK(cublasSetSmCountTarget(d.aux_blas, std::max(1, sms / 4)));
   }
   return d;
 }
 
-// The handle bound to `stream` with that stream's workspace (cublasSetStream resets the
-// workspace, so it is set after).
-cublasHandle_t bind(Device& d, cudaStream_t stream, cudaStream_t ws_stream, size_t bytes) {
-  void*& ws = d.workspaces[{ws_stream, bytes}];
+// `blas` bound to `stream` with the workspace of (ws_stream, bytes, aux) (cublasSetStream resets
+// the workspace, so it is set after).
+cublasHandle_t bind(Device& d, cublasHandle_t blas, cudaStream_t stream, cudaStream_t ws_stream,
+                    size_t bytes, bool aux) {
+  void*& ws = d.workspaces[{ws_stream, bytes, aux}];
   if (ws == nullptr && bytes > 0) {
     // Allowed while this thread captures (a first loop inside a user's graph): relaxed mode.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -98,9 +118,9 @@ cublasHandle_t bind(Device& d, cudaStream_t stream, cudaStream_t ws_stream, size
     FL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     FL_CUDA_CHECK(made);
   }
-  FL_CUBLAS_CHECK(cublasSetStream(d.blas, stream));
-  FL_CUBLAS_CHECK(cublasSetWorkspace(d.blas, ws, bytes));
-  return d.blas;
+  FL_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  FL_CUBLAS_CHECK(cublasSetWorkspace(blas, ws, bytes));
+  return blas;
 }
 
 bool capturing(cudaStream_t stream) {
@@ -110,6 +130,18 @@ bool capturing(cudaStream_t stream) {
 }
 
 }  // namespace
+
+void Streams::aux_after_main() const {
+  if (aux == stream) return;
+  FL_CUDA_CHECK(cudaEventRecord(event, stream));
+  FL_CUDA_CHECK(cudaStreamWaitEvent(aux, event, 0));
+}
+
+void Streams::main_after_aux() const {
+  if (aux == stream) return;
+  FL_CUDA_CHECK(cudaEventRecord(event, aux));
+  FL_CUDA_CHECK(cudaStreamWaitEvent(stream, event, 0));
+}
 
 void Run::launch(cudaStream_t stream) const {
   if (entry_ != nullptr) {
@@ -121,7 +153,9 @@ void Run::launch(cudaStream_t stream) const {
   int device = 0;
   FL_CUDA_CHECK(cudaGetDevice(&device));
   Device& d = device_of(c, device);
-  record_(stream, bind(d, stream, stream, workspace_bytes_), state_);
+  cublasHandle_t blas = bind(d, d.blas, stream, stream, workspace_bytes_, false);
+  cublasHandle_t aux_blas = bind(d, d.aux_blas, stream, stream, workspace_bytes_, true);
+  record_(Streams{stream, blas, stream, aux_blas, nullptr}, state_);
 }
 
 Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
@@ -151,11 +185,12 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
   auto entry = std::make_shared<Entry>();
   entry->device = device;
   FL_CUDA_CHECK(cudaMalloc(&entry->state, state_bytes > 0 ? state_bytes : 1));
-  cublasHandle_t blas = bind(d, d.side, stream, workspace_bytes);
+  cublasHandle_t blas = bind(d, d.blas, d.side, stream, workspace_bytes, false);
+  cublasHandle_t aux_blas = bind(d, d.aux_blas, d.aux, stream, workspace_bytes, true);
   FL_CUDA_CHECK(cudaStreamBeginCapture(d.side, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
-    record(d.side, blas, entry->state);
+    record(Streams{d.side, blas, d.aux, aux_blas, d.event}, entry->state);
   } catch (...) {
     cudaStreamEndCapture(d.side, &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
@@ -163,7 +198,9 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
     throw;
   }
   FL_CUDA_CHECK(cudaStreamEndCapture(d.side, &graph));
-  const cudaError_t made = cudaGraphInstantiate(&entry->exec, graph, 0);
+  // The nodes keep their streams' priorities (the loop's above its auxiliary branch).
+  const cudaError_t made =
+      cudaGraphInstantiate(&entry->exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   cudaGraphDestroy(graph);
   FL_CUDA_CHECK(made);
   c.lru.emplace_front(id, entry);

@@ -16,6 +16,12 @@
 // comes back (packed batches of ever new lengths) costs no recording. When the caller's stream
 // is itself being captured (a user's CUDA graph), nothing is cached either: the loop is recorded
 // straight into the caller's capture with `fallback_state` (the capture's pool keeps it).
+//
+// A loop may put work that overlaps it (the LSTM's input GEMM, in chunks the steps wait for) on
+// an auxiliary branch: in a recorded graph, a second stream of lower priority than the loop's
+// (the loop's launches take the SMs first when both wait); in the direct modes, the loop's own
+// stream, so the same work runs in order. Its GEMMs run on a handle of their own, whose choices
+// are made for a quarter of the SMs in both modes (the same bits either way).
 #pragma once
 
 #include <cublas_v2.h>
@@ -29,8 +35,23 @@
 namespace fastlayers {
 namespace step_graph {
 
-// Enqueues the loop on `stream` with GEMMs on `blas` (bound to `stream`), reading `state`.
-using Record = std::function<void(cudaStream_t stream, cublasHandle_t blas, void* state)>;
+// Where a loop is enqueued: `stream` with GEMMs on `blas` (bound to it), and the auxiliary
+// branch `aux` with GEMMs on `aux_blas` (the same two in the direct modes).
+struct Streams {
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  cudaStream_t aux;
+  cublasHandle_t aux_blas;
+  cudaEvent_t event;  // for the ordering below (unused when aux is stream)
+  // Work enqueued on aux from now on runs after what is enqueued on stream so far.
+  void aux_after_main() const;
+  // Work enqueued on stream from now on runs after what is enqueued on aux so far (a loop that
+  // used aux ends with this, so the branch joins it).
+  void main_after_aux() const;
+};
+
+// Enqueues the loop on `s`, reading `state`.
+using Record = std::function<void(const Streams& s, void* state)>;
 
 constexpr size_t kCapacity = 64;
 constexpr size_t kSeen = 256;  // keys remembered as seen once

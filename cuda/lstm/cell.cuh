@@ -32,7 +32,9 @@ __device__ __forceinline__ void cell_update(const A (&v)[4], A cp, A* r, int64_t
 // per-call inputs and outputs.
 template <typename T>
 struct ForwardRows {
-  const compute_t<T>* xp;  // [N, 4H] the input GEMM's products
+  const T* x;              // [N, I] the input
+  const T* w_ih;           // [4H, I]
+  compute_t<T>* xp;        // [N, 4H] the input GEMM's products
   const T* b_ih;           // [4H] or null
   const T* b_hh;           // [4H] or null
   T* out;                  // [N, R]

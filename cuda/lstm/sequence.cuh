@@ -65,11 +65,81 @@ std::string loop_key(const char* tag, const Steps& s, const T* w_hh, const T* w_
   return key;
 }
 
-// The forward loop's state (forward_state_bytes): rows, g [B, 4H] A (the recurrent products),
-// c [B, H] A, h [B, R] T, htil [B, H] T (projection).
+// The input GEMM in chunks of steps on the loop's auxiliary branch (step_graph.h), each chunk's
+// steps waiting for its products only: the recurrence leaves most SMs idle (a step's GEMM is
+// [B, 4H] wide), where the whole input GEMM ran alone before it. Chunk k covers the steps
+// first[k] .. first[k+1]-1 in the order the loop runs them, which are the input rows row0[k] ..
+// row0[k] + rows[k] - 1 (contiguous either way). Chunks start at one step, so the loop starts
+// early, and double up to about kChunkRows rows. Used when there are two chunks or more and
+// every chunk's operand is 16-byte aligned (I * sizeof(T) a multiple of 16, as tensor-core GEMMs
+// want it); else count = 0 and the GEMM runs whole before the loop.
+constexpr int kMaxChunks = kMaxInputChunks;
+constexpr int64_t kChunkRows = 512;
+
+struct InputChunks {
+  int count = 0;
+  int64_t first[kMaxChunks + 1];
+  int64_t row0[kMaxChunks];
+  int64_t rows[kMaxChunks];
+};
+
+inline InputChunks input_chunks(const Steps& s, size_t t_bytes) {
+  InputChunks in;
+  if (s.T < 2 || s.I <= 0 || s.N <= 0 || (s.I * static_cast<int64_t>(t_bytes)) % 16 != 0)
+    return in;
+  // Chunk sizes in steps: 1, 2, 4, ... up to `per`, then `per` (each chunk's GEMM runs while the
+  // chunk before it recurs, so it may grow as the lead grows); `per` the least of about
+  // kChunkRows rows that keeps to kMaxChunks chunks.
+  const auto size = [](int64_t k, int64_t per) { return k < 62 ? std::min(per, int64_t{1} << k) : per; };
+  const auto chunks_for = [&](int64_t per) {
+    int64_t count = 0;
+    for (int64_t step = 0; step < s.T; step += size(count++, per)) {}
+    return count;
+  };
+  int64_t per = std::max<int64_t>(1, (kChunkRows * s.T + s.N - 1) / s.N);
+  while (chunks_for(per) > kMaxChunks) per *= 2;
+  int count = 0;
+  for (int64_t step = 0; step < s.T; ++count) {
+    const int64_t end = std::min(s.T, step + size(count, per));
+    // rows of steps [step, end) in run order: t from lo to hi
+    const int64_t lo = s.reverse ? s.T - end : step, hi = s.reverse ? s.T - 1 - step : end - 1;
+    in.first[count] = step;
+    in.row0[count] = s.off[lo];
+    in.rows[count] = s.off[hi] + s.bs[hi] - s.off[lo];
+    step = end;
+  }
+  in.first[count] = s.T;
+  in.count = count >= 2 ? count : 0;
+  return in;
+}
+
+// The chunks' GEMM operands, per call (pointer arrays in the state): a[k] = w_ih, b[k] = x's
+// rows of chunk k, c[k] = xp's.
+struct ChunkRows {
+  int count;
+  int64_t row0[kMaxChunks];
+};
+
+template <typename T>
+__global__ void chunk_operands(const ForwardRows<T>* __restrict__ rows, const ChunkRows chunks,
+                               int64_t I, int64_t H, const void** a, const void** b, void** c) {
+  const int k = static_cast<int>(threadIdx.x);
+  if (k >= chunks.count) return;
+  const ForwardRows<T> p = *rows;
+  a[k] = p.w_ih;
+  b[k] = p.x + chunks.row0[k] * I;
+  c[k] = p.xp + chunks.row0[k] * 4 * H;
+}
+
+// The forward loop's state (forward_state_bytes): rows, the chunks' pointer arrays a, b, c
+// [kMaxChunks], g [B, 4H] A (the recurrent products), c [B, H] A, h [B, R] T, htil [B, H] T
+// (projection).
 template <typename T>
 struct ForwardState {
   ForwardRows<T>* rows;
+  const void** a;
+  const void** b;
+  void** ptr_c;
   compute_t<T>* g;
   compute_t<T>* c;
   T* h;
@@ -78,6 +148,9 @@ struct ForwardState {
     static_assert(sizeof(ForwardRows<T>) <= kRowsBytes, "rows exceed their piece");
     Carve ws(base);
     rows = ws.take<ForwardRows<T>>(1);
+    a = ws.take<const void*>(kMaxChunks);
+    b = ws.take<const void*>(kMaxChunks);
+    ptr_c = ws.take<void*>(kMaxChunks);
     g = ws.take<compute_t<T>>(s.B * 4 * s.H);
     c = ws.take<compute_t<T>>(s.B * s.H);
     h = ws.take<T>(s.B * s.R);
@@ -86,26 +159,46 @@ struct ForwardState {
 };
 
 // The forward's recurrence over a state (recorded once per key): per step g = h w_hh^T, then the
-// cell; with a projection, h = htil w_hr^T and the step's output rows.
+// cell; with a projection, h = htil w_hr^T and the step's output rows. With input chunks, chunk
+// k's GEMM runs on the auxiliary branch and its first step waits for it.
 template <typename T>
-void forward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state, cudaStream_t stream,
-                   cublasHandle_t blas) {
+void forward_steps(const Steps& s, const InputChunks& in, bool tf32, const T* w_hh,
+                   const T* w_hr, void* state, const step_graph::Streams& ss) {
   using G = GemmTypes<T>;
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
   const ForwardState<T> st(state, s);
-  const gemm::Pinned pin(blas, stream);
+  const gemm::Pinned pin(ss.blas, ss.stream);
+  const gemm::Pinned aux_pin(ss.aux_blas, ss.aux);
+  if (in.count > 0) {
+    ChunkRows chunks{in.count, {}};
+    std::copy(in.row0, in.row0 + in.count, chunks.row0);
+    ss.aux_after_main();
+    chunk_operands<T><<<1, kMaxChunks, 0, ss.aux>>>(st.rows, chunks, s.I, H, st.a, st.b,
+                                                     st.ptr_c);
+    FL_LAUNCH_CHECK();
+  }
+  int chunk = 0;
   for (int64_t step = 0; step < s.T; ++step) {
+    if (chunk < in.count && step == in.first[chunk]) {  // xp's rows of the chunk's steps
+      if (in.rows[chunk] > 0)
+        aux_pin.pointer_batched(
+            G::store, G::acc, tf32,
+            gemm::Dims{CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, in.rows[chunk], s.I, s.I, s.I, 4 * H},
+            st.a + chunk, st.b + chunk, st.ptr_c + chunk, 1);
+      ss.main_after_aux();
+      ++chunk;
+    }
     const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];
     if (R > 0)  // g [n, 4H] = h [n, R] w_hh^T
       gemm1(pin, G::store, G::acc, false, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, n, R, w_hh, R, st.h, R,
             st.g, 4 * H);
-    cell_forward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
+    cell_forward<T><<<blocks_for(n * H), kThreads, 0, ss.stream>>>(
         n, H, R, rh_cols, o, st.rows, R > 0 ? st.g : nullptr, st.c, st.h, st.htil);
     FL_LAUNCH_CHECK();
     if (s.proj) {  // h [n, R] = htil [n, H] w_hr^T, then the step's output rows
       gemm1(pin, G::store, G::store, false, CUBLAS_OP_T, CUBLAS_OP_N, R, n, H, w_hr, H, st.htil,
             H, st.h, R);
-      store_out<T><<<blocks_for(n * R), kThreads, 0, stream>>>(n * R, o, R, st.rows, st.h);
+      store_out<T><<<blocks_for(n * R), kThreads, 0, ss.stream>>>(n * R, o, R, st.rows, st.h);
       FL_LAUNCH_CHECK();
     }
   }
@@ -128,8 +221,10 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
   const size_t state_bytes = forward_state_bytes(s, sizeof(T), sizeof(A));
   void* fallback = ws.take<char>(static_cast<int64_t>(state_bytes));
 
-  // The input GEMM of every step: xp [N, 4H] = x [N, I] w_ih^T.
-  if (s.N > 0) {
+  // The input GEMM of every step, xp [N, 4H] = x [N, I] w_ih^T: here whole, or in the loop in
+  // chunks.
+  const InputChunks in = s.B > 0 ? input_chunks(s, sizeof(T)) : InputChunks{};
+  if (s.N > 0 && in.count == 0) {
     if (s.I > 0) {
       const gemm::Pinned pin(blas, stream);
       gemm1(pin, G::store, G::acc, tf32, CUBLAS_OP_T, CUBLAS_OP_N, 4 * H, s.N, s.I, w_ih,
@@ -141,14 +236,17 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
   if (s.B == 0) return;
   const bool loop = s.T > 0;
   step_graph::Run run;
-  if (loop)
-    run = step_graph::prepare(
-        loop_key("lstm-forward", s, w_hh, w_hr), stream, state_bytes, fallback, blas_workspace,
-        [&](cudaStream_t st, cublasHandle_t b, void* state) {
-          forward_steps<T>(s, w_hh, w_hr, state, st, b);
-        });
+  if (loop) {
+    std::string key = loop_key("lstm-forward", s, w_hh, w_hr);
+    const int64_t chunked[] = {in.count, in.count > 0 ? s.I : 0, in.count > 0 && tf32};
+    key.append(reinterpret_cast<const char*>(chunked), sizeof(chunked));
+    run = step_graph::prepare(key, stream, state_bytes, fallback, blas_workspace,
+                              [&](const step_graph::Streams& ss, void* state) {
+                                forward_steps<T>(s, in, tf32, w_hh, w_hr, state, ss);
+                              });
+  }
   const ForwardState<T> st(loop ? run.state() : fallback, s);
-  const ForwardRows<T> rows{xp, b_ih, b_hh, out, static_cast<A*>(reserve_v), reserve_h};
+  const ForwardRows<T> rows{x, w_ih, xp, b_ih, b_hh, out, static_cast<A*>(reserve_v), reserve_h};
   loop_edge<<<blocks_for(s.B * (R + H)), kThreads, 0, stream>>>(rows, st.rows, s.B * R, h0, st.h,
                                                                 s.B * H, c0, st.c);
   FL_LAUNCH_CHECK();
@@ -274,8 +372,8 @@ void backward(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T
     if (loop)
       run = step_graph::prepare(
           loop_key("lstm-backward", s, w_hh, w_hr), stream, state_bytes, fallback,
-          blas_workspace, [&](cudaStream_t st, cublasHandle_t b, void* state) {
-            backward_steps<T>(s, w_hh, w_hr, state, st, b);
+          blas_workspace, [&](const step_graph::Streams& ss, void* state) {
+            backward_steps<T>(s, w_hh, w_hr, state, ss.stream, ss.blas);
           });
     const BackwardState<T> st(loop ? run.state() : fallback, s);
     const BackwardRows<T> rows{dy, static_cast<const A*>(reserve_v), dgates, dhn};

@@ -215,8 +215,8 @@ void forward_stack(const Steps& s, int L, const T* x, const T* h0, const T* c0,
     std::string key = loop_key<T>("lstm-stack", s, nullptr, nullptr);
     key += std::to_string(L);
     run = step_graph::prepare(key, stream, state_bytes, fallback, blas_workspace,
-                              [&](cudaStream_t st, cublasHandle_t b, void* state) {
-                                stack_steps<T>(s, L, state, st, b);
+                              [&](const step_graph::Streams& ss, void* state) {
+                                stack_steps<T>(s, L, state, ss.stream, ss.blas);
                               });
   }
   const StackState<T> st = stack_state<T>(loop ? run.state() : fallback, s, L);

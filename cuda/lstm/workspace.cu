@@ -12,8 +12,9 @@ size_t piece(int64_t count, int bytes) {
 }  // namespace
 
 size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
-  return kRowsBytes + piece(s.B * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) +
-         piece(s.B * s.R, t_bytes) + (s.proj ? piece(s.B * s.H, t_bytes) : 0);
+  return kRowsBytes + 3 * piece(kMaxInputChunks, static_cast<int>(sizeof(void*))) +
+         piece(s.B * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.B * s.R, t_bytes) +
+         (s.proj ? piece(s.B * s.H, t_bytes) : 0);
 }
 
 size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {

@@ -13,13 +13,16 @@ from lstm_samples import Case, inputs, op_inputs, reference_module, upstream, we
 fl = torch.ops.fastlayers
 pytestmark = pytest.mark.gpu
 
-# Padded and packed, forward and reverse, with and without a projection and biases.
+# Padded and packed, forward and reverse, with and without a projection and biases; the input
+# GEMM in chunks of 1, 2, 4, ... steps (inputs 16-byte aligned) or whole (the second and fourth
+# case in float32 and the half types).
 CASES = [
     Case(5, 3, 8, 24, 0, None, False, True),
     Case(6, 4, 10, 16, 0, (6, 4, 4, 1), True, True),
     Case(4, 2, 12, 48, 32, None, True, False),
     Case(5, 3, 6, 40, 24, (5, 5, 2), False, True),
     Case(7, 64, 32, 512, 0, None, False, True),
+    Case(9, 160, 16, 32, 0, None, True, True),
 ]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
@@ -121,7 +124,7 @@ def test_side_stream():
         _same(one, here)
 
 
-@pytest.mark.parametrize("case", CASES[:4], ids=str)
+@pytest.mark.parametrize("case", CASES[:4] + CASES[5:], ids=str)
 def test_inside_a_users_cuda_graph(case):
     # Captured by the caller, the loop goes into the caller's graph (no cached graph inside it);
     # replays with new inputs give the eager results.

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conv_samples import MUTATION, rel_err
-from lstm_samples import (CASES, NAMES, PRECISIONS, check_results, run_case,
+from lstm_samples import (CASES, NAMES, Case, PRECISIONS, check_results, run_case,
                           skip_unless_supported, weights)
 
 
@@ -14,6 +14,28 @@ from lstm_samples import (CASES, NAMES, PRECISIONS, check_results, run_case,
 def test_op_matches_nn_lstm(device, case, precision):
     skip_unless_supported(device, precision)
     ours, ref, native = run_case(case, precision, device)
+    check_results(case, ours, ref, native, precision)
+
+
+# On CUDA the forward's input GEMM runs in chunks of steps beside the recurrence (1, 2, 4, ...
+# steps up to about 512 rows a chunk, at most 32 chunks), where the input rows are 16-byte
+# aligned: four chunks padded and packed (the reverse direction taking them from the last step),
+# and the most chunks.
+CHUNKED = [
+    Case(9, 160, 16, 32, 0, None, False, True),
+    Case(9, 160, 16, 32, 0, None, True, True),
+    Case(9, 200, 16, 24, 0, (9,) * 100 + (5,) * 60 + (2,) * 40, False, True),
+    Case(9, 200, 16, 24, 0, (9,) * 100 + (5,) * 60 + (2,) * 40, True, False),
+    Case(63, 1024, 16, 16, 0, None, True, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", CHUNKED, ids=str)
+def test_input_gemm_in_chunks(case, precision):
+    skip_unless_supported("cuda", precision)
+    ours, ref, native = run_case(case, precision, "cuda")
     check_results(case, ours, ref, native, precision)
 
 
