@@ -113,9 +113,6 @@ void check_transformed(const Shape& s, const at::Tensor& weight,
   TORCH_CHECK(u.scalar_type() == weight.scalar_type() && u.device() == weight.device(), op,
               ": `transformed_weight` must have `weight`'s dtype and device (", weight.scalar_type(),
               " on ", weight.device(), "), got ", u.scalar_type(), " on ", u.device());
-  TORCH_CHECK(!u.requires_grad(), op,
-              ": `transformed_weight` takes no gradient (the gradients are `weight`'s): pass it "
-              "detached");
 }
 
 void check_filter_transform(const at::Tensor& weight, int64_t tile) {

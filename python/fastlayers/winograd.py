@@ -138,6 +138,11 @@ def _filter_transform_fake(weight, tile=2):
 
 def _setup_fwd(ctx, inputs, output):
     input, weight, bias, padding, tile, tf32, fused = inputs[:7]
+    # Here, where autograd records (gradients on, some input wanting one), not in the kernel: under
+    # no_grad or inference_mode a transform made with gradients on serves as a detached one.
+    if inputs[7] is not None and inputs[7].requires_grad:
+        raise RuntimeError("winograd_conv2d: `transformed_weight` takes no gradient (the "
+                           "gradients are `weight`'s): pass it detached")
     ctx.save_for_backward(input, weight)
     ctx.args = (padding, tile, tf32, fused)
     ctx.has_bias = bias is not None
@@ -154,7 +159,7 @@ def _backward_fwd(ctx, grad):
         gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad.sum((0, 2, 3))
-    # none for transformed_weight: the op refuses one that wants a gradient
+    # none for transformed_weight: _setup_fwd refuses one that wants a gradient
     return gi, gw, gb, None, None, None, None, None
 
 

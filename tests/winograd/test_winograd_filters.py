@@ -102,6 +102,20 @@ def test_gradients_remain_the_weights(device):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_a_transform_that_wants_gradients_serves_without_them(device):
+    # refused where gradients are on ("needs-grad" below), taken under no_grad and inference_mode
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    x = torch.randn(2, 3, 8, 8, dtype=dtype, device=device)
+    w = torch.randn(4, 3, 3, 3, dtype=dtype, device=device).requires_grad_()
+    U = W.winograd_filter_transform(w, 2)
+    assert U.requires_grad
+    ref = W.winograd_conv2d(x, w.detach(), None, 1, 2, tf32=False)
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            got = W.winograd_conv2d(x, w, None, 1, 2, tf32=False, transformed_weight=U)
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+
+
 BAD = {
     "tile": (lambda x, w: W.winograd_conv2d(x, w, None, 1, 4,
                                             transformed_weight=W.winograd_filter_transform(w, 2)),
