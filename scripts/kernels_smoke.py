@@ -223,9 +223,10 @@ def lstm_cases(dev):
                                             # (fp16), H padded to 16
                                             (3, 17, 4, 12, 0, None, True),
                                             # the persistent backward (batches up to 16)
-                                            (3, 9, 4, 12, 0, None, False),
-                                            # fp16 rows of 16 bytes: the input GEMM in chunks
-                                            (6, 5, 8, 8, 0, None, False)):
+                                            (3, 9, 4, 12, 0, None, False)):
+        # (fp32 inputs of I = 4 are 16-byte rows: there the input GEMM runs in chunks. No fp16
+        # case has such rows: initcheck reports a cuBLAS fp16 tensor-core GEMM's whole result as
+        # uninitialized when read, torch.mm's alone included, so it would drown what it finds.)
         x = torch.randn(T, B, I, generator=g, dtype=torch.float64)
         Rr = R or H
         args = [torch.randn(B, Rr, generator=g, dtype=torch.float64),
