@@ -87,20 +87,22 @@ Cache& cache() {
 
 Device& device_of(Cache& c, int device) {
   Device& d = c.devices[device];
-  if (d.blas == nullptr) {
+  if (d.blas == nullptr) {  // built whole before it is kept: a failure leaves no half of it
+    Device made;
     int least = 0, greatest = 0;
     FL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    FL_CUBLAS_CHECK(cublasCreate(&d.blas));
-    FL_CUBLAS_CHECK(cublasCreate(&d.aux_blas));
-    FL_CUDA_CHECK(cudaStreamCreateWithPriority(&d.side, cudaStreamNonBlocking, greatest));
-    FL_CUDA_CHECK(cudaStreamCreateWithPriority(&d.aux, cudaStreamNonBlocking, least));
-    FL_CUDA_CHECK(cudaEventCreateWithFlags(&d.event, cudaEventDisableTiming));
+    FL_CUBLAS_CHECK(cublasCreate(&made.aux_blas));
+    FL_CUDA_CHECK(cudaStreamCreateWithPriority(&made.side, cudaStreamNonBlocking, greatest));
+    FL_CUDA_CHECK(cudaStreamCreateWithPriority(&made.aux, cudaStreamNonBlocking, least));
+    FL_CUDA_CHECK(cudaEventCreateWithFlags(&made.event, cudaEventDisableTiming));
     // The auxiliary branch's GEMMs are chosen for a quarter of the SMs, so they leave the rest to
     // the loop they overlap: chosen for the whole GPU, their blocks took the SMs the loop's step
     // waited for.
     int sms = 0;
     FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    FL_CUBLAS_CHECK(cublasSetSmCountTarget(d.aux_blas, std::max(1, sms / 4)));
+    FL_CUBLAS_CHECK(cublasSetSmCountTarget(made.aux_blas, std::max(1, sms / 4)));
+    FL_CUBLAS_CHECK(cublasCreate(&made.blas));  // last: the mark of a device set up
+    d = made;
   }
   return d;
 }

@@ -71,8 +71,8 @@ std::string loop_key(const char* tag, const Steps& s, const T* w_hh, const T* w_
 // first[k] .. first[k+1]-1 in the order the loop runs them, which are the input rows row0[k] ..
 // row0[k] + rows[k] - 1 (contiguous either way). Chunks start at one step, so the loop starts
 // early, and double up to about kChunkRows rows. Used when there are two chunks or more and
-// every chunk's operand is 16-byte aligned (I * sizeof(T) a multiple of 16, as tensor-core GEMMs
-// want it); else count = 0 and the GEMM runs whole before the loop.
+// every chunk's operand is 16-byte aligned (x, w_ih and xp, and I * sizeof(T) a multiple of 16,
+// as tensor-core GEMMs want it); else count = 0 and the GEMM runs whole before the loop.
 constexpr int kMaxChunks = kMaxInputChunks;
 constexpr int64_t kChunkRows = 512;
 
@@ -83,9 +83,15 @@ struct InputChunks {
   int64_t rows[kMaxChunks];
 };
 
-inline InputChunks input_chunks(const Steps& s, size_t t_bytes) {
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// x, w_ih, xp: the call's operands, whose addresses the pointer-batched GEMMs cannot check
+// (cuBLAS picks their kernels without reading the pointer arrays).
+inline InputChunks input_chunks(const Steps& s, size_t t_bytes, const void* x, const void* w_ih,
+                                const void* xp) {
   InputChunks in;
-  if (s.T < 2 || s.I <= 0 || s.N <= 0 || (s.I * static_cast<int64_t>(t_bytes)) % 16 != 0)
+  if (s.T < 2 || s.I <= 0 || s.N <= 0 || (s.I * static_cast<int64_t>(t_bytes)) % 16 != 0 ||
+      !aligned16(x) || !aligned16(w_ih) || !aligned16(xp))
     return in;
   // Chunk sizes in steps: 1, 2, 4, ... up to `per`, then `per` (each chunk's GEMM runs while the
   // chunk before it recurs, so it may grow as the lead grows); `per` the least of about
@@ -223,7 +229,7 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
 
   // The input GEMM of every step, xp [N, 4H] = x [N, I] w_ih^T: here whole, or in the loop in
   // chunks.
-  const InputChunks in = s.B > 0 ? input_chunks(s, sizeof(T)) : InputChunks{};
+  const InputChunks in = s.B > 0 ? input_chunks(s, sizeof(T), x, w_ih, xp) : InputChunks{};
   if (s.N > 0 && in.count == 0) {
     if (s.I > 0) {
       const gemm::Pinned pin(blas, stream);

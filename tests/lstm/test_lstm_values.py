@@ -39,6 +39,35 @@ def test_input_gemm_in_chunks(case, precision):
     check_results(case, ours, ref, native, precision)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_input_gemm_operands_off_16_byte_alignment(dtype):
+    # x and w_ih two elements into their storage: rows of 16 bytes, addresses that are not. The
+    # chunks' pointer-batched GEMMs cannot see their operands' addresses: such a call runs the
+    # GEMM whole, with the values of aligned copies (which run it in chunks).
+    T, B, I, H = 9, 160, 16, 32
+    g = torch.Generator().manual_seed(5)
+
+    def shifted(*shape):
+        n = 1
+        for d in shape:
+            n *= d
+        t = (torch.randn(n + 2, generator=g) * 0.5).to("cuda", dtype)[2:].view(shape)
+        assert t.is_contiguous() and t.data_ptr() % 16 != 0
+        return t
+
+    x, w_ih = shifted(T, B, I), shifted(4 * H, I)
+    rest = [(torch.randn(*sh, generator=g) * 0.5).to("cuda", dtype)
+            for sh in ((B, H), (B, H), (4 * H, H), (4 * H,), (4 * H,))]
+    fl = torch.ops.fastlayers
+    got = fl.lstm(x, rest[0], rest[1], w_ih, rest[2], rest[3], rest[4], None, None, False, False)
+    ref = fl.lstm(x.clone(), rest[0], rest[1], w_ih.clone(), rest[2], rest[3], rest[4], None,
+                  None, False, False)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-3, atol=2e-3)
+    for a, b in zip(got[:3], ref[:3]):
+        torch.testing.assert_close(a, b, **tol)
+
+
 def test_the_cases_cover_the_matrix():
     # padded and packed, each with both directions, with and without projection and biases;
     # T = 1, B = 1; sorted lengths with equal ones and a length-1 sequence
