@@ -395,6 +395,17 @@ def test_the_two_bias_gradients_are_tensors_of_their_own(name):
     assert len(set(ptrs)) == len(ptrs)
 
 
+def _output_tangents(modules, call):
+    """Per module, the tangent of the output of call(module), run inside a forward-AD level."""
+    import torch.autograd.forward_ad as fwAD
+    out = []
+    for m in modules:
+        with fwAD.dual_level():
+            y, _ = call(m)
+            out.append(fwAD.unpack_dual(y).tangent)
+    return out
+
+
 @pytest.mark.parametrize("name", PATH_CONFIGS)
 def test_torch_func_and_forward_ad_run_nn_lstms_forward(name):
     # the ops' autograd has no functorch or forward-AD rules: such calls run nn.LSTM's forward
@@ -407,11 +418,7 @@ def test_torch_func_and_forward_ad_run_nn_lstms_forward(name):
     for k in params:
         assert rel_err(grads[1][k], grads[0][k]) <= FLOAT64_BOUND, k
     assert "torch.func transform" in tuner.report()
-    tangents = []
-    for m in (ref, fast):
-        with fwAD.dual_level():
-            y, _ = m(fwAD.make_dual(x, torch.ones_like(x)), hx)
-            tangents.append(fwAD.unpack_dual(y).tangent)
+    tangents = _output_tangents((ref, fast), lambda m: m(fwAD.make_dual(x, torch.ones_like(x)), hx))
     assert rel_err(tangents[1], tangents[0]) <= FLOAT64_BOUND
     assert "forward-mode AD" in tuner.report()
     _, ops = all_results(fast, name, x, hx)  # outside those: the ops again
@@ -425,14 +432,14 @@ def test_forward_ad_through_a_weight_runs_nn_lstms_forward(name):
     import torch.autograd.forward_ad as fwAD
     ref, fast = pair(CONFIGS[name][0])
     x, hx = make_inputs(name)
-    tangents = []
-    for m in (ref, fast):
-        with fwAD.dual_level():
-            params = {n: p.detach() for n, p in m.named_parameters()}
-            params["weight_hh_l0"] = fwAD.make_dual(params["weight_hh_l0"],
-                                                    torch.ones_like(params["weight_hh_l0"]))
-            y, _ = torch.func.functional_call(m, params, (x, hx))
-            tangents.append(fwAD.unpack_dual(y).tangent)
+
+    def dual_weight(m):
+        params = {n: p.detach() for n, p in m.named_parameters()}
+        params["weight_hh_l0"] = fwAD.make_dual(params["weight_hh_l0"],
+                                                torch.ones_like(params["weight_hh_l0"]))
+        return torch.func.functional_call(m, params, (x, hx))
+
+    tangents = _output_tangents((ref, fast), dual_weight)
     assert tangents[0] is not None and tangents[0].abs().max() > 0
     assert tangents[1] is not None and rel_err(tangents[1], tangents[0]) <= FLOAT64_BOUND
 
