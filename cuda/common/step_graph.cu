@@ -156,14 +156,16 @@ void Run::launch(cudaStream_t stream) const {
   FL_CUDA_CHECK(cudaGetDevice(&device));
   Device& d = device_of(c, device);
   cublasHandle_t blas = bind(d, d.blas, stream, stream, workspace_bytes_, false);
-  cublasHandle_t aux_blas = bind(d, d.aux_blas, stream, stream, workspace_bytes_, true);
+  cublasHandle_t aux_blas =
+      aux_ ? bind(d, d.aux_blas, stream, stream, workspace_bytes_, true) : blas;
   record_(Streams{stream, blas, stream, aux_blas, nullptr}, state_);
 }
 
 Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
-            void* fallback_state, size_t workspace_bytes, Record record) {
+            void* fallback_state, size_t workspace_bytes, Record record, bool aux) {
   Run run;
   run.workspace_bytes_ = workspace_bytes;
+  run.aux_ = aux;
   run.state_ = fallback_state;  // the direct modes
   run.record_ = record;
   if (capturing(stream)) return run;
@@ -188,11 +190,12 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
   entry->device = device;
   FL_CUDA_CHECK(cudaMalloc(&entry->state, state_bytes > 0 ? state_bytes : 1));
   cublasHandle_t blas = bind(d, d.blas, d.side, stream, workspace_bytes, false);
-  cublasHandle_t aux_blas = bind(d, d.aux_blas, d.aux, stream, workspace_bytes, true);
+  cublasHandle_t aux_blas =
+      aux ? bind(d, d.aux_blas, d.aux, stream, workspace_bytes, true) : blas;
   FL_CUDA_CHECK(cudaStreamBeginCapture(d.side, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
-    record(Streams{d.side, blas, d.aux, aux_blas, d.event}, entry->state);
+    record(Streams{d.side, blas, aux ? d.aux : d.side, aux_blas, d.event}, entry->state);
   } catch (...) {
     cudaStreamEndCapture(d.side, &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);

@@ -36,7 +36,8 @@ namespace fastlayers {
 namespace step_graph {
 
 // Where a loop is enqueued: `stream` with GEMMs on `blas` (bound to it), and the auxiliary
-// branch `aux` with GEMMs on `aux_blas` (the same two in the direct modes).
+// branch `aux` with GEMMs on `aux_blas` (stream and blas themselves for a loop prepared without
+// one; the branch's handle on stream in the direct modes).
 struct Streams {
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -66,17 +67,19 @@ class Run {
   void launch(cudaStream_t stream) const;
 
  private:
-  friend Run prepare(const std::string&, cudaStream_t, size_t, void*, size_t, Record);
+  friend Run prepare(const std::string&, cudaStream_t, size_t, void*, size_t, Record, bool);
   std::shared_ptr<Entry> entry_;  // null: run the recording directly
   void* state_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool aux_ = false;
   Record record_;
 };
 
 // The loop for `key` on `stream` and the current device, recorded into a new graph on first use;
-// `state_bytes` of fixed memory; `workspace_bytes` of cuBLAS workspace for the loop's GEMMs.
+// `state_bytes` of fixed memory; `workspace_bytes` of cuBLAS workspace for the loop's GEMMs (and
+// as much again for the auxiliary branch's, which only a loop prepared with `aux` gets).
 Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
-            void* fallback_state, size_t workspace_bytes, Record record);
+            void* fallback_state, size_t workspace_bytes, Record record, bool aux = false);
 
 // Graphs held now (all devices), for tests.
 size_t cached();

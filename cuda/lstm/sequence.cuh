@@ -249,7 +249,8 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
     run = step_graph::prepare(key, stream, state_bytes, fallback, blas_workspace,
                               [&](const step_graph::Streams& ss, void* state) {
                                 forward_steps<T>(s, in, tf32, w_hh, w_hr, state, ss);
-                              });
+                              },
+                              in.count > 0);
   }
   const ForwardState<T> st(loop ? run.state() : fallback, s);
   const ForwardRows<T> rows{x, w_ih, xp, b_ih, b_hh, out, static_cast<A*>(reserve_v), reserve_h};
