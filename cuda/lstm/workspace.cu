@@ -13,7 +13,7 @@ size_t piece(int64_t count, int bytes) {
 
 size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
   return kRowsBytes + 3 * piece(kMaxInputChunks, static_cast<int>(sizeof(void*))) +
-         piece(s.B * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) + piece(s.B * s.R, t_bytes) +
+         piece(s.B * 4 * s.H, a_bytes) + piece(s.B * s.H, a_bytes) + 2 * piece(s.B * s.R, t_bytes) +
          (s.proj ? piece(s.B * s.H, t_bytes) : 0);
 }
 

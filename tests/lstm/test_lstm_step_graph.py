@@ -15,7 +15,8 @@ pytestmark = pytest.mark.gpu
 
 # Padded and packed, forward and reverse, with and without a projection and biases; the input
 # GEMM in chunks of 1, 2, 4, ... steps (inputs 16-byte aligned) or whole (the second and fourth
-# case in float32 and the half types).
+# case in float32 and the half types); in the half types the fifth and the last (packed) run each
+# step as one kernel.
 CASES = [
     Case(5, 3, 8, 24, 0, None, False, True),
     Case(6, 4, 10, 16, 0, (6, 4, 4, 1), True, True),
@@ -23,6 +24,7 @@ CASES = [
     Case(5, 3, 6, 40, 24, (5, 5, 2), False, True),
     Case(7, 64, 32, 512, 0, None, False, True),
     Case(9, 160, 16, 32, 0, None, True, True),
+    Case(6, 20, 8, 128, 0, (6,) * 4 + (4,) * 10 + (1,) * 6, True, True),
 ]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 

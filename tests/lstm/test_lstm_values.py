@@ -68,6 +68,34 @@ def test_input_gemm_operands_off_16_byte_alignment(dtype):
         torch.testing.assert_close(a, b, **tol)
 
 
+# Float16 and bfloat16 layers without a projection at H = 128, 256, 512 and 1024 run each step as
+# one kernel (cuda/lstm/fused_step.cuh) where its grid has at most one block per SM: blocks of 16
+# batch rows and of 32 (B not a multiple: rows past B), padded and packed (rows past a step's
+# active ones keep their state), both directions, with and without biases, odd and even step
+# counts (h alternates between two buffers), B = 1, the input GEMM in chunks and whole (I * 2
+# bytes not a multiple of 16).
+FUSED = [
+    Case(7, 16, 24, 128, 0, None, False, True),
+    Case(6, 40, 24, 128, 0, None, True, True),
+    Case(5, 3, 7, 256, 0, None, False, False),
+    Case(8, 37, 16, 128, 0, (8,) * 5 + (6,) * 12 + (3,) * 19 + (1,), False, True),
+    Case(8, 37, 16, 128, 0, (8,) * 5 + (6,) * 12 + (3,) * 19 + (1,), True, False),
+    Case(9, 160, 16, 128, 0, None, False, True),
+    Case(3, 64, 16, 512, 0, None, True, True),
+    Case(2, 16, 8, 1024, 0, None, False, True),
+    Case(1, 1, 8, 128, 0, None, False, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", FUSED, ids=str)
+def test_fused_step(case, precision):
+    skip_unless_supported("cuda", precision)
+    ours, ref, native = run_case(case, precision, "cuda")
+    check_results(case, ours, ref, native, precision)
+
+
 def test_the_cases_cover_the_matrix():
     # padded and packed, each with both directions, with and without projection and biases;
     # T = 1, B = 1; sorted lengths with equal ones and a length-1 sequence
