@@ -109,13 +109,16 @@ struct BackwardRows {
 // One backward step over the n active rows at row offset o: the gradient on o tanh(c_t) is
 // dy + dh (no projection: rows->dy's step rows and dh [n, R], R = H) or dhtil [n, H] (with one);
 // c's gradient dc [n, H] is updated to c_{t-1}'s, and the gates' gradients go to gd [n, 4H] (the
-// recurrent GEMM's operand) and rows->dgates' step rows.
+// recurrent GEMM's operand) and rows->dgates' step rows. Without a projection dh comes in `parts`
+// pieces `part_stride` apart (the recurrent GEMM split over the gates), summed in order for the
+// rows the step before wrote (b < n_prev); the other rows' dh is the first piece alone.
 template <typename T>
 __global__ void cell_backward(int64_t n, int64_t H, int64_t o,
                               const BackwardRows<T>* __restrict__ rows,
                               const compute_t<T>* __restrict__ dh,
                               const compute_t<T>* __restrict__ dhtil,
-                              compute_t<T>* __restrict__ dc, T* __restrict__ gd) {
+                              compute_t<T>* __restrict__ dc, T* __restrict__ gd, int parts,
+                              int64_t n_prev, int64_t part_stride) {
   using A = compute_t<T>;
   const BackwardRows<T> p = *rows;
   const T* dy = dhtil != nullptr ? nullptr : p.dy + o * H;  // R = H without a projection
@@ -125,7 +128,13 @@ __global__ void cell_backward(int64_t n, int64_t H, int64_t o,
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total;
        k += int64_t{gridDim.x} * blockDim.x) {
     const int64_t b = k / H, j = k - b * H;
-    const A dht = dhtil != nullptr ? dhtil[k] : to_compute(dy[k]) + dh[k];
+    A dhv = 0;
+    if (dhtil == nullptr) {
+      dhv = dh[k];
+      if (b < n_prev)
+        for (int q = 1; q < parts; ++q) dhv += dh[q * part_stride + k];
+    }
+    const A dht = dhtil != nullptr ? dhtil[k] : to_compute(dy[k]) + dhv;
     const A* r = reserve + b * 5 * H + j;
     const A i = r[0], f = r[H], g = r[2 * H], o = r[3 * H], cp = r[4 * H];
     const A tc = tanh(f * cp + i * g);
@@ -156,6 +165,18 @@ __global__ void add_rows(int64_t total, int64_t o, int64_t R,
     const T v = from_compute<T>(to_compute(dy[k]) + dh[k]);
     gdh[k] = v;
     dhn[k] = v;
+  }
+}
+
+// The recurrent GEMM's pieces of dh [parts, ...] summed into the first over its first `total`
+// values, in cell_backward's order.
+template <typename A>
+__global__ void fold_parts(int64_t total, A* __restrict__ dh, int parts, int64_t part_stride) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    A v = dh[k];
+    for (int q = 1; q < parts; ++q) v += dh[q * part_stride + k];
+    dh[k] = v;
   }
 }
 

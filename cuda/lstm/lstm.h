@@ -43,6 +43,7 @@ size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes);
 size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes);
 constexpr size_t kRowsBytes = 256;  // a state's piece for the per-call pointers
 constexpr int kMaxInputChunks = 32;  // the forward's input GEMM chunks (sequence.cuh)
+constexpr int kBackwardDhParts = 4;  // the backward's recurrent GEMM pieces (sequence.cuh)
 
 // T: float, double, __half, __nv_bfloat16; A: float (double for double).
 template <typename T>

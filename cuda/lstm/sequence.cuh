@@ -76,6 +76,7 @@ std::string loop_key(const char* tag, const Steps& s, const T* w_hh, const T* w_
 // every chunk's operand is 16-byte aligned (x, w_ih and xp, and I * sizeof(T) a multiple of 16,
 // as tensor-core GEMMs want it); else count = 0 and the GEMM runs whole before the loop.
 constexpr int kMaxChunks = kMaxInputChunks;
+constexpr int kDhParts = kBackwardDhParts;
 constexpr int64_t kChunkRows = 512;
 
 struct InputChunks {
@@ -393,8 +394,8 @@ void backward_gemms(const Steps& s, const gemm::Pinned& pin, const T* dgates, T*
 }
 
 // The backward loop's state (backward_state_bytes): rows, gd [B, 4H] T (the step's gate
-// gradients, the recurrent GEMM's operand), dh [B, R] A, dc [B, H] A; with a projection gdh [B, R]
-// T and dhtil [B, H] A.
+// gradients, the recurrent GEMM's operand), dh [kDhParts, B, R] A (the recurrent GEMM's pieces),
+// dc [B, H] A; with a projection gdh [B, R] T and dhtil [B, H] A.
 template <typename T>
 struct BackwardState {
   BackwardRows<T>* rows;
@@ -408,7 +409,7 @@ struct BackwardState {
     Carve ws(base);
     rows = ws.take<BackwardRows<T>>(1);
     gd = ws.take<T>(s.B * 4 * s.H);
-    dh = ws.take<compute_t<T>>(s.B * s.R);
+    dh = ws.take<compute_t<T>>(kDhParts * s.B * s.R);
     dc = ws.take<compute_t<T>>(s.B * s.H);
     gdh = s.proj ? ws.take<T>(s.B * s.R) : nullptr;
     dhtil = s.proj ? ws.take<compute_t<T>>(s.B * s.H) : nullptr;
@@ -416,7 +417,11 @@ struct BackwardState {
 };
 
 // The backward's recurrence over a state, from the last step to the first: with a projection
-// dhn = dy + dh and dhtil = dhn w_hr; the cell's gradients; dh = gd w_hh.
+// dhn = dy + dh and dhtil = dhn w_hr; the cell's gradients; dh = gd w_hh. In float16 and
+// bfloat16 without a projection that GEMM runs as kDhParts GEMMs, one a gate (depth H each, into
+// dh's pieces, which the next step's cell sums): whole, its depth of 4H ran on few blocks (fp16
+// 64/512: 4.9 us a step on an H100, split 3.0; 1024: 6.8 and 3.9). Float32 stays whole: split,
+// its forward+backward ran 5% slower at 512/64/100 and 1024/64/100.
 template <typename T>
 void backward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state,
                     cudaStream_t stream, cublasHandle_t blas) {
@@ -424,6 +429,8 @@ void backward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state,
   const int64_t H = s.H, R = s.R;
   const BackwardState<T> st(state, s);
   const gemm::Pinned pin(blas, stream);
+  const int parts = s.proj || sizeof(T) > 2 ? 1 : kDhParts;
+  int64_t n_prev = 0, n_max = 0;  // rows the last GEMM wrote; that any GEMM wrote
   for (int64_t step = s.T - 1; step >= 0; --step) {
     const int64_t t = s.reverse ? s.T - 1 - step : step, n = s.bs[t], o = s.off[t];
     if (s.proj) {
@@ -433,12 +440,26 @@ void backward_steps(const Steps& s, const T* w_hh, const T* w_hr, void* state,
       gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, H, n, R, w_hr, H, st.gdh, R,
             st.dhtil, H);
     }
-    cell_backward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(n, H, o, st.rows, st.dh,
-                                                                 st.dhtil, st.dc, st.gd);
+    cell_backward<T><<<blocks_for(n * H), kThreads, 0, stream>>>(
+        n, H, o, st.rows, st.dh, st.dhtil, st.dc, st.gd, parts, n_prev, s.B * R);
     FL_LAUNCH_CHECK();
-    if (R > 0)  // dh [n, R] = gd [n, 4H] w_hh
+    if (R > 0 && parts == 1) {  // dh [n, R] = gd [n, 4H] w_hh
       gemm1(pin, G::store, G::acc, false, CUBLAS_OP_N, CUBLAS_OP_N, R, n, 4 * H, w_hh, R, st.gd,
             4 * H, st.dh, R);
+    } else if (R > 0) {  // piece q = gd [n, gate q] w_hh [gate q rows]
+      pin.strided_batched(G::store, G::acc, false,
+                          gemm::Dims{CUBLAS_OP_N, CUBLAS_OP_N, R, n, H, R, 4 * H, R}, w_hh,
+                          H * R, st.gd, H, st.dh, s.B * R, parts);
+    }
+    n_prev = R > 0 ? n : 0;
+    n_max = std::max(n_max, n_prev);
+  }
+  // dh0: each row's pieces from the last GEMM that wrote it (the reverse direction's batch
+  // shrinks step by step, so rows past the last step's kept earlier ones)
+  if (parts > 1 && n_max > 0) {
+    fold_parts<<<blocks_for(n_max * R), kThreads, 0, stream>>>(n_max * R, st.dh, parts,
+                                                               s.B * R);
+    FL_LAUNCH_CHECK();
   }
 }
 

@@ -18,7 +18,7 @@ size_t forward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
 }
 
 size_t backward_state_bytes(const Steps& s, int t_bytes, int a_bytes) {
-  return kRowsBytes + piece(s.B * 4 * s.H, t_bytes) + piece(s.B * s.R, a_bytes) +
+  return kRowsBytes + piece(s.B * 4 * s.H, t_bytes) + piece(kBackwardDhParts * s.B * s.R, a_bytes) +
          piece(s.B * s.H, a_bytes) +
          (s.proj ? piece(s.B * s.R, t_bytes) + piece(s.B * s.H, a_bytes) : 0);
 }
