@@ -223,7 +223,12 @@ def lstm_cases(dev):
                                             # (fp16), H padded to 16
                                             (3, 17, 4, 12, 0, None, True),
                                             # the persistent backward (batches up to 16)
-                                            (3, 9, 4, 12, 0, None, False)):
+                                            (3, 9, 4, 12, 0, None, False),
+                                            # fp16: each forward step one kernel (H 128),
+                                            # padded and packed
+                                            (3, 20, 5, 128, 0, None, False),
+                                            (3, 18, 5, 128, 0, (3,) * 10 + (2,) * 6 + (1,) * 2,
+                                             True)):
         # (fp32 inputs of I = 4 are 16-byte rows: there the input GEMM runs in chunks. No fp16
         # case has such rows: initcheck reports a cuBLAS fp16 tensor-core GEMM's whole result as
         # uninitialized when read, torch.mm's alone included, so it would drown what it finds.)
