@@ -72,7 +72,9 @@ __global__ void __launch_bounds__(kFsThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int j0 = blockIdx.x * kFsUnits, b0 = blockIdx.y * NB;
   // The next step may start launching: it waits for this one before reading what it writes.
+#if __CUDA_ARCH__ >= 900  // programmatic launch is sm_90's; FusedStep serves sm_90 and later
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 
   T* ws = reinterpret_cast<T*>(fs_smem) + warp * G::ROWS * G::LD;  // this warp's slice rows
   T* hs = ws + kFsGateRows * G::LD;
@@ -111,7 +113,9 @@ __global__ void __launch_bounds__(kFsThreads)
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 
   // What the step before wrote: h_{t-1} and c.
+#if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 #pragma unroll
   for (int it = 0; it < (NB * G::NC + 31) / 32; ++it) {
     const int idx = lane + 32 * it;

@@ -170,7 +170,8 @@ struct ForwardState {
 };
 
 // The forward step as one kernel (fused_step.cuh) where it serves: float16 and bfloat16 without a
-// projection, H = 128, 256, 512 or 1024, w_hh 16-byte aligned, and a grid of at most one block
+// projection on sm_90 and later, H = 128, 256, 512 or 1024, w_hh 16-byte aligned, the kernel's
+// shared memory within the device's, and a grid of at most one block
 // per SM (NB = 16 batch rows a block, else 32): more blocks than SMs ran slower than the GEMM
 // and cell_forward (B 100, H 512: 9.6 against 6.4 us a step on an H100). nb == 0: not served.
 template <typename T>
@@ -181,16 +182,34 @@ struct FusedStep {
     if constexpr (std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value) {
       if (s.proj || s.B <= 0 || !aligned16(w_hh)) return;
       if (s.H != 128 && s.H != 256 && s.H != 512 && s.H != 1024) return;
-      int device = 0, sms = 0;
+      int device = 0, sms = 0, major = 0, smem = 0;
       FL_CUDA_CHECK(cudaGetDevice(&device));
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      FL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      if (major < 9) return;  // the kernel's programmatic launch is sm_90's
       for (int rows : {16, 32}) {
+        if (smem_bytes(rows, static_cast<int>(s.H / 128)) > smem) continue;
         if ((s.H / kFsUnits) * ((s.B + rows - 1) / rows) <= sms) {
           nb = rows;
           ks = static_cast<int>(s.H / 128);
           return;
         }
       }
+    }
+  }
+
+  // The kernel's shared memory for NB = rows, KS = ks.
+  static int smem_bytes(int rows, int ks) {
+    switch (rows * 16 + ks) {
+      case 16 * 16 + 1: return FsGeometry<16, 1>::SMEM;
+      case 16 * 16 + 2: return FsGeometry<16, 2>::SMEM;
+      case 16 * 16 + 4: return FsGeometry<16, 4>::SMEM;
+      case 16 * 16 + 8: return FsGeometry<16, 8>::SMEM;
+      case 32 * 16 + 1: return FsGeometry<32, 1>::SMEM;
+      case 32 * 16 + 2: return FsGeometry<32, 2>::SMEM;
+      case 32 * 16 + 4: return FsGeometry<32, 4>::SMEM;
+      default: return FsGeometry<32, 8>::SMEM;
     }
   }
 
