@@ -10,10 +10,12 @@
 // shared memory, summed in warp order, and a thread per (row, unit) runs the cell as
 // cell_forward does. H = 128 KS is a template argument, so every loop is unrolled.
 //
-// The step is launched as a programmatic dependent of the step before (sequence.cuh): what no
-// kernel of the loop writes (w_hh's rows, the step's input products xp, the biases, the call's
-// pointers) loads before griddepcontrol.wait, so it overlaps the previous step's tail; h_{t-1}
-// and c load after it. Blocks read h_{t-1} while others write h_t, so h alternates between two
+// The step is launched as a programmatic dependent of the step before (sequence.cuh), and loads
+// before griddepcontrol.wait only what is final by the time the step before started: w_hh's
+// rows, the biases, the call's pointers, and the step's input products xp, which the loop's
+// in-line chunk GEMMs write: a step that starts a chunk is launched plainly, after its GEMM, and
+// a dependent step starts only after the step before it did. h_{t-1} and c load after the wait,
+// so the loads overlap the previous step's tail. Blocks read h_{t-1} while others write h_t, so h alternates between two
 // buffers (hp read, hn written).
 #pragma once
 

@@ -188,28 +188,22 @@ struct FusedStep {
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
       if (major < 9) return;  // the kernel's programmatic launch is sm_90's
+      const int ks_h = static_cast<int>(s.H / 128);
       for (int rows : {16, 32}) {
-        if (smem_bytes(rows, static_cast<int>(s.H / 128)) > smem) continue;
-        if ((s.H / kFsUnits) * ((s.B + rows - 1) / rows) <= sms) {
-          nb = rows;
-          ks = static_cast<int>(s.H / 128);
-          return;
-        }
+        if ((s.H / kFsUnits) * ((s.B + rows - 1) / rows) > sms) continue;
+        int bytes = 0;
+        geometry(rows, ks_h, [&](auto nb, auto ks) { bytes = FsGeometry<nb(), ks()>::SMEM; });
+        if (bytes > smem) continue;
+        nb = rows;
+        ks = ks_h;
+        // once a call (not a launch): the kernel's shared memory beyond the default 48 KB
+        geometry(nb, ks, [&](auto nb_c, auto ks_c) {
+          FL_CUDA_CHECK(cudaFuncSetAttribute(fused_forward_step<T, nb_c(), ks_c()>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             FsGeometry<nb_c(), ks_c()>::SMEM));
+        });
+        return;
       }
-    }
-  }
-
-  // The kernel's shared memory for NB = rows, KS = ks.
-  static int smem_bytes(int rows, int ks) {
-    switch (rows * 16 + ks) {
-      case 16 * 16 + 1: return FsGeometry<16, 1>::SMEM;
-      case 16 * 16 + 2: return FsGeometry<16, 2>::SMEM;
-      case 16 * 16 + 4: return FsGeometry<16, 4>::SMEM;
-      case 16 * 16 + 8: return FsGeometry<16, 8>::SMEM;
-      case 32 * 16 + 1: return FsGeometry<32, 1>::SMEM;
-      case 32 * 16 + 2: return FsGeometry<32, 2>::SMEM;
-      case 32 * 16 + 4: return FsGeometry<32, 4>::SMEM;
-      default: return FsGeometry<32, 8>::SMEM;
     }
   }
 
@@ -220,29 +214,41 @@ struct FusedStep {
               const ForwardRows<T>* rows, const T* w_hh, const T* hp, T* hn,
               compute_t<T>* c) const {
     if constexpr (std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value) {
-      switch (nb * 16 + ks) {
-        case 16 * 16 + 1: return go<16, 1>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 16 * 16 + 2: return go<16, 2>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 16 * 16 + 4: return go<16, 4>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 16 * 16 + 8: return go<16, 8>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 32 * 16 + 1: return go<32, 1>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 32 * 16 + 2: return go<32, 2>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 32 * 16 + 4: return go<32, 4>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        case 32 * 16 + 8: return go<32, 8>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
-        default: break;
+      if (nb > 0) {
+        geometry(nb, ks, [&](auto nb_c, auto ks_c) {
+          go<nb_c(), ks_c()>(dependent, stream, n, B, o, rows, w_hh, hp, hn, c);
+        });
+        return;
       }
     }
     throw std::logic_error("fastlayers: LSTM fused step launched where it does not serve");
   }
 
  private:
+  // f(NB, KS) with the geometry as std::integral_constant arguments: the one table of the
+  // instantiated geometries (NB 16 or 32, KS 1, 2, 4 or 8).
+  template <typename F>
+  static void geometry(int rows, int ks, F&& f) {
+    using std::integral_constant;
+    const auto with_ks = [&](auto nb_c) {
+      switch (ks) {
+        case 1: return f(nb_c, integral_constant<int, 1>{});
+        case 2: return f(nb_c, integral_constant<int, 2>{});
+        case 4: return f(nb_c, integral_constant<int, 4>{});
+        case 8: return f(nb_c, integral_constant<int, 8>{});
+        default: throw std::logic_error("fastlayers: LSTM fused step geometry");
+      }
+    };
+    if (rows == 16) return with_ks(integral_constant<int, 16>{});
+    if (rows == 32) return with_ks(integral_constant<int, 32>{});
+    throw std::logic_error("fastlayers: LSTM fused step geometry");
+  }
+
   template <int NB, int KS>
   static void go(bool dependent, cudaStream_t stream, int64_t n, int64_t B, int64_t o,
                  const ForwardRows<T>* rows, const T* w_hh, const T* hp, T* hn, float* c) {
     using G = FsGeometry<NB, KS>;
     const auto kernel = fused_forward_step<T, NB, KS>;
-    FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       G::SMEM));
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
@@ -262,8 +268,9 @@ struct FusedStep {
 // The forward's recurrence over a state (recorded once per key): per step g = h w_hh^T, then the
 // cell; with a projection, h = htil w_hr^T and the step's output rows. With input chunks, chunk
 // k's GEMM runs on the auxiliary branch and its first step waits for it. Where `fused` serves,
-// each step is its one kernel instead, h alternating between h (read at even steps) and h2, and a
-// step other than the first and a chunk's first is a programmatic dependent of the step before.
+// each step is its one kernel instead, h alternating between h (read at even steps) and h2; the
+// chunks' GEMMs run in line before their first step, and a step other than the first and a
+// chunk's first is a programmatic dependent of the step before.
 template <typename T>
 void forward_steps(const Steps& s, const InputChunks& in, bool tf32, const T* w_hh,
                    const T* w_hr, const FusedStep<T>& fused, void* state,
@@ -272,10 +279,10 @@ void forward_steps(const Steps& s, const InputChunks& in, bool tf32, const T* w_
   const int64_t H = s.H, R = s.R, rh_cols = R + (s.proj ? H : 0);
   const ForwardState<T> st(state, s);
   const gemm::Pinned pin(ss.blas, ss.stream);
-  // The fused steps take the chunks' GEMMs in line, on the loop's stream and handle: beside them
-  // on the branch the GEMMs' blocks held SMs the step's grid waits for (512/64/100 fp16 0.60 ms
-  // against 0.49 with the GEMM whole before the loop), and whole the GEMM's products left L2
-  // before their steps came (256/32/1000 fp16 2.9 ms against 2.4 in chunks).
+  // The fused steps take the chunks' GEMMs in line, on the loop's stream and handle: on the
+  // branch the GEMMs' blocks held SMs the step's grid waits for (512/64/100 fp16 forward, H100:
+  // 0.60 ms there, 0.55 in line), and whole before the loop the GEMM's products left L2 before
+  // their steps came (256/32/1000 fp16: 2.9 ms whole, 2.4 in chunks).
   const bool inline_chunks = fused.nb > 0;
   const cudaStream_t chunk_stream = inline_chunks ? ss.stream : ss.aux;
   const gemm::Pinned aux_pin(inline_chunks ? ss.blas : ss.aux_blas, chunk_stream);

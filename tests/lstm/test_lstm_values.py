@@ -84,6 +84,11 @@ FUSED = [
     Case(3, 64, 16, 512, 0, None, True, True),
     Case(2, 16, 8, 1024, 0, None, False, True),
     Case(1, 1, 8, 128, 0, None, False, True),
+    # the other instantiated geometries (rows a block, H / 128) on a GPU of 128 SMs or more:
+    # (16, 4), (32, 2) and (32, 8), the largest shared memory
+    Case(3, 20, 16, 512, 0, None, False, True),
+    Case(3, 80, 16, 256, 0, None, True, True),
+    Case(2, 24, 8, 1024, 0, None, True, True),
 ]
 
 
