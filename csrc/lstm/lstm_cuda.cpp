@@ -280,5 +280,15 @@ bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, in
                                 : lstm::persistent_fits(batch, hidden, bytes, bf16));
 }
 
+std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& dtype,
+                              int64_t device) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  const int bytes = dtype == "float32" ? 4 : dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
+  const char* k =
+      bytes > 0 ? lstm::persistent_forward_kernel(batch, hidden, bytes, dtype == "bfloat16")
+                : nullptr;
+  return k != nullptr ? k : "";
+}
+
 }  // namespace lstm_host
 }  // namespace fastlayers

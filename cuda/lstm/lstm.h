@@ -60,6 +60,10 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
 // backward_persistent's kernel (batches up to 16).
 bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
+// The forward kernel lstm_persistent runs for (B, H, storage type): "cluster" (float16 and
+// bfloat16 at H 128, 256, 512 and B up to 16, on sm_90 and later: one thread-block cluster,
+// persistent_cluster.cuh), "grid" (the cooperative kernels), or null where none fits.
+const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16);
 template <typename T>
 void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                         const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,

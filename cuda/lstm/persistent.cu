@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "../common/mma.cuh"
+#include "persistent_cluster.cuh"
 #include "sequence.cuh"
 
 namespace fastlayers {
@@ -612,15 +613,106 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
   return out->blocks > 0;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// The cluster kernel (persistent_cluster.cuh) where it serves: float16 / bfloat16, H 128, 256 or
+// 512, batches up to 16, on sm_90 and later where the device can place a cluster of H / 32
+// blocks. A pointer to the instantiation a call runs and its launch, or null.
+using ClusterLaunch = void (*)(const void* args, cudaStream_t stream);
+
+template <typename T, int H, int NT>
+void launch_cluster(const void* args, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(H / kClUnits);
+  cfg.blockDim = dim3(kClThreads);
+  cfg.dynamicSmemBytes = cl_smem_bytes(H);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = H / kClUnits;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  FL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_cluster_kernel<T, H, NT>,
+                                   *static_cast<const ClusterArgs<T>*>(args)));
+}
+
+// Whether the device places a cluster of the instantiation (attributes set once per device).
+template <typename T, int H, int NT>
+bool cluster_fits() {
+  const void* kernel = reinterpret_cast<const void*>(persistent_cluster_kernel<T, H, NT>);
+  if (H / kClUnits > 8)
+    FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     cl_smem_bytes(H)));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(H / kClUnits);
+  cfg.blockDim = dim3(kClThreads);
+  cfg.dynamicSmemBytes = cl_smem_bytes(H);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = H / kClUnits;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  FL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, persistent_cluster_kernel<T, H, NT>, &cfg));
+  return clusters > 0;
+}
+
+template <typename T, int H>
+ClusterLaunch cluster_for_h(int64_t B) {
+  return B <= 8 ? (cluster_fits<T, H, 1>() ? launch_cluster<T, H, 1> : nullptr)
+                : (cluster_fits<T, H, 2>() ? launch_cluster<T, H, 2> : nullptr);
+}
+
+// (device, T's kernel for H 128 and one n-tile, B, H)
+std::map<std::tuple<int, const void*, int64_t, int64_t>, ClusterLaunch> cluster_plans;
+
+template <typename T>
+ClusterLaunch cluster_plan(int64_t B, int64_t H) {
+  if constexpr (!has_mma<T>()) {
+    return nullptr;
+  } else {
+    if (B < 1 || B > kClMaxBatch || (H != 128 && H != 256 && H != 512)) return nullptr;
+    int device = 0;
+    FL_CUDA_CHECK(cudaGetDevice(&device));
+    const auto key = std::make_tuple(
+        device, reinterpret_cast<const void*>(persistent_cluster_kernel<T, 128, 1>), B, H);
+    std::lock_guard<std::mutex> lock(plan_mutex);
+    auto it = cluster_plans.find(key);
+    if (it == cluster_plans.end()) {
+      int major = 0;
+      FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      ClusterLaunch f = nullptr;
+      if (major >= 9) {
+        f = H == 128 ? cluster_for_h<T, 128>(B)
+                     : H == 256 ? cluster_for_h<T, 256>(B) : cluster_for_h<T, 512>(B);
+      }
+      it = cluster_plans.emplace(key, f).first;
+    }
+    return it->second;
+  }
+}
 }  // namespace
 
 bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
   Geometry g;
   switch (t_bytes) {
     case 4: return plan<float>(B, H, &g);
-    case 2: return bf16 ? plan<__nv_bfloat16>(B, H, &g) : plan<__half>(B, H, &g);
+    case 2:
+      return bf16 ? cluster_plan<__nv_bfloat16>(B, H) != nullptr || plan<__nv_bfloat16>(B, H, &g)
+                  : cluster_plan<__half>(B, H) != nullptr || plan<__half>(B, H, &g);
     default: return false;
   }
+}
+
+const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16) {
+  if (t_bytes == 2 && (bf16 ? cluster_plan<__nv_bfloat16>(B, H) : cluster_plan<__half>(B, H)))
+    return "cluster";
+  return persistent_fits(B, H, t_bytes, bf16) ? "grid" : nullptr;
 }
 
 bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
@@ -650,7 +742,8 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   using G = GemmTypes<T>;
   check_steps(s, "forward");
   Geometry g;
-  if (!plan<T>(s.B, s.H, &g))
+  const ClusterLaunch cluster = cluster_plan<T>(s.B, s.H);
+  if (cluster == nullptr && !plan<T>(s.B, s.H, &g))
     throw std::invalid_argument("fastlayers: the persistent LSTM forward does not fit this "
                                 "batch and hidden size on this device");
   if (workspace_size < forward_workspace(s, sizeof(T), sizeof(float)))
@@ -665,6 +758,12 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
           s.I, xp, 4 * H);
   } else {
     FL_CUDA_CHECK(cudaMemsetAsync(xp, 0, sizeof(float) * s.N * 4 * H, stream));
+  }
+  if (cluster != nullptr) {
+    const ClusterArgs<T> c{s.T, static_cast<int>(s.B), s.reverse, xp, b_ih, b_hh, w_hh, h0, c0,
+                           out, h_n, c_n, static_cast<float*>(reserve), reserve_h};
+    cluster(&c, stream);
+    return;
   }
   Args<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), g.units, s.reverse, xp, b_ih, b_hh,
             w_hh, h0, c0, hbuf, out, h_n, c_n, static_cast<float*>(reserve), reserve_h};

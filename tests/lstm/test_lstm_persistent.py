@@ -56,6 +56,46 @@ def test_persistent_op_matches_nn_lstm(device, case, precision):
     check_results(case, ours, ref, native, precision)
 
 
+# float16 and bfloat16 at H 128, 256 and 512 and batches up to 16 run on one thread-block cluster
+# of H / 32 blocks (sm_90 on): one and two n-tiles of 8 batch rows (B 8 and 9 on either side),
+# partial tiles, T 1 (no exchange), both directions, with and without biases.
+CLUSTER_CASES = [
+    Case(7, 1, 16, 512, 0, None, False, True),
+    Case(6, 5, 24, 512, 0, None, True, True),
+    Case(5, 8, 8, 256, 0, None, False, False),
+    Case(4, 9, 16, 512, 0, None, True, False),
+    Case(9, 16, 8, 128, 0, None, False, True),
+    Case(3, 13, 16, 256, 0, None, True, True),
+    Case(1, 3, 8, 128, 0, None, False, True),
+    Case(8, 16, 32, 512, 0, None, True, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)
+def test_cluster_kernel_matches_nn_lstm(case, precision):
+    skip_unless_supported("cuda", precision)
+    dtype = getattr(torch, precision)
+    cluster = torch.cuda.get_device_capability()[0] >= 9
+    assert fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda") == (
+        "cluster" if cluster else "grid")
+    ours, ref, native = run_case(case, precision, "cuda", op="lstm_persistent")
+    check_results(case, ours, ref, native, precision)
+
+
+@pytest.mark.gpu
+def test_which_persistent_kernel():
+    kernel = fastlayers.lstm.persistent_kernel
+    cluster = "cluster" if torch.cuda.get_device_capability()[0] >= 9 else "grid"
+    for dt in (torch.float16, torch.bfloat16):
+        assert [kernel(B, 512, dt, "cuda") for B in (1, 16, 17)] == [cluster, cluster, "grid"]
+        assert kernel(8, 384, dt, "cuda") == "grid" and kernel(8, 1024, dt, "cuda") == "grid"
+    assert kernel(8, 512, torch.float32, "cuda") == "grid"
+    assert kernel(8, 512, torch.float64, "cuda") is None
+    assert kernel(1 << 14, 512, torch.float32, "cuda") is None
+
+
 @pytest.mark.gpu
 def test_persistent_results_and_reserve_are_lstms():
     # The same reserve layout, so lstm_backward reads either; values agree to float32 rounding.

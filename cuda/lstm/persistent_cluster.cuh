@@ -1,0 +1,256 @@
+// The persistent forward on one thread-block cluster (sm_90): for float16 / bfloat16 layers of
+// H = 128, 256 or 512 at batches up to 16, the recurrence of persistent.cu's grid kernels on
+// H / 32 blocks of one cluster, which exchange h_t through distributed shared memory and meet at
+// the cluster's hardware barrier instead of writing h_t to global memory, reading it back
+// through L2 and synchronising the whole grid (what bounds the grid kernels' step at small
+// batches).
+//
+// Block r of the cluster owns hidden units 32 r .. 32 r + 31: their four gates' 128 rows of
+// w_hh, held in registers for the whole sequence as mma.sync A fragments (16 warps: warp w takes
+// gate rows 16 (w % 8) .. of half w / 8 of H, so a thread holds H / 8 values). Every block keeps
+// the whole h_{t-1} [B, H] in shared memory. Per step:
+//   1. each warp multiplies its rows by h_{t-1} (m16n8k16, float32 accumulation; the batch is
+//      the n dimension, padded to 8 or 16 with zero rows) and stores its partial products;
+//   2. warp b runs the cell of batch row b for the block's 32 units as cell_forward does (the
+//      input products xp and the biases added in the same order; c stays in a register);
+//   3. warp b copies its 32 new values of h_t into row b of the next h buffer of every block of
+//      the cluster (16-byte stores into distributed shared memory) and arrives at the cluster
+//      barrier (release); then it writes out, the reserve and reserve_h, loads the next step's
+//      input products, and waits on the barrier (acquire). A release orders every store before
+//      it, so global stores ahead of the arrival would hold it for their round trip.
+// h alternates between two buffers, so a block's writes for step t + 1 never meet another
+// block's reads of step t: a block writes buffer (t + 1) % 2 only after the barrier of step t,
+// which every block passes only after its products of step t read buffer t % 2.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/mma.cuh"
+#include "cell.cuh"
+
+namespace fastlayers {
+namespace lstm {
+
+constexpr int kClUnits = 32;                // hidden units a block: 128 gate rows, 8 m-tiles
+constexpr int kClWarps = 16;                // 8 m-tiles x 2 halves of H; the cell a warp a row
+constexpr int kClThreads = 32 * kClWarps;
+constexpr int kClMaxBatch = kClWarps;       // batch rows: a warp each in the cell
+constexpr int kClPartStride = 4 * kClUnits + 4;  // a batch row of partial products (floats)
+
+// The shared memory of H: h [2, 16, H + 8] T (rows padded by 16 bytes: the B fragments of a warp
+// fall in distinct banks) | partial products [2 steps, 2 halves, 16 rows, kClPartStride] float |
+// the block's new h rows [16, 32] T | an mbarrier a buffer of h.
+__host__ __device__ constexpr int cl_stride(int H) { return H + 8; }
+__host__ __device__ constexpr int cl_part_floats() { return 2 * kClMaxBatch * kClPartStride; }
+__host__ __device__ constexpr int cl_smem_bytes(int H) {
+  return 2 * kClMaxBatch * cl_stride(H) * 2 + 2 * cl_part_floats() * 4 +
+         kClMaxBatch * kClUnits * 2 + 2 * 8;
+}
+
+template <typename T>
+struct ClusterArgs {
+  int64_t steps;
+  int B;
+  bool reverse;
+  const float* xp;  // [T B, 4H] the input GEMM's products
+  const T *b_ih, *b_hh, *w_hh, *h0, *c0;
+  T *out, *h_n, *c_n;
+  float* reserve;   // [T B, 5H]
+  T* reserve_h;     // [T B, H]
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t cl_pair(const T* p) {  // two values, the first low
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
+  return static_cast<uint32_t>(s[0]) | (static_cast<uint32_t>(s[1]) << 16);
+}
+
+// NT: n-tiles of 8 batch rows (B up to 8 NT).
+template <typename T, int H, int NT>
+__global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const ClusterArgs<T> a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int CS = H / kClUnits;  // blocks of the cluster
+  constexpr int KH = H / 32;        // k-tiles of 16 a warp (half of H)
+  constexpr int S = cl_stride(H);
+  static_assert(H % 128 == 0 && CS <= 16 && (NT == 1 || NT == 2), "instantiated geometries");
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* h_s = reinterpret_cast<T*>(smem);
+  float* parts = reinterpret_cast<float*>(smem + 2 * kClMaxBatch * S * 2);
+  T* hl = reinterpret_cast<T*>(parts + 2 * cl_part_floats());
+  const unsigned mbar = static_cast<unsigned>(__cvta_generic_to_shared(hl + kClMaxBatch * kClUnits));
+
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const int B = a.B, u0 = static_cast<int>(rank) * kClUnits;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int mt = warp & 7, kh = warp >> 3;
+
+  // The warp's A fragments: local gate rows 16 mt + (g, g + 8) are gate mt / 2 of units
+  // u0 + 16 (mt % 2) + (g, g + 8); columns of half kh.
+  uint32_t wf[KH][4];
+  {
+    const T* w0 = a.w_hh + (static_cast<int64_t>(mt >> 1) * H + u0 + (mt & 1) * 16 + g) * H +
+                  kh * (H / 2) + 2 * tq;
+    const T* w8 = w0 + 8 * static_cast<int64_t>(H);
+#pragma unroll
+    for (int kk = 0; kk < KH; ++kk) {
+      wf[kk][0] = cl_pair(w0 + 16 * kk);
+      wf[kk][1] = cl_pair(w8 + 16 * kk);
+      wf[kk][2] = cl_pair(w0 + 16 * kk + 8);
+      wf[kk][3] = cl_pair(w8 + 16 * kk + 8);
+    }
+  }
+  // h_{-1} = h0 into buffer 0 (rows past B zero in both buffers: the padded n-tiles' operand).
+  const T zero = from_compute<T>(0.f);
+  for (int k = tid; k < 2 * kClMaxBatch * S; k += kClThreads) {
+    const int b = (k / S) % kClMaxBatch, j = k % S;
+    h_s[k] = k < kClMaxBatch * S && b < B && j < H ? a.h0[static_cast<int64_t>(b) * H + j] : zero;
+  }
+  // The cell's thread: batch row b = warp, unit u0 + lane.
+  const int b = warp, j = u0 + lane;
+  const bool active = b < B;
+  float c = 0.f, bi[4] = {0.f, 0.f, 0.f, 0.f}, bh[4] = {0.f, 0.f, 0.f, 0.f};
+  if (active) {
+    c = to_compute(a.c0[static_cast<int64_t>(b) * H + j]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (a.b_ih != nullptr) bi[q] = to_compute(a.b_ih[q * H + j]);
+      if (a.b_hh != nullptr) bh[q] = to_compute(a.b_hh[q * H + j]);
+    }
+  }
+  if (tid == 0) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mbar + 8 * k) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Every block of the cluster has started (zeroed its buffers, initialised its barriers) before
+  // any writes into it.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+
+  // Step s's input products, loaded a step ahead (in the barrier's wait of the step before).
+  auto load_xp = [&](int64_t s, float (&xv)[4]) {
+    const int64_t t = a.reverse ? a.steps - 1 - s : s;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) xv[q] = a.xp[(t * B + b) * 4 * H + q * H + j];
+  };
+  float xv[4] = {0.f, 0.f, 0.f, 0.f};
+  if (active) load_xp(0, xv);
+
+  for (int64_t step = 0; step < a.steps; ++step) {
+    const int64_t t = a.reverse ? a.steps - 1 - step : step;
+    const int cur = static_cast<int>(step & 1);
+    const int64_t row = t * B + b;
+    float* part = parts + cur * cl_part_floats();
+    if (step > 0) {  // h_{t-1}: every block's pieces in buffer cur (its ((step - 1) / 2)-th phase)
+      const unsigned parity = static_cast<unsigned>(((step - 1) >> 1) & 1);
+      asm volatile(
+          "{\n.reg .pred done;\ncl_wait:\n"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+          "@!done bra cl_wait;\n}\n" ::"r"(mbar + 8 * cur), "r"(parity)
+          : "memory");
+    }
+    if (tid == 0 && step + 1 < a.steps) {  // the next buffer's phase: B H values from the cluster
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar + 8 * (cur ^ 1)),
+                   "r"(B * H * 2)
+                   : "memory");
+    }
+    // 1. Partial products of gate rows 16 mt.. over half kh of H, two accumulators an n-tile.
+    const T* hb = h_s + cur * kClMaxBatch * S + g * S + kh * (H / 2) + 2 * tq;
+    float acc[NT][2][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[n][e][i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KH; ++kk) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        uint32_t bf[2];
+        load_b(bf, hb + n * 8 * S + 16 * kk);
+        mma16816(acc[n][kk & 1], wf[kk], bf, T{});
+      }
+    }
+    // d: (gate row g (+8), batch 2 tq (+1)) -> part[kh][batch][gate row]
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      float* p = part + (kh * kClMaxBatch + n * 8 + 2 * tq) * kClPartStride + mt * 16 + g;
+      p[0] = acc[n][0][0] + acc[n][1][0];
+      p[kClPartStride] = acc[n][0][1] + acc[n][1][1];
+      p[8] = acc[n][0][2] + acc[n][1][2];
+      p[kClPartStride + 8] = acc[n][0][3] + acc[n][1][3];
+    }
+    __syncthreads();
+    // 2. The cell of (b, j), as cell_forward: pre-activations, gates, c_t, h_t. h_{t-1} is read
+    // here, before the barrier's arrival, after which other blocks may overwrite its buffer.
+    float gate[4], cp = c, ht = 0.f;
+    T hprev = zero, hv = zero;
+    if (active) {
+      const float* p0 = part + b * kClPartStride + lane;
+      const float* p1 = p0 + kClMaxBatch * kClPartStride;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float x = xv[q] + (p0[q * kClUnits] + p1[q * kClUnits]);
+        if (a.b_ih != nullptr) x += bi[q];
+        if (a.b_hh != nullptr) x += bh[q];
+        gate[q] = x;
+      }
+      gate[0] = sigmoid(gate[0]);
+      gate[1] = sigmoid(gate[1]);
+      gate[2] = tanhf(gate[2]);
+      gate[3] = sigmoid(gate[3]);
+      c = gate[1] * cp + gate[0] * gate[2];
+      ht = gate[3] * tanhf(c);
+      hprev = h_s[cur * kClMaxBatch * S + b * S + j];
+      hv = from_compute<T>(ht);
+      hl[b * kClUnits + lane] = hv;
+    }
+    __syncwarp();
+    // 3. Row b's 32 values (four 16-byte pieces) into every block's next buffer.
+    if (active && step + 1 < a.steps) {
+      const int piece = lane & 3;
+      const uint4 v = *reinterpret_cast<const uint4*>(hl + b * kClUnits + 8 * piece);
+      T* dst = h_s + (cur ^ 1) * kClMaxBatch * S + b * S + u0 + 8 * piece;
+      const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+      const unsigned bar = mbar + 8 * (cur ^ 1);
+#pragma unroll
+      for (int d = lane >> 2; d < CS; d += 8) {
+        unsigned remote, remote_bar;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(d));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote_bar) : "r"(bar), "r"(d));
+        asm volatile(
+            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+            "[%5];\n" ::"r"(remote),
+            "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+            : "memory");
+      }
+    }
+    if (active) {
+      float* r = a.reserve + row * 5 * H + j;
+      r[0] = gate[0];
+      r[H] = gate[1];
+      r[2 * H] = gate[2];
+      r[3 * H] = gate[3];
+      r[4 * H] = cp;
+      a.reserve_h[row * H + j] = hprev;
+      a.out[row * H + j] = hv;
+      if (step + 1 < a.steps) {
+        load_xp(step + 1, xv);
+      } else {
+        a.h_n[static_cast<int64_t>(b) * H + j] = hv;
+        a.c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(c);
+      }
+    }
+  }
+  // No block leaves while stores into it may be in flight.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+}  // namespace lstm
+}  // namespace fastlayers
