@@ -638,28 +638,38 @@ void launch_cluster(const void* args, cudaStream_t stream) {
                                    *static_cast<const ClusterArgs<T>*>(args)));
 }
 
-// Whether the device places a cluster of the instantiation (attributes set once per device).
+// Whether the device places a cluster of the instantiation and this build holds its code for
+// sm_90 or later (an arch list without it compiles an empty body, which PTX of an older
+// architecture would give an sm_90 device). Attributes are set once per device; an error of the
+// queries (a cluster size the device refuses) counts as "does not fit", not as the call's error.
 template <typename T, int H, int NT>
 bool cluster_fits() {
-  const void* kernel = reinterpret_cast<const void*>(persistent_cluster_kernel<T, H, NT>);
-  if (H / kClUnits > 8)
-    FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     cl_smem_bytes(H)));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(H / kClUnits);
-  cfg.blockDim = dim3(kClThreads);
-  cfg.dynamicSmemBytes = cl_smem_bytes(H);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = H / kClUnits;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const auto kernel = persistent_cluster_kernel<T, H, NT>;
+  const void* k = reinterpret_cast<const void*>(kernel);
+  cudaFuncAttributes fa{};
+  bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.ptxVersion >= 90;
+  if (ok && H / kClUnits > 8)
+    ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  if (ok)
+    ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, cl_smem_bytes(H)) ==
+         cudaSuccess;
   int clusters = 0;
-  FL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, persistent_cluster_kernel<T, H, NT>, &cfg));
-  return clusters > 0;
+  if (ok) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(H / kClUnits);
+    cfg.blockDim = dim3(kClThreads);
+    cfg.dynamicSmemBytes = cl_smem_bytes(H);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = H / kClUnits;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess;
+  }
+  if (!ok) (void)cudaGetLastError();  // clear the refusal
+  return ok && clusters > 0;
 }
 
 template <typename T, int H>

@@ -1,26 +1,28 @@
 // The persistent forward on one thread-block cluster (sm_90): for float16 / bfloat16 layers of
 // H = 128, 256 or 512 at batches up to 16, the recurrence of persistent.cu's grid kernels on
-// H / 32 blocks of one cluster, which exchange h_t through distributed shared memory and meet at
-// the cluster's hardware barrier instead of writing h_t to global memory, reading it back
-// through L2 and synchronising the whole grid (what bounds the grid kernels' step at small
-// batches).
+// H / 32 blocks of one cluster, which send h_t into each other's shared memory instead of
+// writing it to global memory, reading it back through L2 and synchronising the whole grid (what
+// bounds the grid kernels' step at small batches).
 //
 // Block r of the cluster owns hidden units 32 r .. 32 r + 31: their four gates' 128 rows of
 // w_hh, held in registers for the whole sequence as mma.sync A fragments (16 warps: warp w takes
 // gate rows 16 (w % 8) .. of half w / 8 of H, so a thread holds H / 8 values). Every block keeps
-// the whole h_{t-1} [B, H] in shared memory. Per step:
-//   1. each warp multiplies its rows by h_{t-1} (m16n8k16, float32 accumulation; the batch is
-//      the n dimension, padded to 8 or 16 with zero rows) and stores its partial products;
-//   2. warp b runs the cell of batch row b for the block's 32 units as cell_forward does (the
+// the whole h_{t-1} [B, H] in shared memory, in two buffers (step s reads buffer s % 2), each
+// with an mbarrier. Per step s:
+//   1. wait for the buffer's phase (every block's pieces of h_{s-1} landed); thread 0 arms the
+//      other buffer's next phase (B H values expected);
+//   2. each warp multiplies its rows by h_{s-1} (m16n8k16, float32 accumulation; the batch is
+//      the n dimension, padded to 8 or 16 with zero rows) and stores its partial products
+//      (two buffers by step parity), then the block synchronises;
+//   3. warp b runs the cell of batch row b for the block's 32 units as cell_forward does (the
 //      input products xp and the biases added in the same order; c stays in a register);
-//   3. warp b copies its 32 new values of h_t into row b of the next h buffer of every block of
-//      the cluster (16-byte stores into distributed shared memory) and arrives at the cluster
-//      barrier (release); then it writes out, the reserve and reserve_h, loads the next step's
-//      input products, and waits on the barrier (acquire). A release orders every store before
-//      it, so global stores ahead of the arrival would hold it for their round trip.
-// h alternates between two buffers, so a block's writes for step t + 1 never meet another
-// block's reads of step t: a block writes buffer (t + 1) % 2 only after the barrier of step t,
-// which every block passes only after its products of step t read buffer t % 2.
+//   4. warp b sends its 32 new values of h_s (four 16-byte pieces) into row b of the other
+//      buffer of every block by st.async, each completing the receiver's mbarrier by its bytes;
+//      then it writes out, the reserve and reserve_h, and loads the next step's input products.
+// No fence or cluster barrier runs in the loop. A block overwrites another's buffer (s + 1) % 2
+// at step s only after its wait of step s saw that block's piece of h_{s-1}, which the block
+// sent (st.async's complete-tx releases at cluster scope) after its step s - 1 read that buffer;
+// so no write meets a read, and no phase's bytes arrive before the phase before it completed.
 #pragma once
 
 #include <cstdint>
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
                    "r"(B * H * 2)
                    : "memory");
     }
-    // 1. Partial products of gate rows 16 mt.. over half kh of H, two accumulators an n-tile.
+    // 2. Partial products of gate rows 16 mt.. over half kh of H, two accumulators an n-tile.
     const T* hb = h_s + cur * kClMaxBatch * S + g * S + kh * (H / 2) + 2 * tq;
     float acc[NT][2][4];
 #pragma unroll
@@ -185,8 +187,8 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       p[kClPartStride + 8] = acc[n][0][3] + acc[n][1][3];
     }
     __syncthreads();
-    // 2. The cell of (b, j), as cell_forward: pre-activations, gates, c_t, h_t. h_{t-1} is read
-    // here, before the barrier's arrival, after which other blocks may overwrite its buffer.
+    // 3. The cell of (b, j), as cell_forward: pre-activations, gates, c_t, h_t; h_{t-1} for
+    // reserve_h read before this thread's sends (after them, other blocks may overwrite it).
     float gate[4], cp = c, ht = 0.f;
     T hprev = zero, hv = zero;
     if (active) {
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       hl[b * kClUnits + lane] = hv;
     }
     __syncwarp();
-    // 3. Row b's 32 values (four 16-byte pieces) into every block's next buffer.
+    // 4. Row b's 32 values (four 16-byte pieces) into every block's next buffer.
     if (active && step + 1 < a.steps) {
       const int piece = lane & 3;
       const uint4 v = *reinterpret_cast<const uint4*>(hl + b * kClUnits + 8 * piece);
@@ -246,9 +248,12 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       }
     }
   }
-  // No block leaves while stores into it may be in flight.
+  // A block's last sends may be in flight when its loop ends: no block exits before all have
+  // ended theirs.
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();  // never chosen without sm_90 code (cluster_fits checks the build)
 #endif
 }
 

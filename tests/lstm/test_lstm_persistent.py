@@ -58,8 +58,12 @@ def test_persistent_op_matches_nn_lstm(device, case, precision):
 
 # float16 and bfloat16 at H 128, 256 and 512 and batches up to 16 run on one thread-block cluster
 # of H / 32 blocks (sm_90 on): one and two n-tiles of 8 batch rows (B 8 and 9 on either side),
-# partial tiles, T 1 (no exchange), both directions, with and without biases.
+# partial tiles, T 1 (no exchange), T 2 (one phase of one buffer's mbarrier), T 64 (32 phases of
+# each), both directions, with and without biases, at every H.
 CLUSTER_CASES = [
+    Case(2, 4, 8, 128, 0, None, True, False),
+    Case(64, 6, 8, 128, 0, None, False, True),
+    Case(5, 2, 12, 256, 0, None, True, True),
     Case(7, 1, 16, 512, 0, None, False, True),
     Case(6, 5, 24, 512, 0, None, True, True),
     Case(5, 8, 8, 256, 0, None, False, False),
@@ -77,19 +81,47 @@ CLUSTER_CASES = [
 def test_cluster_kernel_matches_nn_lstm(case, precision):
     skip_unless_supported("cuda", precision)
     dtype = getattr(torch, precision)
-    cluster = torch.cuda.get_device_capability()[0] >= 9
-    assert fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda") == (
-        "cluster" if cluster else "grid")
+    assert fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda") in _cluster_expected(
+        case.H)
     ours, ref, native = run_case(case, precision, "cuda", op="lstm_persistent")
     check_results(case, ours, ref, native, precision)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", [Case(6, 9, 8, 128, 0, None, True, True),
+                                  Case(5, 3, 8, 512, 0, None, False, True)], ids=str)
+def test_cluster_results_and_reserve_are_lstms(case, dtype):
+    # The cluster kernel's results and reserve (what lstm_backward reads) against lstm's (the
+    # step-wise kernels): the same values to the products' summation order, over 6 steps.
+    m = reference_module(case, dtype, "cuda")
+    x, h0, c0 = inputs(case, dtype, "cuda")
+    w = weights(m, case.reverse)
+    a = fl.lstm(x, h0, c0, *w, None, case.reverse, False)
+    b = fl.lstm_persistent(x, h0, c0, *w, None, case.reverse, False)
+    for u, v in zip(a, b):
+        assert u.shape == v.shape and u.dtype == v.dtype
+        tol = 2 * torch.finfo(dtype).eps  # two units of the storage's last place at 1
+        torch.testing.assert_close(v.float(), u.float(), rtol=tol, atol=tol)
+
+
+def _cluster_expected(H):
+    """The kernel expected at hidden H in a half type: clusters of 4 and 8 blocks are portable on
+    sm_90; 16 (H 512) needs a GPC with 16 free SMs, as the H100 SXM and H200 (132 SMs) have."""
+    props = torch.cuda.get_device_properties(0)
+    if props.major < 9:
+        return {"grid"}
+    return {"cluster"} if H < 512 or props.multi_processor_count >= 132 else {"cluster", "grid"}
+
+
+@pytest.mark.gpu
 def test_which_persistent_kernel():
     kernel = fastlayers.lstm.persistent_kernel
-    cluster = "cluster" if torch.cuda.get_device_capability()[0] >= 9 else "grid"
     for dt in (torch.float16, torch.bfloat16):
-        assert [kernel(B, 512, dt, "cuda") for B in (1, 16, 17)] == [cluster, cluster, "grid"]
+        for H in (128, 256, 512):
+            for B in (1, 8, 9, 16):
+                assert kernel(B, H, dt, "cuda") in _cluster_expected(H), (H, B, dt)
+            assert kernel(17, H, dt, "cuda") == "grid"
         assert kernel(8, 384, dt, "cuda") == "grid" and kernel(8, 1024, dt, "cuda") == "grid"
     assert kernel(8, 512, torch.float32, "cuda") == "grid"
     assert kernel(8, 512, torch.float64, "cuda") is None
