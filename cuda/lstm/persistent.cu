@@ -620,21 +620,31 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
 // blocks. A pointer to the instantiation a call runs and its launch, or null.
 using ClusterLaunch = void (*)(const void* args, cudaStream_t stream);
 
+// The launch of H's kernel: one cluster of H / 32 blocks (what the occupancy query and the
+// launch both take; not copyable, as cfg points at attr).
+struct ClusterConfig {
+  cudaLaunchAttribute attr{};
+  cudaLaunchConfig_t cfg{};
+  ClusterConfig(int H, cudaStream_t stream) {
+    cfg.gridDim = dim3(H / kClUnits);
+    cfg.blockDim = dim3(kClThreads);
+    cfg.dynamicSmemBytes = cl_smem_bytes(H);
+    cfg.stream = stream;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = H / kClUnits;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterConfig(const ClusterConfig&) = delete;
+  ClusterConfig& operator=(const ClusterConfig&) = delete;
+};
+
 template <typename T, int H, int NT>
 void launch_cluster(const void* args, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(H / kClUnits);
-  cfg.blockDim = dim3(kClThreads);
-  cfg.dynamicSmemBytes = cl_smem_bytes(H);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = H / kClUnits;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  FL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_cluster_kernel<T, H, NT>,
+  const ClusterConfig c(H, stream);
+  FL_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, persistent_cluster_kernel<T, H, NT>,
                                    *static_cast<const ClusterArgs<T>*>(args)));
 }
 
@@ -655,18 +665,8 @@ bool cluster_fits() {
          cudaSuccess;
   int clusters = 0;
   if (ok) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(H / kClUnits);
-    cfg.blockDim = dim3(kClThreads);
-    cfg.dynamicSmemBytes = cl_smem_bytes(H);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = H / kClUnits;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess;
+    const ClusterConfig c(H, nullptr);
+    ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &c.cfg) == cudaSuccess;
   }
   if (!ok) (void)cudaGetLastError();  // clear the refusal
   return ok && clusters > 0;

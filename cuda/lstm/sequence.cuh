@@ -3,9 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "../common/check.h"
 #include "../common/gemm.h"
@@ -182,28 +186,18 @@ struct FusedStep {
     if constexpr (std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value) {
       if (s.proj || s.B <= 0 || !aligned16(w_hh)) return;
       if (s.H != 128 && s.H != 256 && s.H != 512 && s.H != 1024) return;
-      int device = 0, sms = 0, major = 0, smem = 0;
+      int device = 0;
       FL_CUDA_CHECK(cudaGetDevice(&device));
-      FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      FL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      if (major < 9) return;  // the kernel's programmatic launch is sm_90's
-      const int ks_h = static_cast<int>(s.H / 128);
-      for (int rows : {16, 32}) {
-        if ((s.H / kFsUnits) * ((s.B + rows - 1) / rows) > sms) continue;
-        int bytes = 0;
-        geometry(rows, ks_h, [&](auto nb, auto ks) { bytes = FsGeometry<nb(), ks()>::SMEM; });
-        if (bytes > smem) continue;
-        nb = rows;
-        ks = ks_h;
-        // once a call (not a launch): the kernel's shared memory beyond the default 48 KB
-        geometry(nb, ks, [&](auto nb_c, auto ks_c) {
-          FL_CUDA_CHECK(cudaFuncSetAttribute(fused_forward_step<T, nb_c(), ks_c()>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             FsGeometry<nb_c(), ks_c()>::SMEM));
-        });
-        return;
-      }
+      // The choice of each (device, H, B), made once: the device's attributes and the kernel's
+      // shared-memory attribute are not queried or set again on every call.
+      static std::mutex mutex;
+      static std::map<std::tuple<int, int64_t, int64_t>, std::pair<int, int>> chosen;
+      std::lock_guard<std::mutex> lock(mutex);
+      const auto key = std::make_tuple(device, s.H, s.B);
+      auto it = chosen.find(key);
+      if (it == chosen.end()) it = chosen.emplace(key, choose(device, s.H, s.B)).first;
+      nb = it->second.first;
+      ks = it->second.second;
     }
   }
 
@@ -225,6 +219,30 @@ struct FusedStep {
   }
 
  private:
+  // (NB, KS) for H and B on `device`, or (0, 0); sets the chosen kernel's shared-memory limit.
+  static std::pair<int, int> choose(int device, int64_t H, int64_t B) {
+    int sms = 0, major = 0, smem = 0;
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (major < 9) return {0, 0};  // the kernel's programmatic launch is sm_90's
+    const int ks = static_cast<int>(H / 128);
+    for (int rows : {16, 32}) {
+      if ((H / kFsUnits) * ((B + rows - 1) / rows) > sms) continue;
+      int bytes = 0;
+      geometry(rows, ks, [&](auto nb_c, auto ks_c) { bytes = FsGeometry<nb_c(), ks_c()>::SMEM; });
+      if (bytes > smem) continue;
+      // the kernel's shared memory beyond the default 48 KB
+      geometry(rows, ks, [&](auto nb_c, auto ks_c) {
+        FL_CUDA_CHECK(cudaFuncSetAttribute(fused_forward_step<T, nb_c(), ks_c()>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           FsGeometry<nb_c(), ks_c()>::SMEM));
+      });
+      return {rows, ks};
+    }
+    return {0, 0};
+  }
+
   // f(NB, KS) with the geometry as std::integral_constant arguments: the one table of the
   // instantiated geometries (NB 16 or 32, KS 1, 2, 4 or 8).
   template <typename F>
