@@ -1,14 +1,16 @@
 // The Python module fastlayers._C: what the package reads of the build (with_cuda, the fbfft size
 // limits), the tuner's workspace sizes, PyTorch's TF32 switch for convolution, the cuFFT plan
-// cache and the convolution modules' eager call (Conv2dPlan, csrc/conv_module); test and
-// benchmark hooks in the submodule _C.testing (csrc/testing.cpp). The ops themselves are reached
-// through torch.ops.fastlayers (csrc/fastlayers.cpp).
+// cache, the convolution modules' eager call (Conv2dPlan, csrc/conv_module) and the LSTM's
+// (lstm_call, csrc/lstm/lstm_eager.cpp); test and benchmark hooks in the submodule _C.testing
+// (csrc/testing.cpp). The ops themselves are reached through torch.ops.fastlayers
+// (csrc/fastlayers.cpp).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "../cuda/fbfft/limits.h"
 #include "conv_module/conv_module.h"
 #include "fft_conv/module_api.h"
+#include "lstm/lstm_eager.h"
 #include "lstm/module_api.h"
 #include "winograd/module_api.h"
 #include "testing.h"
@@ -62,6 +64,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("with_lstm_cuda") = false;
 #endif
   fastlayers::conv_module::bind(m);
+  fastlayers::lstm_host::bind_eager(m);
   auto testing = m.def_submodule("testing", "Test and benchmark hooks (not a stable API)");
   fastlayers::testing::bind(testing);
 }

@@ -200,8 +200,12 @@ class LSTM(nn.RNNBase):
             self.check_forward_args(nn_input, hx, None)
         h0, c0 = hx
         tf32 = data.dtype == torch.float32 and data.is_cuda and rnn_tf32_allowed()
-        lstm = (torch.ops.fastlayers.lstm_persistent if choice == "persistent" else
+        persistent = choice == "persistent"
+        lstm = (torch.ops.fastlayers.lstm_persistent if persistent else
                 torch.ops.fastlayers.lstm)
+        # Eager calls take the C++ autograd node (_C.lstm_call: no Python in the step's forward
+        # or backward); a traced graph takes the ops and their registered autograd.
+        eager = not torch.compiler.is_compiling()
         x = data if packed else data.contiguous()
         if choice == "fused" and self._fl_stacks(packed, data):
             # one wavefront over every layer (lstm_stack): no dropout between them here
@@ -219,8 +223,13 @@ class LSTM(nn.RNNBase):
             for d in range(dirs):
                 k = layer * dirs + d
                 with _on(side if d == 1 else None):
-                    y, h, c, _, _ = lstm(x, h0[k], c0[k], *self._fl_weights(layer, d),
-                                         batch_sizes, d == 1, tf32)
+                    if eager:
+                        y, h, c = _C.lstm_call(persistent, x, h0[k], c0[k],
+                                               *self._fl_weights(layer, d), batch_sizes, d == 1,
+                                               tf32)
+                    else:
+                        y, h, c, _, _ = lstm(x, h0[k], c0[k], *self._fl_weights(layer, d),
+                                             batch_sizes, d == 1, tf32)
                 outs.append(y)
                 h_n.append(h)
                 c_n.append(c)

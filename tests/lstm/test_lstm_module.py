@@ -384,6 +384,65 @@ def test_weights_given_for_the_call_are_the_ones_used(name):
     assert rel_err(fast(x, hx)[0], ref(x, hx)[0]) <= FLOAT64_BOUND
 
 
+@pytest.mark.parametrize("used", ["output", "h_n", "c_n", "h_n c_n"])
+@pytest.mark.parametrize("name", ["plain"] + PATH_CONFIGS)
+def test_a_loss_of_some_results_only(device, name, used):
+    # The results a loss leaves out reach the backward as no gradient at all (not zeros), and are
+    # read as zero there.
+    ref, fast = pair(CONFIGS[name][0], device=device)
+    x, hx = make_inputs(name, device=device)
+    got = []
+    for m in (ref, fast):
+        xs = [t.detach().clone().requires_grad_() for t in (x, *hx)]
+        y, (h, c) = m(xs[0], tuple(xs[1:]))
+        terms = {"output": (y * y.cos()).sum(), "h_n": h.square().sum(), "c_n": (c ** 3).sum()}
+        loss = sum(terms[k] for k in used.split())
+        got.append(torch.autograd.grad(loss, xs + list(m.parameters())))
+    for a, b in zip(*got):
+        assert rel_err(b, a) <= FLOAT64_BOUND, (name, used, rel_err(b, a))
+
+
+@pytest.mark.parametrize("name", ["plain", "bi-layers2"])
+def test_autocast_runs_the_layers_in_its_dtype(device, name):
+    # Under torch.autocast the layers run in its dtype, as nn.LSTM's do, and the float32
+    # parameters and input get float32 gradients through the casts: the same values, bit for
+    # bit, as the ops called on operands cast by hand.
+    dtype = torch.bfloat16
+    ref, fast = pair(CONFIGS[name][0], dtype=torch.float32, device=device)
+    x, hx = make_inputs(name, dtype=torch.float32, device=device)
+    xs = [t.detach().clone().requires_grad_() for t in (x, *hx)]
+    with torch.autocast(device, dtype=dtype):
+        y, (h, c) = fast(*xs[:1], tuple(xs[1:]))
+    assert y.dtype == h.dtype == c.dtype == dtype
+    got = torch.autograd.grad((y.float() ** 2).sum() + h.float().sum() + c.float().sum(),
+                              xs + list(fast.parameters()))
+
+    ys = [t.detach().clone().requires_grad_() for t in (x, *hx)]
+    params = list(fast.parameters())
+    cast = [p.to(dtype) for p in params]
+    per = len(params) // _layers_dirs(name)
+    tf32 = device == "cuda" and fastlayers.lstm.rnn_tf32_allowed()  # the module's argument
+    inp, hs, cs = ys[0].to(dtype), [], []
+    for layer in range(fast.num_layers):
+        outs = []
+        for d in range(2 if fast.bidirectional else 1):
+            k = layer * (2 if fast.bidirectional else 1) + d
+            o, hk, ck, _, _ = torch.ops.fastlayers.lstm(
+                inp, ys[1][k].to(dtype), ys[2][k].to(dtype), *cast[per * k:per * k + 4], None,
+                None, d == 1, tf32)
+            outs.append(o)
+            hs.append(hk)
+            cs.append(ck)
+        inp = torch.cat(outs, -1)
+    want = [inp, torch.stack(hs), torch.stack(cs)]
+    for a, b in zip((y, h, c), want):
+        assert torch.equal(a, b)
+    expected = torch.autograd.grad((want[0].float() ** 2).sum() + want[1].float().sum() +
+                                   want[2].float().sum(), ys + params)
+    for a, b in zip(got, expected):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
+
+
 @pytest.mark.parametrize("name", PATH_CONFIGS)
 def test_the_two_bias_gradients_are_tensors_of_their_own(name):
     ref, fast = pair(CONFIGS[name][0])

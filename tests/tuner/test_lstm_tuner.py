@@ -96,8 +96,17 @@ def test_measuring_checks_and_times_both(monkeypatch, pass_):
 
 def wrong_lstm_op(monkeypatch, from_batch=1):
     """torch.ops.fastlayers.lstm scaled by 1.01 from batch `from_batch` on (the tuner's fused
-    candidate computing something else), every other op as it is."""
+    candidate computing something else), every other op as it is; in the module's eager call
+    (_C.lstm_call) and in the op a traced graph calls alike."""
     real = torch.ops.fastlayers.lstm
+    real_call = fastlayers._C.lstm_call
+
+    def wrong_call(persistent, *args):
+        out = real_call(persistent, *args)
+        if persistent or args[0].shape[1] < from_batch:
+            return out
+        return (out[0] * 1.01,) + tuple(out[1:])
+    monkeypatch.setattr(fastlayers._C, "lstm_call", wrong_call)
 
     class Wrong:
         def __getattr__(self, name):
