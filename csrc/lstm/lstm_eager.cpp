@@ -1,10 +1,10 @@
 // The eager call of fastlayers.LSTM's layers: one C++ autograd node (a torch::autograd::Function)
-// per lstm or lstm_persistent call, whose forward and backward call the ops below autograd. The
-// ops' registered autograd (lstm.py, torch.library) enters Python twice a call, on the way in and
-// in the backward, and materialises zero gradients for the reserve outputs nobody reads: at small
-// batches a training step's host time was twice its device time (about 1.5 ms against 0.6-0.8 at
-// hidden 512, batch 1-4, on an H100). torch.compile traces the ops themselves (rnn.py), so their
-// registered autograd stays what a graph sees.
+// per lstm, lstm_persistent or lstm_stack call, whose forward and backward call the ops below
+// autograd. The ops' registered autograd (lstm.py, torch.library) enters Python twice a call, on
+// the way in and in the backward, and materialises zero gradients for the reserve outputs nobody
+// reads: at small batches a training step's host time was twice its device time (about 1.5 ms
+// against 0.6-0.8 at hidden 512, batch 1-4, on an H100). torch.compile traces the ops themselves
+// (rnn.py), so their registered autograd stays what a graph sees.
 #include "lstm_eager.h"
 
 #include <ATen/ATen.h>
@@ -38,8 +38,12 @@ using Backward = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tens
     const Tensor&, const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
     const Tensor&, const Tensor&, bool, bool, bool, bool);
 
+using Stack = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>(
+    const Tensor&, const Tensor&, const Tensor&, at::TensorList, bool, bool);
+
 struct Ops {
   c10::TypedOperatorHandle<Forward> lstm = op_handle<Forward>("fastlayers::lstm");
+  c10::TypedOperatorHandle<Stack> stack = op_handle<Stack>("fastlayers::lstm_stack");
   c10::TypedOperatorHandle<Forward> persistent = op_handle<Forward>("fastlayers::lstm_persistent");
   c10::TypedOperatorHandle<Backward> backward = op_handle<Backward>("fastlayers::lstm_backward");
   c10::TypedOperatorHandle<Backward> backward_persistent =
@@ -68,6 +72,21 @@ bool persistent_backward(const Tensor& input, const Tensor& w_hh, bool packed, b
   (void)input, (void)w_hh, (void)packed, (void)proj;
   return false;
 #endif
+}
+
+// The second bias's gradient: the two biases' gradients are equal, so it is a tensor of its own
+// where the first is returned too (one object for both would let an in-place change of one alter
+// the other).
+Tensor second_bias_grad(const Tensor& gb, bool first_returned) {
+  return first_returned ? gb.clone() : gb;
+}
+
+// A zero output gradient for a node whose output only h_n or c_n was differentiated: the
+// backward ops take grad_output as a tensor.
+Tensor zero_output_grad(const Tensor& input, int64_t cols) {
+  auto shape = input.sizes().vec();
+  shape.back() = cols;
+  return at::zeros(shape, input.options());
 }
 
 struct LayerFn : torch::autograd::Function<LayerFn> {
@@ -108,12 +127,9 @@ struct LayerFn : torch::autograd::Function<LayerFn> {
     bool need[8];
     for (int i = 0, edge = 0; i < 8; ++i) need[i] = present[i] && ctx->needs_input_grad(edge++);
     const bool need_weights = need[3] || need[4] || need[5] || need[6] || need[7];
-    Tensor g_out = grads[0];
-    if (!g_out.defined()) {  // only h_n or c_n was differentiated: a zero output gradient
-      auto shape = input.sizes().vec();
-      shape.back() = w_hr.defined() ? w_hr.size(0) : w_hh.size(1);
-      g_out = at::zeros(shape, input.options());
-    }
+    const Tensor g_out = grads[0].defined()
+                             ? grads[0]
+                             : zero_output_grad(input, w_hr.defined() ? w_hr.size(0) : w_hh.size(1));
     const auto& op = persistent && persistent_backward(input, w_hh, batch_sizes.defined(),
                                                        w_hr.defined())
                          ? ops().backward_persistent
@@ -127,9 +143,7 @@ struct LayerFn : torch::autograd::Function<LayerFn> {
                 given(w_hr), given(batch_sizes), reserve, reserve_h, reverse, tf32, need[0],
                 need_weights);
     const bool b_ih_grad = has_b_ih && need[5];
-    // The two biases' gradients are equal: the second is a tensor of its own where the first is
-    // returned too (one object for both would let an in-place change of one alter the other).
-    Tensor gb_hh = has_b_hh && need[6] ? (b_ih_grad ? gb.clone() : gb) : Tensor();
+    Tensor gb_hh = has_b_hh && need[6] ? second_bias_grad(gb, b_ih_grad) : Tensor();
     return {need[0] ? gx : Tensor(),
             need[1] ? gh0 : Tensor(),
             need[2] ? gc0 : Tensor(),
@@ -139,6 +153,69 @@ struct LayerFn : torch::autograd::Function<LayerFn> {
             gb_hh,
             w_hr.defined() && need[7] ? gw_hr : Tensor(),
             Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+// lstm_stack's node: inputs input, h0, c0 and the flat weights (per layer w_ih, w_hh and with
+// biases b_ih, b_hh). Its backward runs lstm_backward layer by layer from the top on the slices of
+// what the stack saved; a layer's input gradient is the output gradient of the layer below.
+struct StackFn : torch::autograd::Function<StackFn> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& input, const Tensor& h0,
+                               const Tensor& c0, at::TensorList weights, bool has_biases,
+                               bool tf32) {
+    ctx->set_materialize_grads(false);
+    at::AutoDispatchBelowADInplaceOrView below;  // as LayerFn's
+    auto [out, h_n, c_n, inner, reserve, reserve_h] =
+        ops().stack.call(input, h0, c0, weights, has_biases, tf32);
+    std::vector<Tensor> saved{input, h0, c0, inner, reserve, reserve_h};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["flags"] = int64_t(has_biases) | int64_t(tf32) << 1;
+    return {out, h_n, c_n};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &input = saved[0], &h0 = saved[1], &c0 = saved[2], &inner = saved[3],
+                 &reserve = saved[4], &reserve_h = saved[5];
+    const int64_t flags = ctx->saved_data["flags"].toInt();
+    const bool has_biases = flags & 1, tf32 = flags & 2;
+    const int64_t per = has_biases ? 4 : 2, L = h0.size(0);
+    const size_t n_weights = saved.size() - 6;
+    // Every input is a defined tensor: edge i is input i (the weights from 3 on).
+    std::vector<bool> need(3 + n_weights);
+    for (size_t i = 0; i < need.size(); ++i) need[i] = ctx->needs_input_grad(i);
+    bool any_weight = false;
+    for (size_t i = 3; i < need.size(); ++i) any_weight = any_weight || need[i];
+    const Tensor &g_out = grads[0], &g_h = grads[1], &g_c = grads[2];
+    Tensor g = g_out.defined() ? g_out : zero_output_grad(input, h0.size(2));
+    std::optional<at::AutoDispatchBelowADInplaceOrView> below;  // as LayerFn's backward
+    if (!at::GradMode::is_enabled()) below.emplace();
+    std::vector<Tensor> gh0(L), gc0(L);
+    variable_list out(3 + n_weights + 2);
+    for (int64_t l = L - 1; l >= 0; --l) {
+      const Tensor x = l == 0 ? input : inner[l - 1];
+      const Tensor &w_ih = saved[6 + per * l], &w_hh = saved[6 + per * l + 1];
+      auto [gx, gh, gc, gw_ih, gw_hh, gb, gw_hr] = ops().backward.call(
+          g.contiguous(), g_h.defined() ? OptTensor(g_h[l]) : std::nullopt,
+          g_c.defined() ? OptTensor(g_c[l]) : std::nullopt, x, h0[l], c0[l], w_ih, w_hh,
+          std::nullopt, std::nullopt, reserve[l], reserve_h[l], false, tf32, l > 0 || need[0],
+          any_weight);
+      gh0[l] = gh;
+      gc0[l] = gc;
+      const size_t w = 3 + per * l;  // this layer's first weight among the inputs
+      if (need[w]) out[w] = gw_ih;
+      if (need[w + 1]) out[w + 1] = gw_hh;
+      if (has_biases) {
+        if (need[w + 2]) out[w + 2] = gb;
+        if (need[w + 3]) out[w + 3] = second_bias_grad(gb, need[w + 2]);
+      }
+      g = gx;
+    }
+    if (need[0]) out[0] = g;
+    if (need[1]) out[1] = at::stack(gh0);
+    if (need[2]) out[2] = at::stack(gc0);
+    return out;
   }
 };
 
@@ -161,6 +238,14 @@ struct Cast {
     return t.has_value() ? OptTensor((*this)(*t)) : std::nullopt;
   }
 };
+
+// A node's three results as a Python tuple.
+PyObject* results(variable_list&& r) {
+  PyObject* out = PyTuple_New(3);
+  if (out == nullptr) return nullptr;
+  for (int i = 0; i < 3; ++i) PyTuple_SET_ITEM(out, i, THPVariable_Wrap(std::move(r[i])));
+  return out;
+}
 
 // lstm_call(persistent, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse, tf32)
 // -> (output, h_n, c_n): lstm (or lstm_persistent) with this node's autograd. Positional only;
@@ -206,12 +291,62 @@ PyObject* lstm_call(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs)
     r = LayerFn::apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, opt(9), flags[1] != 0,
                        flags[2] != 0, flags[0] != 0);
   }
-  PyObject* out = PyTuple_New(3);
-  if (out == nullptr) return nullptr;
-  for (int i = 0; i < 3; ++i) PyTuple_SET_ITEM(out, i, THPVariable_Wrap(std::move(r[i])));
-  return out;
+  return results(std::move(r));
   END_HANDLE_TH_ERRORS
 }
+
+// lstm_stack_call(input, h0, c0, weights, has_biases, tf32) -> (output, h_n, c_n): lstm_stack with
+// StackFn's autograd; `weights` a list or tuple of tensors. Positional only, as lstm_call.
+PyObject* lstm_stack_call(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  const char* usage = "lstm_stack_call(input, h0, c0, weights, has_biases, tf32)";
+  if (nargs != 6) {
+    PyErr_Format(PyExc_TypeError, "%s: 6 positional arguments, got %zd", usage, nargs);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < 3; ++i) {
+    if (!THPVariable_Check(args[i])) {
+      PyErr_Format(PyExc_TypeError, "%s: argument %zd must be a tensor", usage, i);
+      return nullptr;
+    }
+  }
+  if (!PyList_Check(args[3]) && !PyTuple_Check(args[3])) {
+    PyErr_Format(PyExc_TypeError, "%s: weights must be a list or tuple of tensors", usage);
+    return nullptr;
+  }
+  const int has_biases = PyObject_IsTrue(args[4]), tf32 = PyObject_IsTrue(args[5]);
+  if (has_biases < 0 || tf32 < 0) return nullptr;
+  const Tensor& input = THPVariable_Unpack(args[0]);
+  const Cast cast(input);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(args[3]);
+  PyObject** items = PySequence_Fast_ITEMS(args[3]);
+  std::vector<Tensor> weights;
+  weights.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!THPVariable_Check(items[i])) {
+      PyErr_Format(PyExc_TypeError, "%s: weights[%zd] must be a tensor", usage, i);
+      return nullptr;
+    }
+    weights.push_back(cast(THPVariable_Unpack(items[i])));
+  }
+  variable_list r;
+  {
+    Tensor x = cast(input), h0 = cast(THPVariable_Unpack(args[1])),
+           c0 = cast(THPVariable_Unpack(args[2]));
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    r = StackFn::apply(x, h0, c0, at::TensorList(weights), has_biases != 0, tf32 != 0);
+  }
+  return results(std::move(r));
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef stack_call_def = {
+    "lstm_stack_call",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&lstm_stack_call)),
+    METH_FASTCALL,
+    "lstm_stack_call(input, h0, c0, weights, has_biases, tf32) -> (output, h_n, c_n): "
+    "fastlayers::lstm_stack with a C++ autograd node; what fastlayers.LSTM calls eagerly for a "
+    "unidirectional stack."};
 
 PyMethodDef lstm_call_def = {
     "lstm_call",
@@ -224,9 +359,11 @@ PyMethodDef lstm_call_def = {
 }  // namespace
 
 void bind_eager(pybind11::module_& m) {
-  PyObject* fn = PyCFunction_NewEx(&lstm_call_def, nullptr, nullptr);
-  if (fn == nullptr) throw pybind11::error_already_set();
-  m.add_object("lstm_call", pybind11::reinterpret_steal<pybind11::object>(fn));
+  for (PyMethodDef* def : {&lstm_call_def, &stack_call_def}) {
+    PyObject* fn = PyCFunction_NewEx(def, nullptr, nullptr);
+    if (fn == nullptr) throw pybind11::error_already_set();
+    m.add_object(def->ml_name, pybind11::reinterpret_steal<pybind11::object>(fn));
+  }
 }
 
 }  // namespace lstm_host

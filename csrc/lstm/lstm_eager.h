@@ -1,5 +1,5 @@
-// fastlayers._C.lstm_call: the eager call of fastlayers.LSTM's layers, one C++ autograd node per
-// layer and direction (csrc/lstm/lstm_eager.cpp).
+// fastlayers._C.lstm_call and lstm_stack_call: the eager calls of fastlayers.LSTM's layers, one
+// C++ autograd node per op call (csrc/lstm/lstm_eager.cpp).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -7,7 +7,7 @@
 namespace fastlayers {
 namespace lstm_host {
 
-// Defines lstm_call on `m`, the module fastlayers._C.
+// Defines lstm_call and lstm_stack_call on `m`, the module fastlayers._C.
 void bind_eager(pybind11::module_& m);
 
 }  // namespace lstm_host

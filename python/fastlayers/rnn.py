@@ -209,8 +209,11 @@ class LSTM(nn.RNNBase):
         x = data if packed else data.contiguous()
         if choice == "fused" and self._fl_stacks(packed, data):
             # one wavefront over every layer (lstm_stack): no dropout between them here
-            y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(x, h0, c0, self._fl_all_weights(),
-                                                               self.bias, tf32)
+            if eager:
+                y, h, c = _C.lstm_stack_call(x, h0, c0, self._fl_all_weights(), self.bias, tf32)
+            else:
+                y, h, c, _, _, _ = torch.ops.fastlayers.lstm_stack(
+                    x, h0, c0, self._fl_all_weights(), self.bias, tf32)
             if not batched:
                 return y.squeeze(1), (h.squeeze(1), c.squeeze(1))
             return (y.transpose(0, 1) if self.batch_first else y), (h, c)
