@@ -229,8 +229,8 @@ def lstm_cases(dev):
                                             (3, 20, 5, 128, 0, None, False),
                                             (3, 18, 5, 128, 0, (3,) * 10 + (2,) * 6 + (1,) * 2,
                                              True),
-                                            # fp16: the persistent forward on one cluster (H 128,
-                                            # 256; one and two n-tiles)
+                                            # fp16: the persistent forward and backward on one
+                                            # cluster (H 128, 256; one and two n-tiles)
                                             (3, 9, 5, 128, 0, None, True),
                                             (2, 3, 4, 256, 0, None, False)):
         # (fp32 inputs of I = 4 are 16-byte rows: there the input GEMM runs in chunks. No fp16

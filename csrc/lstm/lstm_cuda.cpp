@@ -281,12 +281,13 @@ bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, in
 }
 
 std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& dtype,
-                              int64_t device) {
+                              int64_t device, bool backward) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   const int bytes = dtype == "float32" ? 4 : dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
-  const char* k =
-      bytes > 0 ? lstm::persistent_forward_kernel(batch, hidden, bytes, dtype == "bfloat16")
-                : nullptr;
+  const bool bf16 = dtype == "bfloat16";
+  const char* k = bytes == 0 ? nullptr
+                  : backward ? lstm::persistent_backward_kernel(batch, hidden, bytes, bf16)
+                             : lstm::persistent_forward_kernel(batch, hidden, bytes, bf16);
   return k != nullptr ? k : "";
 }
 

@@ -18,9 +18,10 @@ bool rnn_tf32_allowed();
 // device `device`.
 bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device,
                      bool backward);
-// The kernel lstm_persistent's forward runs there: "cluster", "grid", or "" where none fits.
+// The kernel lstm_persistent's forward (`backward`: lstm_backward_persistent) runs there:
+// "cluster", "grid", or "" where none fits.
 std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& dtype,
-                              int64_t device);
+                              int64_t device, bool backward);
 #endif
 
 }  // namespace lstm_host

@@ -64,6 +64,10 @@ bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 // bfloat16 at H 128, 256, 512 and B up to 16, on sm_90 and later: one thread-block cluster,
 // persistent_cluster.cuh), "grid" (the cooperative kernels), or null where none fits.
 const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16);
+// The backward kernel lstm_backward_persistent runs there: "cluster" (float16 and bfloat16 at H
+// 128, 256, 512 and B up to 16 on sm_90 and later: persistent_cluster_backward.cuh), "grid", or
+// null where persistent_backward_fits is false.
+const char* persistent_backward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16);
 template <typename T>
 void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                         const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,
@@ -71,7 +75,8 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
                         cudaStream_t stream, cublasHandle_t blas, bool tf32);
 
 // The persistent backward (persistent.cu): backward()'s results where persistent_backward_fits,
-// padded input without a projection (dw_hr none); the recurrence as one cooperative kernel, then
+// padded input without a projection (dw_hr none); the recurrence as one kernel (a cluster's or a
+// cooperative grid's), then
 // backward()'s GEMMs over every step.
 template <typename T>
 void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc_n, const T* x,

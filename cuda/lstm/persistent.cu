@@ -14,6 +14,7 @@
 
 #include "../common/mma.cuh"
 #include "persistent_cluster.cuh"
+#include "persistent_cluster_backward.cuh"
 #include "sequence.cuh"
 
 namespace fastlayers {
@@ -405,17 +406,6 @@ constexpr int kBackMaxBatch = 16;
 // A thread per (row, unit) of the block: batch rows times units a block (up to 16) within a block.
 static_assert(kBackMaxBatch * 16 <= kPThreads, "a (row, unit) item a thread");
 
-template <typename T>
-struct BackArgs {
-  int64_t steps;
-  int B, H;
-  bool reverse;
-  const T *dy, *dh_n, *dc_n, *w_hh;  // dy [T B, H]; dh_n, dc_n [B, H] or null (zeros)
-  const float* reserve;              // [T B, 5H]
-  T* dgates;                         // [T B, 4H]
-  T *dh0, *dc0;                      // [B, H]
-};
-
 // The 32 values of every lane summed over the warp, scattered: lane l returns the sum of value l
 // (a butterfly that halves the values each level: 31 shuffles for 32 sums instead of 160).
 template <int N>
@@ -615,20 +605,22 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
 
 
 // ---------------------------------------------------------------------------------------------
-// The cluster kernel (persistent_cluster.cuh) where it serves: float16 / bfloat16, H 128, 256 or
-// 512, batches up to 16, on sm_90 and later where the device can place a cluster of H / 32
-// blocks. A pointer to the instantiation a call runs and its launch, or null.
+// The cluster kernels (persistent_cluster.cuh, persistent_cluster_backward.cuh) where they serve:
+// float16 / bfloat16, H 128, 256 or 512, batches up to 16, on sm_90 and later where the device
+// can place a cluster of H / 32 blocks. A pointer to the instantiation a call runs and its
+// launch, or null.
 using ClusterLaunch = void (*)(const void* args, cudaStream_t stream);
 
-// The launch of H's kernel: one cluster of H / 32 blocks (what the occupancy query and the
-// launch both take; not copyable, as cfg points at attr).
+// The launch of a cluster kernel at H: one cluster of H / 32 blocks with `smem` bytes of shared
+// memory each (what the occupancy query and the launch both take; not copyable, as cfg points at
+// attr).
 struct ClusterConfig {
   cudaLaunchAttribute attr{};
   cudaLaunchConfig_t cfg{};
-  ClusterConfig(int H, cudaStream_t stream) {
+  ClusterConfig(int H, int smem, cudaStream_t stream) {
     cfg.gridDim = dim3(H / kClUnits);
     cfg.blockDim = dim3(kClThreads);
-    cfg.dynamicSmemBytes = cl_smem_bytes(H);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = H / kClUnits;
@@ -641,47 +633,61 @@ struct ClusterConfig {
   ClusterConfig& operator=(const ClusterConfig&) = delete;
 };
 
+// The forward's and the backward's instantiations at (T, H, NT): kernel, arguments, shared memory.
+template <typename T, int H, int NT, bool Backward>
+struct ClusterKernel {
+  using Args = ClusterArgs<T>;
+  static constexpr auto kernel = persistent_cluster_kernel<T, H, NT>;
+  static constexpr int smem = cl_smem_bytes(H);
+};
 template <typename T, int H, int NT>
+struct ClusterKernel<T, H, NT, true> {
+  using Args = BackArgs<T>;
+  static constexpr auto kernel = persistent_cluster_backward_kernel<T, H, NT>;
+  static constexpr int smem = clb_smem_bytes(H);
+};
+
+template <typename K, int H>
 void launch_cluster(const void* args, cudaStream_t stream) {
-  const ClusterConfig c(H, stream);
-  FL_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, persistent_cluster_kernel<T, H, NT>,
-                                   *static_cast<const ClusterArgs<T>*>(args)));
+  const ClusterConfig c(H, K::smem, stream);
+  FL_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, K::kernel, *static_cast<const typename K::Args*>(args)));
 }
 
 // Whether the device places a cluster of the instantiation and this build holds its code for
 // sm_90 or later (an arch list without it compiles an empty body, which PTX of an older
 // architecture would give an sm_90 device). Attributes are set once per device; an error of the
 // queries (a cluster size the device refuses) counts as "does not fit", not as the call's error.
-template <typename T, int H, int NT>
+template <typename K, int H>
 bool cluster_fits() {
-  const auto kernel = persistent_cluster_kernel<T, H, NT>;
-  const void* k = reinterpret_cast<const void*>(kernel);
+  const void* k = reinterpret_cast<const void*>(K::kernel);
   cudaFuncAttributes fa{};
   bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.ptxVersion >= 90;
   if (ok && H / kClUnits > 8)
     ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
   if (ok)
-    ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, cl_smem_bytes(H)) ==
+    ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, K::smem) ==
          cudaSuccess;
   int clusters = 0;
   if (ok) {
-    const ClusterConfig c(H, nullptr);
-    ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &c.cfg) == cudaSuccess;
+    const ClusterConfig c(H, K::smem, nullptr);
+    ok = cudaOccupancyMaxActiveClusters(&clusters, K::kernel, &c.cfg) == cudaSuccess;
   }
   if (!ok) (void)cudaGetLastError();  // clear the refusal
   return ok && clusters > 0;
 }
 
-template <typename T, int H>
+template <typename T, int H, bool Backward>
 ClusterLaunch cluster_for_h(int64_t B) {
-  return B <= 8 ? (cluster_fits<T, H, 1>() ? launch_cluster<T, H, 1> : nullptr)
-                : (cluster_fits<T, H, 2>() ? launch_cluster<T, H, 2> : nullptr);
+  using One = ClusterKernel<T, H, 1, Backward>;
+  using Two = ClusterKernel<T, H, 2, Backward>;
+  return B <= 8 ? (cluster_fits<One, H>() ? launch_cluster<One, H> : nullptr)
+                : (cluster_fits<Two, H>() ? launch_cluster<Two, H> : nullptr);
 }
 
-// (device, T's kernel for H 128 and one n-tile, B, H)
+// (device, T's kernel for H 128 and one n-tile of the pass, B, H)
 std::map<std::tuple<int, const void*, int64_t, int64_t>, ClusterLaunch> cluster_plans;
 
-template <typename T>
+template <typename T, bool Backward = false>
 ClusterLaunch cluster_plan(int64_t B, int64_t H) {
   if constexpr (!has_mma<T>()) {
     return nullptr;
@@ -690,7 +696,7 @@ ClusterLaunch cluster_plan(int64_t B, int64_t H) {
     int device = 0;
     FL_CUDA_CHECK(cudaGetDevice(&device));
     const auto key = std::make_tuple(
-        device, reinterpret_cast<const void*>(persistent_cluster_kernel<T, 128, 1>), B, H);
+        device, reinterpret_cast<const void*>(ClusterKernel<T, 128, 1, Backward>::kernel), B, H);
     std::lock_guard<std::mutex> lock(plan_mutex);
     auto it = cluster_plans.find(key);
     if (it == cluster_plans.end()) {
@@ -698,8 +704,9 @@ ClusterLaunch cluster_plan(int64_t B, int64_t H) {
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       ClusterLaunch f = nullptr;
       if (major >= 9) {
-        f = H == 128 ? cluster_for_h<T, 128>(B)
-                     : H == 256 ? cluster_for_h<T, 256>(B) : cluster_for_h<T, 512>(B);
+        f = H == 128   ? cluster_for_h<T, 128, Backward>(B)
+            : H == 256 ? cluster_for_h<T, 256, Backward>(B)
+                       : cluster_for_h<T, 512, Backward>(B);
       }
       it = cluster_plans.emplace(key, f).first;
     }
@@ -727,13 +734,22 @@ const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf
 
 bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
   Geometry g;
+  if (!persistent_fits(B, H, t_bytes, bf16)) return false;
   switch (t_bytes) {
-    case 4: return plan<float>(B, H, &g) && back_plan<float>(B, H, &g);
+    case 4: return back_plan<float>(B, H, &g);
     case 2:
-      return bf16 ? plan<__nv_bfloat16>(B, H, &g) && back_plan<__nv_bfloat16>(B, H, &g)
-                  : plan<__half>(B, H, &g) && back_plan<__half>(B, H, &g);
+      return bf16 ? cluster_plan<__nv_bfloat16, true>(B, H) != nullptr ||
+                        back_plan<__nv_bfloat16>(B, H, &g)
+                  : cluster_plan<__half, true>(B, H) != nullptr || back_plan<__half>(B, H, &g);
     default: return false;
   }
+}
+
+const char* persistent_backward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16) {
+  if (!persistent_backward_fits(B, H, t_bytes, bf16)) return nullptr;
+  const bool cluster = t_bytes == 2 && (bf16 ? cluster_plan<__nv_bfloat16, true>(B, H)
+                                             : cluster_plan<__half, true>(B, H)) != nullptr;
+  return cluster ? "cluster" : "grid";
 }
 
 // The padded, projection-free input both persistent kernels take (`pass`: "forward" or
@@ -790,7 +806,8 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
                          cublasHandle_t blas, bool tf32) {
   check_steps(s, "backward");
   Geometry g;
-  if (!back_plan<T>(s.B, s.H, &g))
+  const ClusterLaunch cluster = cluster_plan<T, true>(s.B, s.H);
+  if (cluster == nullptr && !back_plan<T>(s.B, s.H, &g))
     throw std::invalid_argument("fastlayers: the persistent LSTM backward does not fit this "
                                 "batch and hidden size on this device");
   if (workspace_size < backward_workspace(s, sizeof(T), sizeof(float)))
@@ -801,9 +818,13 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
   T* ones = ws.take<T>(s.N);
   BackArgs<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), s.reverse, dy, dh_n, dc_n,
                 w_hh, static_cast<const float*>(reserve), dgates, dh0, dc0};
-  void* args[] = {&a};
-  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(back_kernel_for<T>(g.units), dim3(g.blocks),
-                                            dim3(kPThreads), args, g.smem, stream));
+  if (cluster != nullptr) {
+    cluster(&a, stream);
+  } else {
+    void* args[] = {&a};
+    FL_CUDA_CHECK(cudaLaunchCooperativeKernel(back_kernel_for<T>(g.units), dim3(g.blocks),
+                                              dim3(kPThreads), args, g.smem, stream));
+  }
   const gemm::Pinned pin(blas, stream);
   backward_gemms<T>(s, pin, dgates, ones, nullptr, x, w_ih, reserve_h, dx, weights, dw_ih,
                     dw_hh, db, nullptr, stream, tf32);

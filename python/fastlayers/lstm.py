@@ -60,19 +60,21 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
 
 
 def persistent_kernel(batch: int, hidden: int, dtype: torch.dtype,
-                      device: torch.device) -> Optional[str]:
+                      device: torch.device, backward: bool = False) -> Optional[str]:
     """The kernel lstm_persistent's forward runs for `batch` sequences of `hidden` units in
     `dtype` on `device`: "cluster" (float16 and bfloat16 at hidden 128, 256 or 512 and batches up
     to 16 on compute capability 9.0 and later: one thread-block cluster exchanging h_t through
     distributed shared memory), "grid" (a cooperative kernel over the SMs), or None where
-    persistent_fits is false."""
-    if not persistent_fits(batch, hidden, dtype, device):
+    persistent_fits is false. `backward`: the kernel of lstm_backward_persistent (the same
+    rule; the cluster exchanges each block's partial products of dh), None where it does not
+    serve (persistent_fits(..., backward=True) false)."""
+    if not persistent_fits(batch, hidden, dtype, device, backward):
         return None
     from . import _C
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _C.lstm_persistent_kernel(int(batch), int(hidden), str(dtype).replace("torch.", ""),
-                                     index) or None
+                                     index, bool(backward)) or None
 
 
 def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import fastlayers
-from conv_samples import RecordOps, cudnn_tf32
-from lstm_samples import (CASES, PRECISIONS, Case, check_results, inputs, reference_module,
-                          run_case, skip_unless_supported, weights)
+from conv_samples import RecordOps, cudnn_tf32, rel_err
+from lstm_samples import (CASES, ERROR_FACTOR, PRECISIONS, Case, check_results, inputs,
+                          reference_module, run_case, skip_unless_supported, weights)
 from fastlayers import algorithms
 from fastlayers.tuner.lstm import LstmProblem
 
@@ -57,9 +57,9 @@ def test_persistent_op_matches_nn_lstm(device, case, precision):
 
 
 # float16 and bfloat16 at H 128, 256 and 512 and batches up to 16 run on one thread-block cluster
-# of H / 32 blocks (sm_90 on): one and two n-tiles of 8 batch rows (B 8 and 9 on either side),
-# partial tiles, T 1 (no exchange), T 2 (one phase of one buffer's mbarrier), T 64 (32 phases of
-# each), both directions, with and without biases, at every H.
+# of H / 32 blocks (sm_90 on), forward and backward: one and two n-tiles of 8 batch rows (B 8
+# and 9 on either side), partial tiles, T 1 (no exchange), T 2 (one phase of one buffer's
+# mbarrier), T 64 (32 phases of each), both directions, with and without biases, at every H.
 CLUSTER_CASES = [
     Case(2, 4, 8, 128, 0, None, True, False),
     Case(64, 6, 8, 128, 0, None, False, True),
@@ -105,6 +105,40 @@ def test_cluster_results_and_reserve_are_lstms(case, dtype):
         torch.testing.assert_close(v.float(), u.float(), rtol=tol, atol=tol)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", [Case(6, 9, 8, 128, 0, None, True, True),
+                                  Case(5, 1, 8, 256, 0, None, False, True),
+                                  Case(7, 16, 8, 512, 0, None, True, True)], ids=str)
+def test_cluster_backward_is_as_accurate_as_lstm_backwards(case, dtype):
+    # On one reserve and upstream gradients, every result of lstm_backward_persistent (the
+    # cluster kernel, which sums each block's partial products of dh in another order) is within
+    # ERROR_FACTOR x lstm_backward's own error against lstm_backward in float64 on the same
+    # operands, with and without grad_h_n / grad_c_n and the weight gradients.
+    assert fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda", backward=True) in \
+        _cluster_expected(case.H)
+    m = reference_module(case, dtype, "cuda")
+    x, h0, c0 = inputs(case, dtype, "cuda")
+    w = [t if t is None else t.detach() for t in weights(m, case.reverse)]
+    _, _, _, reserve, reserve_h = fl.lstm(x, h0, c0, *w, None, case.reverse, False)
+    gen = torch.Generator().manual_seed(5)
+    dy, dh, dc = (torch.randn(*s, generator=gen).to("cuda", dtype) for s in (
+        (case.T, case.B, case.H), (case.B, case.H), (case.B, case.H)))
+    for g_h, g_c, need_w in ((dh, dc, True), (None, None, False), (dh, None, True)):
+        args = [dy, g_h, g_c, x, h0, c0, w[0], w[1], None, None, reserve, reserve_h,
+                case.reverse, False, True, need_w]
+        ref = fl.lstm_backward(*[a.double() if isinstance(a, torch.Tensor) else a
+                                 for a in args])
+        step = fl.lstm_backward(*args)
+        ours = fl.lstm_backward_persistent(*args)
+        for k, (u, v, r) in enumerate(zip(step, ours, ref)):
+            assert u.shape == v.shape and u.dtype == v.dtype, k
+            if r.numel() == 0:
+                continue
+            own, err = rel_err(u, r), rel_err(v, r)
+            assert err <= ERROR_FACTOR * max(own, torch.finfo(dtype).eps), (k, err, own)
+
+
 def _cluster_expected(H):
     """The kernel expected at hidden H in a half type: clusters of 4 and 8 blocks are portable on
     sm_90; 16 (H 512) needs a GPC with 16 free SMs, as the H100 SXM and H200 (132 SMs) have."""
@@ -126,6 +160,14 @@ def test_which_persistent_kernel():
     assert kernel(8, 512, torch.float32, "cuda") == "grid"
     assert kernel(8, 512, torch.float64, "cuda") is None
     assert kernel(1 << 14, 512, torch.float32, "cuda") is None
+    # The backward's: the same rule, and none above batch 16 (lstm_backward serves there).
+    for dt in (torch.float16, torch.bfloat16):
+        for H in (128, 256, 512):
+            for B in (1, 8, 9, 16):
+                assert kernel(B, H, dt, "cuda", backward=True) in _cluster_expected(H), (H, B)
+            assert kernel(17, H, dt, "cuda", backward=True) is None
+        assert kernel(8, 384, dt, "cuda", backward=True) == "grid"
+    assert kernel(8, 512, torch.float32, "cuda", backward=True) == "grid"
 
 
 @pytest.mark.gpu
