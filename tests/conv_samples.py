@@ -380,6 +380,23 @@ class RecordOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def python_autograd_calls(fn) -> list:
+    """The functions of torch.library's Python autograd (torch/_library/autograd.py) that fn()
+    enters on this thread: what a module's eager C++ node must not go through."""
+    import sys
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("_library/autograd.py"):
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
 def ops_of(fn):
     """fn()'s result and the names of the fastlayers ops it ran, in order (RecordOps)."""
     with RecordOps() as rec:

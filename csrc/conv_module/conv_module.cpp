@@ -204,10 +204,12 @@ at::Tensor forward_call(const Plan& p, const at::Tensor& x, const at::Tensor& w,
 }
 
 struct PlannedConv : torch::autograd::Function<PlannedConv> {
-  // Function::apply runs this below autograd (the ops' own autograd is not entered).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b,
                             const c10::intrusive_ptr<Plan>& plan) {
+    // Function::apply only turns grad mode off: without this guard the ops' registered autograd
+    // (Python, torch.library) would still be entered on every call.
+    at::AutoDispatchBelowADInplaceOrView below;
     ctx->save_for_backward({x, w});
     ctx->saved_data["plan"] = c10::IValue::make_capsule(plan);
     ctx->saved_data["bias"] = b.has_value() && b->defined();

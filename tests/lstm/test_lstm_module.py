@@ -14,7 +14,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import fastlayers
 from fastlayers import tuner
-from conv_samples import RecordOps, rel_err
+from conv_samples import RecordOps, python_autograd_calls, rel_err
 from lstm_samples import ERROR_FACTOR, FLOAT64_BOUND
 
 # name: (nn.LSTM kwargs, input form, hx given, train mode, (T, B))
@@ -400,6 +400,21 @@ def test_a_loss_of_some_results_only(device, name, used):
         got.append(torch.autograd.grad(loss, xs + list(m.parameters())))
     for a, b in zip(*got):
         assert rel_err(b, a) <= FLOAT64_BOUND, (name, used, rel_err(b, a))
+
+
+@pytest.mark.parametrize("name", ["plain", "bi-layers2", "layers3"])
+def test_a_training_step_enters_no_python_autograd(name):
+    # Eager calls run the ops below autograd from C++ nodes: the ops' registered (Python)
+    # autograd is entered neither in the forward nor in the backward.
+    ref, fast = pair(CONFIGS[name][0])
+    x, hx = make_inputs(name)
+    x = x.detach().requires_grad_()
+
+    def step():
+        y, (h, c) = fast(x, hx)
+        (y.sum() + h.sum() + c.sum()).backward()
+    step()
+    assert python_autograd_calls(step) == []
 
 
 @pytest.mark.parametrize("name", ["plain", "bi-layers2", "layers3"])

@@ -12,7 +12,7 @@ from torch import nn
 
 import fastlayers
 from fastlayers import tuner
-from conv_samples import cudnn_tf32, ops_of
+from conv_samples import cudnn_tf32, ops_of, python_autograd_calls
 
 
 def pair(device, **kwargs):
@@ -303,3 +303,16 @@ def test_plan_call_checks_its_arguments_and_keeps_its_plan(device):
     torch.testing.assert_close(y, ref - b.view(1, -1, 1, 1), rtol=1e-10, atol=1e-10)
     with pytest.raises(RuntimeError, match="input channels"):  # the op's own message
         f(x, torch.randn(4, 2, 3, 3, device=device, dtype=torch.float64), None, False)
+
+
+@pytest.mark.parametrize("label", ["fft:16x16", "winograd:2", "native"])
+def test_a_training_step_enters_no_python_autograd(label):
+    # The C++ node runs each pass's op below autograd: the ops' registered (Python) autograd is
+    # not entered, in the forward or the backward (Function::apply alone only turns grad mode
+    # off, which still enters it).
+    torch.manual_seed(0)
+    fast = fastlayers.Conv2d(3, 4, 3, padding=1).double().force_algorithms(label, label, label)
+    x = torch.randn(2, 3, 12, 12, dtype=torch.float64, requires_grad=True)
+    fast(x).sum().backward()  # the plan made
+    assert python_autograd_calls(lambda: fast(x).sum().backward()) == []
+    assert python_autograd_calls(lambda: fast(x)) == []
