@@ -184,9 +184,12 @@ class LSTM(nn.RNNBase):
         dirs = 2 if self.bidirectional else 1
         R = self.proj_size if self.proj_size > 0 else self.hidden_size
         if hx is None:
-            zeros = lambda n: torch.zeros(self.num_layers * dirs, B, n, dtype=data.dtype,  # noqa
-                                          device=data.device)
-            hx = (zeros(R), zeros(self.hidden_size))
+            n = self.num_layers * dirs
+            if R == self.hidden_size:  # one allocation and one fill for both
+                hx = torch.zeros(2, n, B, R, dtype=data.dtype, device=data.device).unbind(0)
+            else:
+                hx = (torch.zeros(n, B, R, dtype=data.dtype, device=data.device),
+                      torch.zeros(n, B, self.hidden_size, dtype=data.dtype, device=data.device))
         elif packed:
             self.check_forward_args(data, hx, batch_sizes)
             hx = self.permute_hidden(hx, sorted_indices)
@@ -241,7 +244,9 @@ class LSTM(nn.RNNBase):
             x = outs[0] if dirs == 1 else torch.cat(outs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        hidden = (torch.stack(h_n), torch.stack(c_n))
+        # one layer and direction: its states as views (stacking one tensor would copy it)
+        hidden = ((h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)) if len(h_n) == 1 else
+                  (torch.stack(h_n), torch.stack(c_n)))
         if packed:
             return (PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices),
                     self.permute_hidden(hidden, unsorted_indices))

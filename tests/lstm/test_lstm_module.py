@@ -402,6 +402,25 @@ def test_a_loss_of_some_results_only(device, name, used):
         assert rel_err(b, a) <= FLOAT64_BOUND, (name, used, rel_err(b, a))
 
 
+@pytest.mark.parametrize("name", ["plain", "plain-nohx", "bi-layers2", "layers3"])
+def test_results_can_be_changed_in_place(device, name):
+    # As nn.LSTM's: output, h_n and c_n changed in place (a one-layer module's states are views
+    # of its layer's), then differentiated, give nn.LSTM's gradients.
+    ref, fast = pair(CONFIGS[name][0], device=device)
+    x, hx = make_inputs(name, device=device)
+    got = []
+    for m in (ref, fast):
+        xs = [t.detach().clone().requires_grad_() for t in (x, *(hx or ()))]
+        y, (h, c) = m(xs[0], tuple(xs[1:]) if hx else None)
+        y.mul_(2)
+        h.add_(1)
+        c.mul_(h.detach())
+        loss = (y * y.cos()).sum() + h.square().sum() + (c ** 3).sum()
+        got.append([y, h, c] + list(torch.autograd.grad(loss, xs + list(m.parameters()))))
+    for a, b in zip(*got):
+        assert rel_err(b, a) <= FLOAT64_BOUND
+
+
 @pytest.mark.parametrize("name", ["plain", "bi-layers2", "layers3"])
 def test_a_training_step_enters_no_python_autograd(name):
     # Eager calls run the ops below autograd from C++ nodes: the ops' registered (Python)
