@@ -111,7 +111,9 @@ struct LayerFn : torch::autograd::Function<LayerFn> {
                                int64_t(persistent) << 2 |
                                int64_t(b_ih.has_value() && b_ih->defined()) << 3 |
                                int64_t(b_hh.has_value() && b_hh->defined()) << 4;
-    return {out, h_n, c_n};
+    // The states as [1, B, .]: a one-layer module returns them as they are, and, reshaped here
+    // below autograd, they are no views (nn.LSTM's h_n.detach_() works on them, as on its own).
+    return {out, h_n.unsqueeze(0), c_n.unsqueeze(0)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -127,6 +129,9 @@ struct LayerFn : torch::autograd::Function<LayerFn> {
     bool need[8];
     for (int i = 0, edge = 0; i < 8; ++i) need[i] = present[i] && ctx->needs_input_grad(edge++);
     const bool need_weights = need[3] || need[4] || need[5] || need[6] || need[7];
+    // The states' gradients arrive as [1, B, .].
+    const Tensor g_h = grads[1].defined() ? grads[1].squeeze(0) : Tensor();
+    const Tensor g_c = grads[2].defined() ? grads[2].squeeze(0) : Tensor();
     const Tensor g_out = grads[0].defined()
                              ? grads[0]
                              : zero_output_grad(input, w_hr.defined() ? w_hr.size(0) : w_hh.size(1));
@@ -139,7 +144,7 @@ struct LayerFn : torch::autograd::Function<LayerFn> {
     std::optional<at::AutoDispatchBelowADInplaceOrView> below;
     if (!at::GradMode::is_enabled()) below.emplace();
     auto [gx, gh0, gc0, gw_ih, gw_hh, gb, gw_hr] =
-        op.call(g_out.contiguous(), given(grads[1]), given(grads[2]), input, h0, c0, w_ih, w_hh,
+        op.call(g_out.contiguous(), given(g_h), given(g_c), input, h0, c0, w_ih, w_hh,
                 given(w_hr), given(batch_sizes), reserve, reserve_h, reverse, tf32, need[0],
                 need_weights);
     const bool b_ih_grad = has_b_ih && need[5];
@@ -243,12 +248,19 @@ struct Cast {
 PyObject* results(variable_list&& r) {
   PyObject* out = PyTuple_New(3);
   if (out == nullptr) return nullptr;
-  for (int i = 0; i < 3; ++i) PyTuple_SET_ITEM(out, i, THPVariable_Wrap(std::move(r[i])));
+  for (int i = 0; i < 3; ++i) {
+    PyObject* t = THPVariable_Wrap(std::move(r[i]));
+    if (t == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, i, t);
+  }
   return out;
 }
 
 // lstm_call(persistent, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse, tf32)
-// -> (output, h_n, c_n): lstm (or lstm_persistent) with this node's autograd. Positional only;
+// -> (output, h_n [1, B, R], c_n [1, B, H]): lstm (or lstm_persistent) with this node's autograd. Positional only;
 // b_ih, b_hh, w_hr and batch_sizes tensors or None. A plain CPython function (METH_FASTCALL):
 // pybind11's generic dispatch costs microseconds a call.
 constexpr Py_ssize_t kArgs = 12;
@@ -353,7 +365,8 @@ PyMethodDef lstm_call_def = {
     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&lstm_call)),
     METH_FASTCALL,
     "lstm_call(persistent, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse, "
-    "tf32) -> (output, h_n, c_n): one LSTM layer (fastlayers::lstm, or lstm_persistent where "
+    "tf32) -> (output, h_n [1, B, R], c_n [1, B, H]): one LSTM layer (fastlayers::lstm, or "
+    "lstm_persistent where "
     "`persistent`) with a C++ autograd node; what fastlayers.LSTM calls eagerly."};
 
 }  // namespace

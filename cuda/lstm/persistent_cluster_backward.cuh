@@ -7,7 +7,8 @@
 //   dh[b, j] = sum over all 4H gate rows of dgates_(t+1)[b, row] w_hh[row, j],
 // and each block holds the part of that sum over its own 128 rows: the products of its w_hh rows
 // (in registers for the whole sequence, as mma.sync A fragments of A[j][k] = w_hh[row k, j]; warp
-// w takes the m-tiles of 16 units of j from H / 256 w on, which are one block's units) with its
+// w takes the m = max(1, H / 256) m-tiles of 16 units of j from m w on, all of one block's units;
+// at H 128 warps 8-15 take none) with its
 // own gate gradients of the step before (in its shared memory). Each partial [32 units, B] goes
 // to the block that owns the units, by st.async into its shared memory, completing its mbarrier;
 // the owner sums the H / 32 partials (fixed order: by source block). So a step moves B H floats

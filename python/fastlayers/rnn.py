@@ -229,11 +229,11 @@ class LSTM(nn.RNNBase):
             for d in range(dirs):
                 k = layer * dirs + d
                 with _on(side if d == 1 else None):
-                    if eager:
+                    if eager:  # h, c [1, B, .]
                         y, h, c = _C.lstm_call(persistent, x, h0[k], c0[k],
                                                *self._fl_weights(layer, d), batch_sizes, d == 1,
                                                tf32)
-                    else:
+                    else:  # h, c [B, .]
                         y, h, c, _, _ = lstm(x, h0[k], c0[k], *self._fl_weights(layer, d),
                                              batch_sizes, d == 1, tf32)
                 outs.append(y)
@@ -244,9 +244,12 @@ class LSTM(nn.RNNBase):
             x = outs[0] if dirs == 1 else torch.cat(outs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        # one layer and direction: its states as views (stacking one tensor would copy it)
-        hidden = ((h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)) if len(h_n) == 1 else
-                  (torch.stack(h_n), torch.stack(c_n)))
+        if not eager:
+            hidden = (torch.stack(h_n), torch.stack(c_n))
+        elif len(h_n) == 1:  # one layer and direction: its states as they are (no copy)
+            hidden = (h_n[0], c_n[0])
+        else:
+            hidden = (torch.cat(h_n), torch.cat(c_n))
         if packed:
             return (PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices),
                     self.permute_hidden(hidden, unsorted_indices))

@@ -421,6 +421,26 @@ def test_states_can_be_changed_in_place(device, name):
         assert rel_err(b, a) <= FLOAT64_BOUND
 
 
+@pytest.mark.parametrize("name", ["plain", "plain-nohx", "bi-layers2", "layers3",
+                                  "packed-sorted-nohx"])
+def test_states_detach_in_place(device, name):
+    # Truncated backpropagation through time detaches the states in place between chunks, as
+    # nn.LSTM's allow; the next chunk from them gives nn.LSTM's results.
+    ref, fast = pair(CONFIGS[name][0], device=device)
+    x, hx = make_inputs(name, device=device)
+    got = []
+    for m in (ref, fast):
+        x1 = x.detach().clone().requires_grad_()
+        _, h, c = forward(m, name, x1, hx)
+        h.detach_()
+        c.detach_()
+        assert not h.requires_grad and not c.requires_grad
+        y2, h2, c2 = forward(m, name, x1, (h, c))
+        got.append([y2, h2, c2] + list(torch.autograd.grad(y2.sum() + h2.sum(), [x1])))
+    for a, b in zip(*got):
+        assert rel_err(b, a) <= FLOAT64_BOUND
+
+
 @pytest.mark.parametrize("name", ["plain", "bi-layers2", "layers3"])
 def test_a_training_step_enters_no_python_autograd(name):
     # Eager calls run the ops below autograd from C++ nodes: the ops' registered (Python)

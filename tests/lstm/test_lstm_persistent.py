@@ -322,6 +322,37 @@ def test_the_module_pinned_to_it(device):
         fast(packed)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_the_module_pinned_to_it_in_half_types(dtype, bidirectional):
+    # The module's eager node through the cluster kernels (hidden 128): output, states and every
+    # gradient within ERROR_FACTOR x nn.LSTM's own error in the same dtype, against float64.
+    torch.manual_seed(0)
+    ref64 = nn.LSTM(24, 128, bidirectional=bidirectional).cuda().double()
+    ref = copy.deepcopy(ref64).to(dtype)
+    fast = fastlayers.convert(copy.deepcopy(ref)).force_algorithm("persistent")
+    assert fastlayers.lstm.persistent_kernel(4, 128, dtype, "cuda", backward=True) in \
+        _cluster_expected(128)
+    x = torch.randn(9, 4, 24, device="cuda", dtype=torch.float64)
+    results = []
+    for m in (ref64, ref, fast):
+        xm = x.to(dtype if m is not ref64 else torch.float64).requires_grad_()
+        with RecordOps() as rec:
+            y, (h, c) = m(xm)
+            loss = (y.double() * y.double().cos()).sum() + h.double().square().sum() + \
+                (c.double() ** 3).sum()
+            grads = torch.autograd.grad(loss, [xm] + list(m.parameters()))
+        if m is fast:
+            assert [n for n, _ in rec.calls] == (["lstm_persistent"] * (1 + bidirectional) +
+                                                 ["lstm_backward_persistent"] *
+                                                 (1 + bidirectional))
+        results.append([y, h, c] + list(grads))
+    for k, (r, own, ours) in enumerate(zip(*results)):
+        err, ref_err = rel_err(ours, r), rel_err(own, r)
+        assert err <= ERROR_FACTOR * max(ref_err, torch.finfo(dtype).eps), (k, err, ref_err)
+
+
 @pytest.mark.parametrize("grads", [False, True])
 def test_opcheck(device, grads):
     case = Case(3, 2, 3, 4, 0, None, True, True)
