@@ -62,9 +62,69 @@ struct ClusterArgs {
 };
 
 template <typename T>
-__device__ __forceinline__ uint32_t cl_pair(const T* p) {  // two values, the first low
-  const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
-  return static_cast<uint32_t>(s[0]) | (static_cast<uint32_t>(s[1]) << 16);
+__device__ __forceinline__ uint32_t cl_pack(T lo, T hi) {  // two values, the first low
+  return static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(&lo)) |
+         (static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(&hi)) << 16);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t cl_pair(const T* p) {  // two adjacent values
+  return cl_pack(p[0], p[1]);
+}
+
+// The cluster primitives both kernels (forward here, backward in
+// persistent_cluster_backward.cuh) build their exchange from; sm_90 PTX.
+__device__ __forceinline__ unsigned cl_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Every thread of every block of the cluster, release then acquire.
+__device__ __forceinline__ void cl_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Thread 0 of a block initialises its `n` mbarriers at shared address `mbar` (8 bytes each, one
+// arrival a phase) and makes them visible to the cluster; a cl_sync must follow before any block
+// writes into it.
+__device__ __forceinline__ void cl_init_barriers(unsigned mbar, int n) {
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < n; ++k)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mbar + 8 * k) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+}
+// Waits (acquire at cluster scope) for the phase of parity `parity` of the mbarrier at `bar`.
+__device__ __forceinline__ void cl_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\ncl_wait:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra cl_wait;\n}\n" ::"r"(bar), "r"(parity)
+      : "memory");
+}
+// The one arrival of the mbarrier's next phase, which also expects `bytes` from st.async.
+__device__ __forceinline__ void cl_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// The address in block `rank`'s shared memory of this block's shared address `local`.
+__device__ __forceinline__ unsigned cl_map(unsigned local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+// st.async of 16 / 4 bytes to a mapped address, completing the mapped mbarrier `bar` by them.
+__device__ __forceinline__ void cl_send(unsigned remote, const uint4& v, unsigned bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];\n" ::"r"(remote),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void cl_send(unsigned remote, float v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::
+                   "r"(remote),
+               "r"(__float_as_uint(v)), "r"(bar)
+               : "memory");
 }
 
 // NT: n-tiles of 8 batch rows (B up to 8 NT).
@@ -81,8 +141,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
   T* hl = reinterpret_cast<T*>(parts + 2 * cl_part_floats());
   const unsigned mbar = static_cast<unsigned>(__cvta_generic_to_shared(hl + kClMaxBatch * kClUnits));
 
-  unsigned rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const unsigned rank = cl_rank();
   const int B = a.B, u0 = static_cast<int>(rank) * kClUnits;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -121,16 +180,10 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       if (a.b_hh != nullptr) bh[q] = to_compute(a.b_hh[q * H + j]);
     }
   }
-  if (tid == 0) {
-#pragma unroll
-    for (int k = 0; k < 2; ++k)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mbar + 8 * k) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  cl_init_barriers(mbar, 2);
   // Every block of the cluster has started (zeroed its buffers, initialised its barriers) before
   // any writes into it.
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cl_sync();
 
   // Step s's input products, loaded a step ahead (in the barrier's wait of the step before).
   auto load_xp = [&](int64_t s, float (&xv)[4]) {
@@ -147,18 +200,10 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
     const int64_t row = t * B + b;
     float* part = parts + cur * cl_part_floats();
     if (step > 0) {  // h_{t-1}: every block's pieces in buffer cur (its ((step - 1) / 2)-th phase)
-      const unsigned parity = static_cast<unsigned>(((step - 1) >> 1) & 1);
-      asm volatile(
-          "{\n.reg .pred done;\ncl_wait:\n"
-          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-          "@!done bra cl_wait;\n}\n" ::"r"(mbar + 8 * cur), "r"(parity)
-          : "memory");
+      cl_wait(mbar + 8 * cur, static_cast<unsigned>(((step - 1) >> 1) & 1));
     }
-    if (tid == 0 && step + 1 < a.steps) {  // the next buffer's phase: B H values from the cluster
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar + 8 * (cur ^ 1)),
-                   "r"(B * H * 2)
-                   : "memory");
-    }
+    if (tid == 0 && step + 1 < a.steps)  // the next buffer's phase: B H values from the cluster
+      cl_expect(mbar + 8 * (cur ^ 1), B * H * 2);
     // 2. Partial products of gate rows 16 mt.. over half kh of H, two accumulators an n-tile.
     const T* hb = h_s + cur * kClMaxBatch * S + g * S + kh * (H / 2) + 2 * tq;
     float acc[NT][2][4];
@@ -220,16 +265,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(dst));
       const unsigned bar = mbar + 8 * (cur ^ 1);
 #pragma unroll
-      for (int d = lane >> 2; d < CS; d += 8) {
-        unsigned remote, remote_bar;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(d));
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote_bar) : "r"(bar), "r"(d));
-        asm volatile(
-            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-            "[%5];\n" ::"r"(remote),
-            "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-            : "memory");
-      }
+      for (int d = lane >> 2; d < CS; d += 8) cl_send(cl_map(local, d), v, cl_map(bar, d));
     }
     if (active) {
       float* r = a.reserve + row * 5 * H + j;
@@ -250,8 +286,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
   }
   // A block's last sends may be in flight when its loop ends: no block exits before all have
   // ended theirs.
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cl_sync();
 #else
   __trap();  // never chosen without sm_90 code (cluster_fits checks the build)
 #endif

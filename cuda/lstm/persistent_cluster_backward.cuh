@@ -58,12 +58,6 @@ __host__ __device__ constexpr int clb_smem_bytes(int H) {
   return 2 * clb_recv_floats(H) * 4 + 2 * kClMaxBatch * kClGateStride * 2 + 2 * 8;
 }
 
-template <typename T>
-__device__ __forceinline__ uint32_t clb_pair(T lo, T hi) {
-  return static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(&lo)) |
-         (static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(&hi)) << 16);
-}
-
 // NT: n-tiles of 8 batch rows (B up to 8 NT).
 template <typename T, int H, int NT>
 __global__ void __launch_bounds__(kClThreads, 1)
@@ -81,8 +75,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
   const unsigned mbar =
       static_cast<unsigned>(__cvta_generic_to_shared(gate_s + 2 * kClMaxBatch * GS));
 
-  unsigned rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const unsigned rank = cl_rank();
   const int B = a.B, u0 = static_cast<int>(rank) * kClUnits;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -101,10 +94,10 @@ __global__ void __launch_bounds__(kClThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const int k = 16 * kk + 2 * tq;
-        af[m][kk][0] = clb_pair(w(j, k), w(j, k + 1));
-        af[m][kk][1] = clb_pair(w(j + 8, k), w(j + 8, k + 1));
-        af[m][kk][2] = clb_pair(w(j, k + 8), w(j, k + 9));
-        af[m][kk][3] = clb_pair(w(j + 8, k + 8), w(j + 8, k + 9));
+        af[m][kk][0] = cl_pack(w(j, k), w(j, k + 1));
+        af[m][kk][1] = cl_pack(w(j + 8, k), w(j + 8, k + 1));
+        af[m][kk][2] = cl_pack(w(j, k + 8), w(j, k + 9));
+        af[m][kk][3] = cl_pack(w(j + 8, k + 8), w(j + 8, k + 9));
       }
     }
   }
@@ -120,25 +113,13 @@ __global__ void __launch_bounds__(kClThreads, 1)
     if (a.dc_n != nullptr) dc = to_compute(a.dc_n[at]);
     if (a.dh_n != nullptr) dh_last = to_compute(a.dh_n[at]);
   }
-  if (tid == 0) {
-#pragma unroll
-    for (int k = 0; k < 2; ++k)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mbar + 8 * k) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  cl_init_barriers(mbar, 2);
   // Every block has started (zeroed its gate gradients, initialised its barriers) before any
   // writes into it.
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cl_sync();
 
   const auto wait = [&](int64_t i) {  // receive buffer i % 2, its ((i - 1) / 2)-th phase
-    const unsigned parity = static_cast<unsigned>(((i - 1) >> 1) & 1);
-    asm volatile(
-        "{\n.reg .pred done;\nclb_wait:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra clb_wait;\n}\n" ::"r"(mbar + 8 * static_cast<int>(i & 1)),
-        "r"(parity)
-        : "memory");
+    cl_wait(mbar + 8 * static_cast<int>(i & 1), static_cast<unsigned>(((i - 1) >> 1) & 1));
   };
   const auto received = [&](int64_t i) {  // this thread's dh: the partials in source order
     const float* p = recv + (i & 1) * RECV + b * kClUnits + lane;
@@ -164,12 +145,8 @@ __global__ void __launch_bounds__(kClThreads, 1)
   for (int64_t i = 0; i < a.steps; ++i) {
     const int cur = static_cast<int>(i & 1);
     if (i > 0) wait(i);
-    if (tid == 0) {  // the next receive's phase: B H floats from the cluster
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                       mbar + 8 * (cur ^ 1)),
-                   "r"(B * H * 4)
-                   : "memory");
-    }
+    if (tid == 0)  // the next receive's phase: B H floats from the cluster
+      cl_expect(mbar + 8 * (cur ^ 1), B * H * 4);
     T* gb = gate_s + cur * kClMaxBatch * GS;
     if (active) {  // 2. cell_backward's arithmetic, in the same order
       const float dht = dyv + (i > 0 ? received(i) : dh_last);
@@ -213,33 +190,19 @@ __global__ void __launch_bounds__(kClThreads, 1)
       // d: (unit j0 = 16 mt + g (+8 for 2, 3), batch 8 n + 2 tq (+1 for 1, 3)) -> the owner
       // j0 / 32's receive buffer, source rank, at (batch, j0 % 32)
       const int nxt = cur ^ 1;
-      unsigned bar;
-      float* base = recv + nxt * RECV + static_cast<int>(rank) * kClMaxBatch * kClUnits;
+      const float* base = recv + nxt * RECV + static_cast<int>(rank) * kClMaxBatch * kClUnits;
 #pragma unroll
       for (int m = 0; m < MPW; ++m) {
         const int j0 = 16 * (MPW * warp + m) + g;
-        const unsigned owner = static_cast<unsigned>(j0 >> 5);
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                     : "=r"(bar)
-                     : "r"(mbar + 8 * nxt), "r"(owner));
+        const unsigned owner = static_cast<unsigned>(j0 >> 5), bar = cl_map(mbar + 8 * nxt, owner);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int bb = 8 * n + 2 * tq + (e & 1), unit = (j0 & 31) + (e >> 1) * 8;
-            if (bb < B) {
-              unsigned remote;
-              asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                           : "=r"(remote)
-                           : "r"(static_cast<unsigned>(
-                                 __cvta_generic_to_shared(base + bb * kClUnits + unit))),
-                             "r"(owner));
-              asm volatile(
-                  "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::
-                      "r"(remote),
-                  "r"(__float_as_uint(acc[m][n][e])), "r"(bar)
-                  : "memory");
-            }
+            const unsigned local =
+                static_cast<unsigned>(__cvta_generic_to_shared(base + bb * kClUnits + unit));
+            if (bb < B) cl_send(cl_map(local, owner), acc[m][n][e], bar);
           }
         }
       }
@@ -253,8 +216,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
     a.dc0[at] = from_compute<T>(dc);
   }
   // A block's last sends may be in flight when it is done: no block exits before all are.
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cl_sync();
 #else
   __trap();  // never chosen without sm_90 code (cluster_fits checks the build)
 #endif
