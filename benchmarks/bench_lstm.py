@@ -181,13 +181,16 @@ def bench_layers(args, res, timer, stats, device="cuda"):
 
 
 def bench_cell(args, res, timer, stats):
-    """The eager nn.LSTMCell loop against the fused op over the same 100 steps, fp32, forward."""
+    """The eager nn.LSTMCell loop against the fused op, and against the persistent kernel where
+    it fits, over the same 100 steps, fp32, forward."""
     row = {"config": "512x64x100", "mode": "fp32"}
     res.doc["cell"] = row
     with common.guard(row, stats, res, "cell loop"):
         set_mode("fp32")
         H, B, T = 512, 64, 100
         ref, fast = make(H, 1, False, "cuda", torch.float32)
+        persistent = (fastlayers.convert(copy.deepcopy(ref)).force_algorithm("persistent")
+                      if fastlayers.lstm.persistent_fits(B, H, torch.float32, "cuda") else None)
         cell = nn.LSTMCell(H, H).cuda()
         with torch.no_grad():
             for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
@@ -203,14 +206,24 @@ def bench_cell(args, res, timer, stats):
             return torch.stack(outs)
 
         with torch.no_grad():
-            err = common.rel_err(loop(), fast(x)[0].double())
+            want = loop().double()
+            err = common.rel_err(want, fast(x)[0].double())
             row["loop_vs_fused_rel_err"] = err
+            if persistent is not None:
+                row["loop_vs_persistent_rel_err"] = common.rel_err(
+                    want, persistent(x)[0].double())
+                err = max(err, row["loop_vs_persistent_rel_err"])
             if err > 1e-4:
                 row["failed"] = "the loop and the op differ: %.2e" % err
                 stats["errors"] += 1
                 return
             row["fwd"] = common.interleaved(loop, lambda: fast(x), timer, 3)
+            if persistent is not None:
+                row["fwd_persistent"] = common.interleaved(loop, lambda: persistent(x), timer, 3)
         log("  LSTMCell loop over the fused op: x%.2f" % row["fwd"]["ratio"])
+        if persistent is not None:
+            log("  LSTMCell loop over the persistent kernel: x%.2f"
+                % row["fwd_persistent"]["ratio"])
 
 
 def bench_lm(args, res, stats, device="cuda"):

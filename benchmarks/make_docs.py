@@ -497,8 +497,10 @@ def lstm(doc: dict) -> str:
                                                   if "failed" in r else ""))
     c = doc.get("cell")
     if c and c.get("fwd"):
-        out += ["", "The eager LSTMCell loop (%s, %s, forward) over the fused op: x%s." % (
-            c["config"], c["mode"], f(c["fwd"].get("ratio")))]
+        out += ["", "The eager LSTMCell loop (%s, %s, forward) over the fused op: x%s%s." % (
+            c["config"], c["mode"], f(c["fwd"].get("ratio")),
+            "; over the persistent kernel: x%s" % f(c["fwd_persistent"].get("ratio"))
+            if c.get("fwd_persistent") else "")]
     for r in doc.get("lm", []):
         st, aa = r.get("steps") or {}, r.get("aa") or {}
         spread = lambda m: ("" if "ratio_q1" not in m else  # noqa: E731

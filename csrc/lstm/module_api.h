@@ -19,7 +19,7 @@ bool rnn_tf32_allowed();
 bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device,
                      bool backward);
 // The kernel lstm_persistent's forward (`backward`: lstm_backward_persistent) runs there:
-// "cluster", "grid", or "" where none fits.
+// "cluster", "grid-registers", "grid", or "" where none fits.
 std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& dtype,
                               int64_t device, bool backward);
 #endif

@@ -62,7 +62,8 @@ bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 // The forward kernel lstm_persistent runs for (B, H, storage type): "cluster" (float16 and
 // bfloat16 at H 128, 256, 512 and B up to 16, on sm_90 and later: one thread-block cluster,
-// persistent_cluster.cuh), "grid" (the cooperative kernels), or null where none fits.
+// persistent_cluster.cuh), "grid-registers" (float32 where a block's rows of w_hh fit its
+// registers), "grid" (the other cooperative kernels), or null where none fits.
 const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16);
 // The backward kernel lstm_backward_persistent runs there: "cluster" (float16 and bfloat16 at H
 // 128, 256, 512 and B up to 16 on sm_90 and later: persistent_cluster_backward.cuh), "grid", or

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "../common/mma.cuh"
 #include "persistent_cluster.cuh"
@@ -40,8 +41,9 @@ __device__ __forceinline__ float load_cg(const __nv_bfloat16* p) {
 
 struct Geometry {
   int units;   // hidden units per block
-  int blocks;  // ceil(H / units)
+  int blocks;  // ceil(H / units) times the batch parts (the register kernel: 1 or 2)
   size_t smem;
+  const void* kernel = nullptr;
 };
 
 // Shared memory both kernels end with: pre_s [B, 4 units] (the gate products), xs_s [B, 4 units]
@@ -61,16 +63,18 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
 }
 
-// The block's view of one layer: its units u0 .. u0 + nu of H, U per block.
+// The block's view of one layer: its units u0 .. u0 + nu of H, U per block, and its batch rows
+// b0 .. b0 + nb of B (all of them but in the register kernel's batch halves). Shared memory holds
+// the block's rows only: local row i is batch row b0 + i.
 struct Slice {
-  int B, H, U, u0, nu;
+  int B, H, U, u0, nu, b0, nb;
 };
 
-// The tail of shared memory (tail_bytes) at `base`.
+// The tail of shared memory (tail_bytes(nb, U)) at `base`.
 struct Tail {
   float *pre, *xs, *c, *bias;
   __device__ Tail(float* base, const Slice& sl)
-      : pre(base), xs(base + sl.B * 4 * sl.U), c(xs + sl.B * 4 * sl.U), bias(c + sl.B * sl.U) {}
+      : pre(base), xs(base + sl.nb * 4 * sl.U), c(xs + sl.nb * 4 * sl.U), bias(c + sl.nb * sl.U) {}
 };
 
 // Before the first step: the cell state from c0 and the biases (zeros where absent) of the
@@ -78,9 +82,9 @@ struct Tail {
 template <typename T>
 __device__ void load_state(const Slice& sl, const Tail& tl, const T* c0, const T* b_ih,
                            const T* b_hh) {
-  for (int k = threadIdx.x; k < sl.B * sl.nu; k += kPThreads) {
-    const int b = k / sl.nu, u = k - b * sl.nu;
-    tl.c[b * sl.U + u] = to_compute(c0[static_cast<int64_t>(b) * sl.H + sl.u0 + u]);
+  for (int k = threadIdx.x; k < sl.nb * sl.nu; k += kPThreads) {
+    const int i = k / sl.nu, u = k - i * sl.nu;
+    tl.c[i * sl.U + u] = to_compute(c0[static_cast<int64_t>(sl.b0 + i) * sl.H + sl.u0 + u]);
   }
   for (int k = threadIdx.x; k < 2 * 4 * sl.nu; k += kPThreads) {
     const int which = k / (4 * sl.nu), r = k - which * 4 * sl.nu, q = r / sl.nu, u = r - q * sl.nu;
@@ -90,16 +94,16 @@ __device__ void load_state(const Slice& sl, const Tail& tl, const T* c0, const T
   }
 }
 
-// Step t's input products of the block's units, xp[t B + b, q H + u0 + u] -> xs[b, q U + u], by
+// Step t's input products of the block's units, xp[t B + b, q H + u0 + u] -> xs[i, q U + u], by
 // cp.async: issued at the step's start, they arrive while h_{t-1} loads and multiplies (a global
 // round trip off each step's critical path). Waited for before the barrier ahead of the cell.
 __device__ __forceinline__ void stage_inputs(const Slice& sl, const Tail& tl, const float* xp,
                                              int64_t t) {
   const int per_b = 4 * sl.nu;
-  for (int k = threadIdx.x; k < sl.B * per_b; k += kPThreads) {
-    const int b = k / per_b, r = k - b * per_b, q = r / sl.nu, u = r - q * sl.nu;
-    cp_async4(tl.xs + b * 4 * sl.U + q * sl.U + u,
-              xp + (t * sl.B + b) * 4 * sl.H + q * sl.H + sl.u0 + u);
+  for (int k = threadIdx.x; k < sl.nb * per_b; k += kPThreads) {
+    const int i = k / per_b, r = k - i * per_b, q = r / sl.nu, u = r - q * sl.nu;
+    cp_async4(tl.xs + i * 4 * sl.U + q * sl.U + u,
+              xp + (t * sl.B + sl.b0 + i) * 4 * sl.H + q * sl.H + sl.u0 + u);
   }
   asm volatile("cp.async.commit_group;\n");
 }
@@ -107,27 +111,27 @@ __device__ __forceinline__ void inputs_arrived() { asm volatile("cp.async.wait_g
 
 // The cell of the block's units at step `step` (time t), as cell_forward: the input and gate
 // products, then the biases, then the gates; writes the reserve, h_t (out, the exchange buffer
-// hn, h_n at the last step) and c. `h_prev(b, j)`: h_{t-1}[b, j] in T (exact).
+// hn, h_n at the last step) and c. `h_prev(i, j)`: h_{t-1}[b0 + i, j] in T (exact).
 template <typename T, typename HPrev>
 __device__ void cell_step(const Slice& sl, const Tail& tl, int64_t step, int64_t steps, int64_t t,
                           bool has_b_ih, bool has_b_hh, HPrev h_prev, T* out, T* hn, T* h_n,
                           T* c_n, float* reserve, T* reserve_h) {
   const int B = sl.B, H = sl.H, U = sl.U, nu = sl.nu;
-  for (int k = threadIdx.x; k < B * nu; k += kPThreads) {
-    const int b = k / nu, u = k - b * nu, j = sl.u0 + u;
+  for (int k = threadIdx.x; k < sl.nb * nu; k += kPThreads) {
+    const int i = k / nu, u = k - i * nu, j = sl.u0 + u, b = sl.b0 + i;
     const int64_t row = t * B + b;
     float v[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      float x = tl.xs[b * 4 * U + q * U + u] + tl.pre[b * 4 * U + q * U + u];
+      float x = tl.xs[i * 4 * U + q * U + u] + tl.pre[i * 4 * U + q * U + u];
       if (has_b_ih) x += tl.bias[q * U + u];
       if (has_b_hh) x += tl.bias[4 * U + q * U + u];
       v[q] = x;
     }
     float cn, ht;
-    cell_update(v, tl.c[b * U + u], reserve + row * 5 * H + j, H, cn, ht);
-    tl.c[b * U + u] = cn;
-    reserve_h[row * H + j] = h_prev(b, j);
+    cell_update(v, tl.c[i * U + u], reserve + row * 5 * H + j, H, cn, ht);
+    tl.c[i * U + u] = cn;
+    reserve_h[row * H + j] = h_prev(i, j);
     const T hv = from_compute<T>(ht);
     out[row * H + j] = hv;
     hn[static_cast<int64_t>(b) * H + j] = hv;
@@ -160,7 +164,7 @@ __global__ void __launch_bounds__(kPThreads) persistent_forward_kernel(const Arg
   extern __shared__ __align__(16) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
   float* h_s = reinterpret_cast<float*>(smem + (4 * U * H * sizeof(T) + 15) / 16 * 16);
-  const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U)};
+  const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U), 0, B};
   const Tail tl(h_s + B * H, sl);
   float* pre_s = tl.pre;
   cg::grid_group grid = cg::this_grid();
@@ -245,7 +249,7 @@ __global__ void __launch_bounds__(kPThreads) persistent_forward_mma_kernel(const
   const int st = mma_stride(H), hp16 = mma_pad_h(H), rows = mma_rows(U), bp = mma_batch(B);
   T* w_s = reinterpret_cast<T*>(smem);
   T* h_s = reinterpret_cast<T*>(smem + (static_cast<size_t>(rows) * st * sizeof(T) + 15) / 16 * 16);
-  const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U)};
+  const Slice sl{B, H, U, static_cast<int>(blockIdx.x) * U, min(U, H - static_cast<int>(blockIdx.x) * U), 0, B};
   const Tail tl(reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(h_s) +
                                          (static_cast<size_t>(bp) * st * sizeof(T) + 15) / 16 * 16),
                 sl);
@@ -318,6 +322,192 @@ __global__ void __launch_bounds__(kPThreads) persistent_forward_mma_kernel(const
   }
 }
 
+// The 32 values of every lane summed over the warp, scattered: lane l returns the sum of value l
+// (a butterfly that halves the values each level: 31 shuffles for 32 sums instead of 160).
+template <int N>
+__device__ __forceinline__ void scatter_level(float* v, int lane) {
+  if constexpr (N > 1) {
+    constexpr int half = N / 2;
+    const bool upper = (lane & half) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? v[i] : v[i + half];
+      const float keep = upper ? v[i + half] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, half);
+    }
+    scatter_level<half>(v, lane);
+  }
+}
+
+// Float32 where a block's rows of w_hh fit its registers (U H = 1024 KC, KC 1, 2 or 4: hidden
+// 512 at 4 or 8 units a block, 256 at 4, 128 at 8). The grid kernel above reads each weight from
+// shared memory for every four batch rows and h_{t-1} through L2 a few loads in flight at a time:
+// at hidden 512 and batch 64 on an H100 its step took 34 us. Here the weights stay in registers
+// for the whole sequence: a warp holds 4 gate rows (a row tile) over 32 slices of H, KC chunks of
+// 4 columns a lane (chunk s + 32 W c of lane s, so a warp's 16-byte loads of h are consecutive);
+// W = 8 / U warps share a row tile. Each lane multiplies every batch row's slice by its rows, 16
+// products a 16-byte load; a group of 8 batch rows gives a lane 32 partial sums (8 rows x 4 gate
+// rows), summed over the warp by scatter_level, and the W warps of a row tile through shared
+// memory in warp order, so the result does not depend on timing. h_{t-1} arrives by 16-byte
+// cp.async through L2, one commit group per group of batch rows, so a group multiplies while the
+// later ones load. Every block reads all of its batch rows' h_{t-1} each step: at batch 32 and
+// above the batch is split in two halves (grid: halves x blocks of units, twice the units a
+// block), which halves that traffic for the same products a block.
+constexpr int kRegRows = 4;   // gate rows a lane holds
+constexpr int kRegBatch = 8;  // batch rows a product group: kRegRows kRegBatch = 32 sums a lane
+constexpr int kRegSplitBatch = 32;  // batches from which the rows are split in two halves
+
+__host__ __device__ inline int reg_warps(int U) { return kWarps / U; }
+__host__ __device__ inline int reg_rows(int B, int parts) { return (B + parts - 1) / parts; }
+
+inline size_t reg_smem_bytes(int64_t B, int64_t H, int U, int parts) {
+  // h_s [nb, H] float | part_s [W - 1, nb, 4U] float | the tail, nb rows a block
+  const int64_t nb = reg_rows(static_cast<int>(B), parts);
+  return (nb * H + (reg_warps(U) - 1) * nb * 4 * U) * sizeof(float) + tail_bytes(nb, U);
+}
+
+inline bool reg_kc_ok(int64_t U, int64_t H) {
+  const int64_t kc = U * H / 1024;
+  return U <= kWarps && U * H % 1024 == 0 && (kc == 1 || kc == 2 || kc == 4);
+}
+
+// Units a block for the register kernel at H on `sms` SMs, or 0 where none serves: the least
+// power of two up to kWarps (a row tile at least a warp) that spreads H over the SMs with KC a
+// power of two up to 4.
+inline int reg_units(int64_t H, int sms) {
+  for (int U = 1; U <= kWarps; U *= 2)
+    if (static_cast<int64_t>(U) * sms >= H && reg_kc_ok(U, H)) return U;
+  return 0;
+}
+
+__device__ __forceinline__ void cp_async16_cg(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+
+// Waits until at most n of this thread's cp.async groups are pending (at most 7: a stricter wait
+// above, which is still correct).
+__device__ __forceinline__ void wait_pending(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
+}
+
+template <int KC>
+__global__ void __launch_bounds__(kPThreads, 1) persistent_forward_reg_kernel(const Args<float> args) {
+  const auto& [steps, B, H, U, reverse, xp, b_ih, b_hh, w_hh, h0, c0, hbuf, out, h_n, c_n,
+               reserve, reserve_h] = args;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int W = reg_warps(U), lanes = 32 * W;  // warps a row tile; slices of H
+  const int ublocks = (H + U - 1) / U, parts = static_cast<int>(gridDim.x) / ublocks;
+  const int ub = static_cast<int>(blockIdx.x) % ublocks, bp = static_cast<int>(blockIdx.x) / ublocks;
+  const int nbp = reg_rows(B, parts), b0 = bp * nbp;
+  const Slice sl{B, H, U, ub * U, min(U, H - ub * U), b0, max(0, min(nbp, B - b0))};
+  float* h_s = reinterpret_cast<float*>(smem);
+  float* part_s = h_s + nbp * H;
+  const Tail tl(part_s + (W - 1) * nbp * 4 * U, sl);
+  cg::grid_group grid = cg::this_grid();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rt = warp / W, wi = warp - rt * W, s = wi * 32 + lane;
+
+  // w[j][4 c + e] = w_hh row (gate q, unit u0 + u) for block row rt 4 + j = q U + u, column
+  // 4 (s + lanes c) + e; zeros for units past H.
+  float w[kRegRows][4 * KC];
+#pragma unroll
+  for (int j = 0; j < kRegRows; ++j) {
+    const int r = rt * kRegRows + j, q = r / U, u = r - q * U;
+#pragma unroll
+    for (int c = 0; c < KC; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        w[j][4 * c + e] = u < sl.nu ? w_hh[(static_cast<int64_t>(q) * H + sl.u0 + u) * H +
+                                           4 * (s + lanes * c) + e]
+                                    : 0.f;
+  }
+  load_state(sl, tl, c0, b_ih, b_hh);
+
+  const int64_t BH = static_cast<int64_t>(B) * H;
+  const int groups = (sl.nb + kRegBatch - 1) / kRegBatch, chunks = H / 4;
+  const bool h0_aligned = (reinterpret_cast<uintptr_t>(h0) & 15) == 0;  // a view may not be
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t t = reverse ? steps - 1 - step : step;
+    const float* hp = (step == 0 ? h0 : hbuf + ((step - 1) & 1) * BH) + static_cast<int64_t>(b0) * H;
+    float* hn = hbuf + (step & 1) * BH;
+    const bool vec = step > 0 || h0_aligned;
+    if (vec) {  // .cg: through L2, as other blocks wrote it; a commit group per product group
+      for (int g = 0; g < groups; ++g) {
+        const int n = min(kRegBatch, sl.nb - g * kRegBatch) * chunks, at = g * kRegBatch * H;
+        for (int k = tid; k < n; k += kPThreads) cp_async16_cg(h_s + at + 4 * k, hp + at + 4 * k);
+        asm volatile("cp.async.commit_group;\n");
+      }
+    } else {
+      for (int k = tid; k < sl.nb * H; k += kPThreads) h_s[k] = load_cg(hp + k);
+    }
+    // The inputs, needed only by the cell, queue behind h_{t-1} (their group is the newest).
+    stage_inputs(sl, tl, xp, t);
+    for (int g = 0; g < groups; ++g) {
+      wait_pending(vec ? groups - g : 0);
+      __syncthreads();
+      const int i0 = g * kRegBatch;
+      float acc[kRegRows * kRegBatch];
+#pragma unroll
+      for (int i = 0; i < kRegRows * kRegBatch; ++i) acc[i] = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRegBatch; ++i) {
+        if (i0 + i < sl.nb) {
+          const float* hr = h_s + (i0 + i) * H;
+#pragma unroll
+          for (int c = 0; c < KC; ++c) {
+            const float4 h = *reinterpret_cast<const float4*>(hr + 4 * (s + lanes * c));
+#pragma unroll
+            for (int j = 0; j < kRegRows; ++j) {
+              float a = acc[i * kRegRows + j];
+              a = fmaf(w[j][4 * c], h.x, a);
+              a = fmaf(w[j][4 * c + 1], h.y, a);
+              a = fmaf(w[j][4 * c + 2], h.z, a);
+              a = fmaf(w[j][4 * c + 3], h.w, a);
+              acc[i * kRegRows + j] = a;
+            }
+          }
+        }
+      }
+      scatter_level<kRegRows * kRegBatch>(acc, lane);
+      // lane l: local batch row i0 + l / 4, block row rt 4 + l % 4
+      const int i = i0 + lane / kRegRows, r = rt * kRegRows + lane % kRegRows;
+      if (i < sl.nb) (wi == 0 ? tl.pre : part_s + (wi - 1) * nbp * 4 * U)[i * 4 * U + r] = acc[0];
+    }
+    inputs_arrived();
+    __syncthreads();
+    if (W > 1) {
+      for (int k = tid; k < sl.nb * 4 * U; k += kPThreads) {
+        float v = tl.pre[k];
+        for (int i = 1; i < W; ++i) v += part_s[(i - 1) * nbp * 4 * U + k];
+        tl.pre[k] = v;
+      }
+      __syncthreads();
+    }
+    cell_step(sl, tl, step, steps, t, b_ih != nullptr, b_hh != nullptr,
+              [h_s, ld = args.H](int i, int j) { return h_s[i * ld + j]; }, out, hn, h_n, c_n,
+              reserve, reserve_h);
+    grid.sync();  // h_t of every unit written before any block reads it
+  }
+}
+
+inline const void* reg_kernel_for(int U, int64_t H) {
+  switch (U * H / 1024) {
+    case 1: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<1>);
+    case 2: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<2>);
+    default: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<4>);
+  }
+}
+
 // The kernel a (T, B) runs and its shared memory.
 template <typename T> constexpr bool has_mma() { return false; }
 template <> constexpr bool has_mma<__half>() { return true; }
@@ -353,15 +543,16 @@ inline Limits limits(int device) {
 
 // The geometry of `kernel` with `units` of H a block and `smem` bytes of shared memory if every
 // one of its blocks can be resident at once (what a grid barrier needs), else an empty one.
-inline Geometry resident(const void* kernel, const Limits& d, int64_t H, int units, size_t smem) {
+inline Geometry resident(const void* kernel, const Limits& d, int64_t H, int units, size_t smem,
+                         int parts = 1) {
   if (smem > static_cast<size_t>(d.optin)) return Geometry{0, 0, 0};
   // The attribute is the kernel's, not the shape's: set to the device's limit, so that a plan
   // made later for a smaller shape does not lower it under an earlier plan's need.
   FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.optin));
   int per_sm = 0;
   FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPThreads, smem));
-  const int blocks = static_cast<int>((H + units - 1) / units);
-  return per_sm * d.sms >= blocks ? Geometry{units, blocks, smem} : Geometry{0, 0, 0};
+  const int blocks = static_cast<int>((H + units - 1) / units) * parts;
+  return per_sm * d.sms >= blocks ? Geometry{units, blocks, smem, kernel} : Geometry{0, 0, 0};
 }
 
 std::mutex plan_mutex;
@@ -380,8 +571,17 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
     Geometry g{0, 0, 0};
     const Limits d = limits(device);
     if (d.coop && B > 0 && H > 0 && H <= (int64_t{1} << 20) && B <= 4096) {
-      const int units = static_cast<int>((H + d.sms - 1) / d.sms);
-      g = resident(kernel, d, H, units, kernel_smem<T>(B, H, units));
+      if constexpr (std::is_same_v<T, float>) {
+        int U = reg_units(H, d.sms), parts = 1;
+        if (U > 0 && B >= kRegSplitBatch && reg_kc_ok(2 * U, H)) U *= 2, parts = 2;
+        if (U > 0) {
+          g = resident(reg_kernel_for(U, H), d, H, U, reg_smem_bytes(B, H, U, parts), parts);
+        }
+      }
+      if (g.blocks == 0) {
+        const int units = static_cast<int>((H + d.sms - 1) / d.sms);
+        g = resident(kernel, d, H, units, kernel_smem<T>(B, H, units));
+      }
     }
     it = plans.emplace(key, g).first;
   }
@@ -405,23 +605,6 @@ bool plan(int64_t B, int64_t H, Geometry* out) {
 constexpr int kBackMaxBatch = 16;
 // A thread per (row, unit) of the block: batch rows times units a block (up to 16) within a block.
 static_assert(kBackMaxBatch * 16 <= kPThreads, "a (row, unit) item a thread");
-
-// The 32 values of every lane summed over the warp, scattered: lane l returns the sum of value l
-// (a butterfly that halves the values each level: 31 shuffles for 32 sums instead of 160).
-template <int N>
-__device__ __forceinline__ void scatter_level(float* v, int lane) {
-  if constexpr (N > 1) {
-    constexpr int half = N / 2;
-    const bool upper = (lane & half) != 0;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float send = upper ? v[i] : v[i + half];
-      const float keep = upper ? v[i + half] : v[i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, half);
-    }
-    scatter_level<half>(v, lane);
-  }
-}
 
 template <int U>
 __host__ __device__ constexpr int back_rows() { return 32 / U; }  // batch rows a product group
@@ -729,7 +912,11 @@ bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
 const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16) {
   if (t_bytes == 2 && (bf16 ? cluster_plan<__nv_bfloat16>(B, H) : cluster_plan<__half>(B, H)))
     return "cluster";
-  return persistent_fits(B, H, t_bytes, bf16) ? "grid" : nullptr;
+  if (!persistent_fits(B, H, t_bytes, bf16)) return nullptr;
+  Geometry g;
+  return t_bytes == 4 && plan<float>(B, H, &g) && g.kernel != kernel_for<float>(B)
+             ? "grid-registers"
+             : "grid";
 }
 
 bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
@@ -794,8 +981,8 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   Args<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), g.units, s.reverse, xp, b_ih, b_hh,
             w_hh, h0, c0, hbuf, out, h_n, c_n, static_cast<float*>(reserve), reserve_h};
   void* args[] = {&a};
-  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for<T>(s.B), dim3(g.blocks), dim3(kPThreads),
-                                            args, g.smem, stream));
+  FL_CUDA_CHECK(cudaLaunchCooperativeKernel(g.kernel, dim3(g.blocks), dim3(kPThreads), args,
+                                            g.smem, stream));
 }
 
 template <typename T>

@@ -64,7 +64,9 @@ def persistent_kernel(batch: int, hidden: int, dtype: torch.dtype,
     """The kernel lstm_persistent's forward runs for `batch` sequences of `hidden` units in
     `dtype` on `device`: "cluster" (float16 and bfloat16 at hidden 128, 256 or 512 and batches up
     to 16 on compute capability 9.0 and later: one thread-block cluster exchanging h_t through
-    distributed shared memory), "grid" (a cooperative kernel over the SMs), or None where
+    distributed shared memory), "grid-registers" (float32 at hidden 128, 256 or 512 on most
+    GPUs: a cooperative kernel over the SMs holding w_hh in registers), "grid" (a cooperative
+    kernel over the SMs, w_hh in shared memory), or None where
     persistent_fits is false. `backward`: the kernel of lstm_backward_persistent (the same
     rule; the cluster exchanges each block's partial products of dh), None where it does not
     serve (persistent_fits(..., backward=True) false)."""

@@ -29,6 +29,10 @@ fl = torch.ops.fastlayers
 # over the SMs; 601 and 1100 leave the last block partial), and its products group 32 / units
 # batch rows (B 5 fills no group). Float32's w_hh columns at 16 units a block (H above 1056 on an
 # H100) do not fit shared memory: there the gradient is lstm_backward's.
+# Float32 at H 512, 256 and 128 (4, 4 and 8 units a block) runs the kernel that holds w_hh in
+# registers: batch rows in groups of 8 (B 9, 13 and 20 leave the last group partial), two warps a
+# row tile at 4 units a block, one at 8; from batch 32 at H 512 and 256 the batch in two halves
+# (B 64: 32 rows each; B 37: 19 and 18) at twice the units a block.
 # On the CPU the op is lstm's kernel: there the geometry cases check it at larger H.
 PADDED_CASES = [c for c in CASES if c.lengths is None and c.P == 0]
 GEOMETRY_CASES = [
@@ -42,6 +46,10 @@ GEOMETRY_CASES = [
     Case(5, 64, 32, 512, 0, None, True, False),
     Case(3, 16, 8, 601, 0, None, False, True),
     Case(3, 5, 8, 1100, 0, None, True, True),
+    Case(4, 13, 8, 512, 0, None, False, True),
+    Case(4, 9, 8, 256, 0, None, True, True),
+    Case(3, 20, 8, 128, 0, None, False, False),
+    Case(3, 37, 8, 256, 0, None, True, True),
 ]
 PERSISTENT_CASES = PADDED_CASES + GEOMETRY_CASES
 
@@ -157,7 +165,11 @@ def test_which_persistent_kernel():
                 assert kernel(B, H, dt, "cuda") in _cluster_expected(H), (H, B, dt)
             assert kernel(17, H, dt, "cuda") == "grid"
         assert kernel(8, 384, dt, "cuda") == "grid" and kernel(8, 1024, dt, "cuda") == "grid"
-    assert kernel(8, 512, torch.float32, "cuda") == "grid"
+    for H in (128, 256, 512):
+        for B in (1, 9, 64):
+            assert kernel(B, H, torch.float32, "cuda") == "grid-registers", (H, B)
+    assert kernel(8, 384, torch.float32, "cuda") == "grid"
+    assert kernel(8, 1024, torch.float32, "cuda") == "grid"
     assert kernel(8, 512, torch.float64, "cuda") is None
     assert kernel(1 << 14, 512, torch.float32, "cuda") is None
     # The backward's: the same rule, and none above batch 16 (lstm_backward serves there).
@@ -372,12 +384,15 @@ def test_opcheck(device, grads):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_tensor_core_products_with_an_unaligned_state(dtype):
-    """A batch above 4 in a half type (the gate products on tensor cores) with h0 a view one
-    element into its storage (not 16-byte aligned: loaded element by element) gives exactly the
-    results of an aligned h0, and the reserve lstm_backward reads."""
-    case = Case(4, 24, 8, 64, 0, None, False, True)
+@pytest.mark.parametrize("dtype,H,B", [(torch.float16, 64, 24), (torch.bfloat16, 64, 24),
+                                       (torch.float32, 256, 24), (torch.float32, 256, 40)],
+                         ids=str)
+def test_tensor_core_products_with_an_unaligned_state(dtype, H, B):
+    """A batch above 4 in a half type (the gate products on tensor cores), or float32 where
+    w_hh's rows stay in registers (B 40: in two batch halves), with h0 a view one element into
+    its storage (not 16-byte aligned: loaded element by element) gives exactly the results of an
+    aligned h0, and the reserve lstm_backward reads."""
+    case = Case(4, B, 8, H, 0, None, False, True)
     m = reference_module(case, dtype, "cuda")
     x, h0, c0 = inputs(case, dtype, "cuda")
     w = weights(m, case.reverse)
