@@ -92,7 +92,7 @@ class LSTM(nn.RNNBase):
         elif dev == "cuda" and not _cuda_kernels():
             reason = "fastlayers was built without the LSTM's CUDA kernels"
         elif self._fl_forced == "persistent":
-            why = _persistent_unfit((self.hidden_size, self.proj_size), int(B), data.dtype,
+            why = _persistent_unfit((self.hidden_size, self.proj_size), int(B), _op_dtype(data),
                                     data.device, packed)
             if why:  # pinned: an error, not another algorithm
                 raise ValueError("fastlayers.LSTM: force_algorithm('persistent') cannot serve "
@@ -101,10 +101,12 @@ class LSTM(nn.RNNBase):
         elif self._fl_forced is not None:
             return self._fl_forced
         else:
-            tf32 = data.dtype == torch.float32 and dev == "cuda" and rnn_tf32_allowed()
+            # chosen for the dtype the ops run in (under autocast, its dtype)
+            dtype = _op_dtype(data)
+            tf32 = dtype == torch.float32 and dev == "cuda" and rnn_tf32_allowed()
             config = (self.input_size, self.hidden_size, self.proj_size, self.num_layers,
                       self.bidirectional, self.bias)
-            return _choose(config, int(T), int(B), data.dtype, data.device, packed, tf32,
+            return _choose(config, int(T), int(B), dtype, data.device, packed, tf32,
                            torch.are_deterministic_algorithms_enabled(),
                            "training" if training else "forward")
         if not torch.compiler.is_compiling():
@@ -138,8 +140,9 @@ class LSTM(nn.RNNBase):
         if _forward_ad._current_level >= 0:  # a dual weight (functional_call) has a tangent too
             operands += self._fl_all_weights()
         context = _C.pytorch_only_context(operands)
-        key = (T, B, data.dtype, data.device, packed, training, self._fl_forced,
-               data.is_cuda and data.dtype == torch.float32 and rnn_tf32_allowed(),
+        op_dtype = _op_dtype(data)
+        key = (T, B, data.dtype, op_dtype, data.device, packed, training, self._fl_forced,
+               data.is_cuda and op_dtype == torch.float32 and rnn_tf32_allowed(),
                torch.are_deterministic_algorithms_enabled(), _tuner._state.generation, context)
         routes = self.__dict__.get("_fl_routes")
         if routes is None:  # (a converted nn.LSTM gets its table on its first call)
@@ -294,6 +297,16 @@ def _join(side: torch.cuda.Stream, *made: torch.Tensor) -> None:
     current.wait_stream(side)
     for t in made:
         t.record_stream(current)
+
+
+def _op_dtype(data: torch.Tensor) -> torch.dtype:
+    """The dtype the ops run in on `data`: under autocast on its device, the autocast dtype for
+    floating input other than float64 (the ops' autocast kernels cast so), else data's own."""
+    dev = data.device.type
+    if dev in ("cuda", "cpu") and data.dtype in (torch.float32, torch.float16, torch.bfloat16) \
+            and torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return data.dtype
 
 
 # Runs as Python when a graph is traced; its result enters the graph as a constant.

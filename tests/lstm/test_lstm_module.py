@@ -456,6 +456,28 @@ def test_a_training_step_enters_no_python_autograd(name):
     assert python_autograd_calls(step) == []
 
 
+def test_autocast_asks_the_tuner_for_its_dtype(device, monkeypatch):
+    # Under autocast the ops run in its dtype: the tuner is asked for that dtype (TF32 off), not
+    # the float32 input's, and the same input without autocast asks for float32 again (the
+    # module's remembered route is per dtype the ops run in).
+    asked = []
+
+    def choose(config, T, B, dtype, dev, packed, tf32, deterministic, pass_):
+        asked.append((dtype, tf32))
+        return "fused"
+    monkeypatch.setattr(fastlayers.rnn, "_choose", choose)
+    _, fast = pair(CONFIGS["plain"][0], dtype=torch.float32, device=device)
+    fast.force_algorithm(None)
+    x, hx = make_inputs("plain", dtype=torch.float32, device=device)
+    for _ in range(2):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            y, _ = fast(x, hx)
+        assert y.dtype == torch.bfloat16
+        fast(x, hx)
+    tf32 = device == "cuda" and fastlayers.lstm.rnn_tf32_allowed()
+    assert asked == [(torch.bfloat16, False), (torch.float32, tf32)]
+
+
 @pytest.mark.parametrize("name", ["plain", "bi-layers2", "layers3"])
 def test_autocast_runs_the_layers_in_its_dtype(device, name):
     # Under torch.autocast the layers run in its dtype, as nn.LSTM's do, and the float32
