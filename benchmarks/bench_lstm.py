@@ -16,7 +16,8 @@ Sections (CUDA):
           flushed) and wall clock of calls back to back (host included), ratio = nn.LSTM's time /
           fastlayers' (> 1: fastlayers faster); TFLOP/s from 2 T B 4H (I + R) per layer and
           direction (forward; three times that for forward + backward).
-  cell    the eager LSTMCell loop (100 Python steps) against the fused op, fp32, forward.
+  cell    the eager LSTMCell loop (100 Python steps) against the fused op and, where it fits, the
+          persistent kernel, fp32, forward.
   lm      embedding (10k) -> 2-layer LSTM 512 -> linear (10k), T 35, B 64: SGD steps back to back,
           converted (fastlayers.convert as a user gets it: the tuner picks per pass; the first
           step, tuning included, timed) against plain, fp32 / tf32 / AMP bf16; plain, converted
