@@ -500,11 +500,13 @@ __global__ void __launch_bounds__(kPThreads, 1) persistent_forward_reg_kernel(co
   }
 }
 
+// The instantiation for U units a block at H (reg_kc_ok(U, H) holds).
 inline const void* reg_kernel_for(int U, int64_t H) {
   switch (U * H / 1024) {
     case 1: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<1>);
     case 2: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<2>);
-    default: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<4>);
+    case 4: return reinterpret_cast<const void*>(persistent_forward_reg_kernel<4>);
+    default: throw std::logic_error("fastlayers: no register kernel for these units and H");
   }
 }
 
@@ -556,7 +558,8 @@ inline Geometry resident(const void* kernel, const Limits& d, int64_t H, int uni
 }
 
 std::mutex plan_mutex;
-// (device, kernel, B, H): each instantiation has its own shared-memory attribute to set
+// (device, T's kernel for B, B, H) -> the geometry and the kernel chosen (float32's register
+// kernel or T's; each instantiation's shared-memory attribute is set in resident())
 std::map<std::tuple<int, const void*, int64_t, int64_t>, Geometry> plans;
 
 template <typename T>

@@ -300,12 +300,14 @@ def _join(side: torch.cuda.Stream, *made: torch.Tensor) -> None:
 
 
 def _op_dtype(data: torch.Tensor) -> torch.dtype:
-    """The dtype the ops run in on `data`: under autocast on its device, the autocast dtype for
-    floating input other than float64 (the ops' autocast kernels cast so), else data's own."""
-    dev = data.device.type
-    if dev in ("cuda", "cpu") and data.dtype in (torch.float32, torch.float16, torch.bfloat16) \
-            and torch.is_autocast_enabled(dev):
-        return torch.get_autocast_dtype(dev)
+    """The dtype the tuner chooses for on `data`: under CUDA autocast, the autocast dtype for
+    floating input other than float64 (the ops' autocast kernels cast so), else data's own. On
+    the CPU the ops run in autocast's dtype too, but the CPU candidates are float32 and float64:
+    asked for bfloat16 there, the tuner would find only nn.LSTM's path, so a CPU layer keeps the
+    choice made for its input's dtype."""
+    if data.is_cuda and data.dtype in (torch.float32, torch.float16, torch.bfloat16) and \
+            torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
     return data.dtype
 
 
