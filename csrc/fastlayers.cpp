@@ -70,8 +70,8 @@ TORCH_LIBRARY(fastlayers, m) {
   // state held on chip across steps; one grid barrier per step): float32, float16 or bfloat16,
   // padded input without a projection, batch and hidden size within the device's shared memory
   // (_C.lstm_persistent_fits). The same results and reserve as lstm; its backward is
-  // lstm_backward_persistent where that fits (batches up to 16), else lstm_backward. On the CPU it
-  // runs lstm's kernel.
+  // lstm_backward_persistent where that fits (batches up to 16, or float16 and bfloat16 on
+  // clusters), else lstm_backward. On the CPU it runs lstm's kernel.
   m.def("lstm_persistent(Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, "
         "Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, Tensor? batch_sizes, bool reverse=False, "
         "bool tf32=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
@@ -86,7 +86,8 @@ TORCH_LIBRARY(fastlayers, m) {
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // lstm_backward for lstm_persistent's results, its recurrence as one cooperative kernel on CUDA
   // (w_hh's columns and the cell gradient held on chip across steps; one grid barrier per step)
-  // under lstm_persistent's conditions and batches up to 16; on the CPU lstm_backward's kernel.
+  // under lstm_persistent's conditions and batches up to 16 (float16 and bfloat16 on clusters:
+  // wherever lstm_persistent's clusters serve); on the CPU lstm_backward's kernel.
   m.def("lstm_backward_persistent(Tensor grad_output, Tensor? grad_h_n, Tensor? grad_c_n, "
         "Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? w_hr, "
         "Tensor? batch_sizes, Tensor reserve, Tensor reserve_h, bool reverse=False, "

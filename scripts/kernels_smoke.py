@@ -229,12 +229,14 @@ def lstm_cases(dev):
                                             (3, 20, 5, 128, 0, None, False),
                                             (3, 18, 5, 128, 0, (3,) * 10 + (2,) * 6 + (1,) * 2,
                                              True),
-                                            # fp16: the persistent forward and backward on one
-                                            # cluster (H 128, 256, 512: 4, 8 and 16 blocks;
-                                            # one and two n-tiles)
+                                            # fp16: the persistent forward and backward on
+                                            # clusters (H 128, 256, 512: 4, 8 and 16 blocks;
+                                            # one cluster, several, and at B 100 H 512 two
+                                            # n-tiles a cluster)
                                             (3, 9, 5, 128, 0, None, True),
                                             (2, 3, 4, 256, 0, None, False),
-                                            (2, 10, 4, 512, 0, None, True)):
+                                            (2, 10, 4, 512, 0, None, True),
+                                            (2, 100, 4, 512, 0, None, False)):
         # (fp32 inputs of I = 4 are 16-byte rows: there the input GEMM runs in chunks. No fp16
         # case has such rows: initcheck reports a cuBLAS fp16 tensor-core GEMM's whole result as
         # uninitialized when read, torch.mm's alone included, so it would drown what it finds.)

@@ -56,7 +56,8 @@ void check_persistent(const char* op, const Geometry& g, const Tensor& input, bo
   TORCH_CHECK(backward ? lstm::persistent_backward_fits(g.B, g.H, bytes, dt == at::kBFloat16)
                        : lstm::persistent_fits(g.B, g.H, bytes, dt == at::kBFloat16), op,
               ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
-              " do not fit the persistent kernel on this device (", backward ? "batch up to 16, " : "",
+              " do not fit the persistent kernel on this device (",
+              backward ? "batch up to 16 off clusters, " : "",
               "shared memory, co-resident blocks); fastlayers.lstm.persistent_fits() says where "
               "it does");
 }

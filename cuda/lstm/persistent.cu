@@ -6,6 +6,7 @@
 // GEMM launch and a point-wise launch, which is what small batches are bound by.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -473,19 +474,28 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
 
 // ---------------------------------------------------------------------------------------------
 // The cluster kernels (persistent_cluster.cuh, persistent_cluster_backward.cuh) where they serve:
-// float16 / bfloat16, H 128, 256 or 512, batches up to 16, on sm_90 and later where the device
-// can place a cluster of H / 32 blocks. A pointer to the instantiation a call runs and its
-// launch, or null.
-using ClusterLaunch = void (*)(const void* args, cudaStream_t stream);
+// float16 / bfloat16, H 128, 256 or 512, on sm_90 and later where the device can place clusters
+// of H / 32 blocks, at batches up to kClMaxBatch rows a cluster on as many clusters as the device
+// holds at once. The instantiation a call runs, its launch and its number of clusters, or none.
+struct ClusterPlan {
+  void (*launch)(const void* args, int clusters, cudaStream_t stream) = nullptr;
+  int clusters = 0;
+  explicit operator bool() const { return launch != nullptr; }
+};
 
-// The launch of a cluster kernel at H: one cluster of H / 32 blocks with `smem` bytes of shared
-// memory each (what the occupancy query and the launch both take; not copyable, as cfg points at
-// attr).
+// Rows a cluster the plan aims at: a block receives its cluster's whole h_{t-1} each step, so the
+// step shortens with the rows a cluster, while clusters beyond what the device holds at once
+// would wait for others to end.
+constexpr int kClTargetRows = 4;
+
+// The launch of a cluster kernel at H: `clusters` clusters of H / 32 blocks with `smem` bytes of
+// shared memory each (what the occupancy query and the launch both take; not copyable, as cfg
+// points at attr).
 struct ClusterConfig {
   cudaLaunchAttribute attr{};
   cudaLaunchConfig_t cfg{};
-  ClusterConfig(int H, int smem, cudaStream_t stream) {
-    cfg.gridDim = dim3(H / kClUnits);
+  ClusterConfig(int H, int clusters, int smem, cudaStream_t stream) {
+    cfg.gridDim = dim3(H / kClUnits * clusters);
     cfg.blockDim = dim3(kClThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -515,17 +525,17 @@ struct ClusterKernel<T, H, NT, true> {
 };
 
 template <typename K, int H>
-void launch_cluster(const void* args, cudaStream_t stream) {
-  const ClusterConfig c(H, K::smem, stream);
+void launch_cluster(const void* args, int clusters, cudaStream_t stream) {
+  const ClusterConfig c(H, clusters, K::smem, stream);
   FL_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, K::kernel, *static_cast<const typename K::Args*>(args)));
 }
 
-// Whether the device places a cluster of the instantiation and this build holds its code for
-// sm_90 or later (an arch list without it compiles an empty body, which PTX of an older
-// architecture would give an sm_90 device). Attributes are set once per device; an error of the
-// queries (a cluster size the device refuses) counts as "does not fit", not as the call's error.
+// How many clusters of the instantiation the device holds at once, 0 where it places none or
+// this build holds no code for sm_90 or later (an arch list without it compiles an empty body,
+// which PTX of an older architecture would give an sm_90 device). An error of the queries (a
+// cluster size the device refuses) counts as "does not fit", not as the call's error.
 template <typename K, int H>
-bool cluster_fits() {
+int cluster_capacity() {
   const void* k = reinterpret_cast<const void*>(K::kernel);
   cudaFuncAttributes fa{};
   bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.ptxVersion >= 90;
@@ -536,30 +546,46 @@ bool cluster_fits() {
          cudaSuccess;
   int clusters = 0;
   if (ok) {
-    const ClusterConfig c(H, K::smem, nullptr);
+    const ClusterConfig c(H, 1, K::smem, nullptr);
     ok = cudaOccupancyMaxActiveClusters(&clusters, K::kernel, &c.cfg) == cudaSuccess;
   }
   if (!ok) (void)cudaGetLastError();  // clear the refusal
-  return ok && clusters > 0;
+  return ok ? clusters : 0;
 }
 
+// B rows over min(capacity, ceil(B / kClTargetRows)) clusters; one n-tile where that leaves at
+// most 8 rows a cluster, two up to 16, none above (the batch does not fit resident clusters).
 template <typename T, int H, bool Backward>
-ClusterLaunch cluster_for_h(int64_t B) {
+ClusterPlan cluster_for_h(int64_t B) {
   using One = ClusterKernel<T, H, 1, Backward>;
   using Two = ClusterKernel<T, H, 2, Backward>;
-  return B <= 8 ? (cluster_fits<One, H>() ? launch_cluster<One, H> : nullptr)
-                : (cluster_fits<Two, H>() ? launch_cluster<Two, H> : nullptr);
+  const auto spread = [B](int capacity) {
+    return static_cast<int>(std::min<int64_t>(capacity, (B + kClTargetRows - 1) / kClTargetRows));
+  };
+  ClusterPlan p;
+  const int one = spread(cluster_capacity<One, H>());
+  if (one > 0 && (B + one - 1) / one <= 8) {
+    p.launch = launch_cluster<One, H>;
+    p.clusters = one;
+    return p;
+  }
+  const int two = spread(cluster_capacity<Two, H>());
+  if (two > 0 && (B + two - 1) / two <= kClMaxBatch) {
+    p.launch = launch_cluster<Two, H>;
+    p.clusters = two;
+  }
+  return p;
 }
 
 // (device, T's kernel for H 128 and one n-tile of the pass, B, H)
-std::map<std::tuple<int, const void*, int64_t, int64_t>, ClusterLaunch> cluster_plans;
+std::map<std::tuple<int, const void*, int64_t, int64_t>, ClusterPlan> cluster_plans;
 
 template <typename T, bool Backward = false>
-ClusterLaunch cluster_plan(int64_t B, int64_t H) {
+ClusterPlan cluster_plan(int64_t B, int64_t H) {
   if constexpr (!has_mma<T>()) {
-    return nullptr;
+    return ClusterPlan{};
   } else {
-    if (B < 1 || B > kClMaxBatch || (H != 128 && H != 256 && H != 512)) return nullptr;
+    if (B < 1 || (H != 128 && H != 256 && H != 512)) return ClusterPlan{};
     int device = 0;
     FL_CUDA_CHECK(cudaGetDevice(&device));
     const auto key = std::make_tuple(
@@ -569,7 +595,7 @@ ClusterLaunch cluster_plan(int64_t B, int64_t H) {
     if (it == cluster_plans.end()) {
       int major = 0;
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      ClusterLaunch f = nullptr;
+      ClusterPlan f;
       if (major >= 9) {
         f = H == 128   ? cluster_for_h<T, 128, Backward>(B)
             : H == 256 ? cluster_for_h<T, 256, Backward>(B)
@@ -587,8 +613,8 @@ bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
   switch (t_bytes) {
     case 4: return plan<float>(B, H, &g);
     case 2:
-      return bf16 ? cluster_plan<__nv_bfloat16>(B, H) != nullptr || plan<__nv_bfloat16>(B, H, &g)
-                  : cluster_plan<__half>(B, H) != nullptr || plan<__half>(B, H, &g);
+      return bf16 ? cluster_plan<__nv_bfloat16>(B, H) || plan<__nv_bfloat16>(B, H, &g)
+                  : cluster_plan<__half>(B, H) || plan<__half>(B, H, &g);
     default: return false;
   }
 }
@@ -609,9 +635,8 @@ bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
   switch (t_bytes) {
     case 4: return back_plan<float>(B, H, &g);
     case 2:
-      return bf16 ? cluster_plan<__nv_bfloat16, true>(B, H) != nullptr ||
-                        back_plan<__nv_bfloat16>(B, H, &g)
-                  : cluster_plan<__half, true>(B, H) != nullptr || back_plan<__half>(B, H, &g);
+      return bf16 ? cluster_plan<__nv_bfloat16, true>(B, H) || back_plan<__nv_bfloat16>(B, H, &g)
+                  : cluster_plan<__half, true>(B, H) || back_plan<__half>(B, H, &g);
     default: return false;
   }
 }
@@ -619,7 +644,7 @@ bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
 const char* persistent_backward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16) {
   if (!persistent_backward_fits(B, H, t_bytes, bf16)) return nullptr;
   const bool cluster = t_bytes == 2 && (bf16 ? cluster_plan<__nv_bfloat16, true>(B, H)
-                                             : cluster_plan<__half, true>(B, H)) != nullptr;
+                                             : cluster_plan<__half, true>(B, H));
   return cluster ? "cluster" : "grid";
 }
 
@@ -639,8 +664,8 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   using G = GemmTypes<T>;
   check_steps(s, "forward");
   Geometry g;
-  const ClusterLaunch cluster = cluster_plan<T>(s.B, s.H);
-  if (cluster == nullptr && !plan<T>(s.B, s.H, &g))
+  const ClusterPlan cluster = cluster_plan<T>(s.B, s.H);
+  if (!cluster && !plan<T>(s.B, s.H, &g))
     throw std::invalid_argument("fastlayers: the persistent LSTM forward does not fit this "
                                 "batch and hidden size on this device");
   if (workspace_size < forward_workspace(s, sizeof(T), sizeof(float)))
@@ -656,10 +681,10 @@ void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, co
   } else {
     FL_CUDA_CHECK(cudaMemsetAsync(xp, 0, sizeof(float) * s.N * 4 * H, stream));
   }
-  if (cluster != nullptr) {
+  if (cluster) {
     const ClusterArgs<T> c{s.T, static_cast<int>(s.B), s.reverse, xp, b_ih, b_hh, w_hh, h0, c0,
                            out, h_n, c_n, static_cast<float*>(reserve), reserve_h};
-    cluster(&c, stream);
+    cluster.launch(&c, cluster.clusters, stream);
     return;
   }
   Args<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), g.units, s.reverse, xp, b_ih, b_hh,
@@ -677,8 +702,8 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
                          cublasHandle_t blas, bool tf32) {
   check_steps(s, "backward");
   Geometry g;
-  const ClusterLaunch cluster = cluster_plan<T, true>(s.B, s.H);
-  if (cluster == nullptr && !back_plan<T>(s.B, s.H, &g))
+  const ClusterPlan cluster = cluster_plan<T, true>(s.B, s.H);
+  if (!cluster && !back_plan<T>(s.B, s.H, &g))
     throw std::invalid_argument("fastlayers: the persistent LSTM backward does not fit this "
                                 "batch and hidden size on this device");
   if (workspace_size < backward_workspace(s, sizeof(T), sizeof(float)))
@@ -689,8 +714,8 @@ void backward_persistent(const Steps& s, const T* dy, const T* dh_n, const T* dc
   T* ones = ws.take<T>(s.N);
   BackArgs<T> a{s.T, static_cast<int>(s.B), static_cast<int>(H), s.reverse, dy, dh_n, dc_n,
                 w_hh, static_cast<const float*>(reserve), dgates, dh0, dc0};
-  if (cluster != nullptr) {
-    cluster(&a, stream);
+  if (cluster) {
+    cluster.launch(&a, cluster.clusters, stream);
   } else {
     void* args[] = {&a};
     FL_CUDA_CHECK(cudaLaunchCooperativeKernel(back_kernel_for<T>(g.units), dim3(g.blocks),

@@ -1,16 +1,18 @@
-// The persistent forward on one thread-block cluster (sm_90): for float16 / bfloat16 layers of
-// H = 128, 256 or 512 at batches up to 16, the recurrence of persistent.cu's grid kernels on
-// H / 32 blocks of one cluster, which send h_t into each other's shared memory instead of
-// writing it to global memory, reading it back through L2 and synchronising the whole grid (what
-// bounds the grid kernels' step at small batches).
+// The persistent forward on thread-block clusters (sm_90): for float16 / bfloat16 layers of
+// H = 128, 256 or 512, the recurrence of persistent.cu's grid kernels on H / 32 blocks of one
+// cluster, which send h_t into each other's shared memory instead of writing it to global
+// memory, reading it back through L2 and synchronising the whole grid (what bounds the grid
+// kernels' step at small batches). Larger batches run on several clusters, each on its own rows
+// (ClRows) and independent of the others, up to 16 rows a cluster: a block receives its
+// cluster's whole h_{t-1} each step, so fewer rows a cluster shorten the step.
 //
 // Block r of the cluster owns hidden units 32 r .. 32 r + 31: their four gates' 128 rows of
 // w_hh, held in registers for the whole sequence as mma.sync A fragments (16 warps: warp w takes
 // gate rows 16 (w % 8) .. of half w / 8 of H, so a thread holds H / 8 values). Every block keeps
-// the whole h_{t-1} [B, H] in shared memory, in two buffers (step s reads buffer s % 2), each
+// the cluster's whole h_{t-1} [nb, H] in shared memory, in two buffers (step s reads buffer s % 2), each
 // with an mbarrier. Per step s:
 //   1. wait for the buffer's phase (every block's pieces of h_{s-1} landed); thread 0 arms the
-//      other buffer's next phase (B H values expected);
+//      other buffer's next phase (nb H values expected);
 //   2. each warp multiplies its rows by h_{s-1} (m16n8k16, float32 accumulation; the batch is
 //      the n dimension, padded to 8 or 16 with zero rows) and stores its partial products
 //      (two buffers by step parity), then the block synchronises;
@@ -36,7 +38,7 @@ namespace lstm {
 constexpr int kClUnits = 32;                // hidden units a block: 128 gate rows, 8 m-tiles
 constexpr int kClWarps = 16;                // 8 m-tiles x 2 halves of H; the cell a warp a row
 constexpr int kClThreads = 32 * kClWarps;
-constexpr int kClMaxBatch = kClWarps;       // batch rows: a warp each in the cell
+constexpr int kClMaxBatch = kClWarps;       // a cluster's batch rows: a warp each in the cell
 constexpr int kClPartStride = 4 * kClUnits + 4;  // a batch row of partial products (floats)
 
 // The shared memory of H: h [2, 16, H + 8] T (rows padded by 16 bytes: the B fragments of a warp
@@ -78,6 +80,19 @@ __device__ __forceinline__ unsigned cl_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   return rank;
 }
+// The batch rows of this block's cluster: the batch's rows are independent sequences, so a grid
+// of G clusters splits them evenly, cluster c taking rows c B / G .. (c + 1) B / G - 1 (G <= B,
+// so every cluster has at least one; the plan keeps nb within kClMaxBatch and the n-tiles).
+struct ClRows {
+  int b0, nb;
+  __device__ __forceinline__ explicit ClRows(int B) {
+    unsigned c, n;
+    asm("mov.u32 %0, %%clusterid.x;\n" : "=r"(c));
+    asm("mov.u32 %0, %%nclusterid.x;\n" : "=r"(n));
+    b0 = static_cast<int>(c * static_cast<unsigned>(B) / n);
+    nb = static_cast<int>((c + 1) * static_cast<unsigned>(B) / n) - b0;
+  }
+};
 // Every thread of every block of the cluster, release then acquire.
 __device__ __forceinline__ void cl_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
@@ -127,7 +142,7 @@ __device__ __forceinline__ void cl_send(unsigned remote, float v, unsigned bar) 
                : "memory");
 }
 
-// NT: n-tiles of 8 batch rows (B up to 8 NT).
+// NT: n-tiles of 8 batch rows (a cluster's rows up to 8 NT).
 template <typename T, int H, int NT>
 __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const ClusterArgs<T> a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -143,6 +158,8 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
 
   const unsigned rank = cl_rank();
   const int B = a.B, u0 = static_cast<int>(rank) * kClUnits;
+  const ClRows rows(B);  // the cluster's batch rows: b0 + (0 .. nb - 1)
+  const int nb = rows.nb;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
   const int mt = warp & 7, kh = warp >> 3;
@@ -162,18 +179,20 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       wf[kk][3] = cl_pair(w8 + 16 * kk + 8);
     }
   }
-  // h_{-1} = h0 into buffer 0 (rows past B zero in both buffers: the padded n-tiles' operand).
+  // h_{-1} = h0 into buffer 0 (rows past nb zero in both buffers: the padded n-tiles' operand).
   const T zero = from_compute<T>(0.f);
   for (int k = tid; k < 2 * kClMaxBatch * S; k += kClThreads) {
     const int b = (k / S) % kClMaxBatch, j = k % S;
-    h_s[k] = k < kClMaxBatch * S && b < B && j < H ? a.h0[static_cast<int64_t>(b) * H + j] : zero;
+    h_s[k] = k < kClMaxBatch * S && b < nb && j < H
+                 ? a.h0[static_cast<int64_t>(rows.b0 + b) * H + j]
+                 : zero;
   }
-  // The cell's thread: batch row b = warp, unit u0 + lane.
-  const int b = warp, j = u0 + lane;
-  const bool active = b < B;
+  // The cell's thread: the cluster's batch row b = warp (row bg of the batch), unit u0 + lane.
+  const int b = warp, j = u0 + lane, bg = rows.b0 + b;
+  const bool active = b < nb;
   float c = 0.f, bi[4] = {0.f, 0.f, 0.f, 0.f}, bh[4] = {0.f, 0.f, 0.f, 0.f};
   if (active) {
-    c = to_compute(a.c0[static_cast<int64_t>(b) * H + j]);
+    c = to_compute(a.c0[static_cast<int64_t>(bg) * H + j]);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       if (a.b_ih != nullptr) bi[q] = to_compute(a.b_ih[q * H + j]);
@@ -189,7 +208,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
   auto load_xp = [&](int64_t s, float (&xv)[4]) {
     const int64_t t = a.reverse ? a.steps - 1 - s : s;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) xv[q] = a.xp[(t * B + b) * 4 * H + q * H + j];
+    for (int q = 0; q < 4; ++q) xv[q] = a.xp[(t * B + bg) * 4 * H + q * H + j];
   };
   float xv[4] = {0.f, 0.f, 0.f, 0.f};
   if (active) load_xp(0, xv);
@@ -197,13 +216,13 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
   for (int64_t step = 0; step < a.steps; ++step) {
     const int64_t t = a.reverse ? a.steps - 1 - step : step;
     const int cur = static_cast<int>(step & 1);
-    const int64_t row = t * B + b;
+    const int64_t row = t * B + bg;
     float* part = parts + cur * cl_part_floats();
     if (step > 0) {  // h_{t-1}: every block's pieces in buffer cur (its ((step - 1) / 2)-th phase)
       cl_wait(mbar + 8 * cur, static_cast<unsigned>(((step - 1) >> 1) & 1));
     }
-    if (tid == 0 && step + 1 < a.steps)  // the next buffer's phase: B H values from the cluster
-      cl_expect(mbar + 8 * (cur ^ 1), B * H * 2);
+    if (tid == 0 && step + 1 < a.steps)  // the next buffer's phase: nb H values from the cluster
+      cl_expect(mbar + 8 * (cur ^ 1), nb * H * 2);
     // 2. Partial products of gate rows 16 mt.. over half kh of H, two accumulators an n-tile.
     const T* hb = h_s + cur * kClMaxBatch * S + g * S + kh * (H / 2) + 2 * tq;
     float acc[NT][2][4];
@@ -279,8 +298,8 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       if (step + 1 < a.steps) {
         load_xp(step + 1, xv);
       } else {
-        a.h_n[static_cast<int64_t>(b) * H + j] = hv;
-        a.c_n[static_cast<int64_t>(b) * H + j] = from_compute<T>(c);
+        a.h_n[static_cast<int64_t>(bg) * H + j] = hv;
+        a.c_n[static_cast<int64_t>(bg) * H + j] = from_compute<T>(c);
       }
     }
   }

@@ -1,6 +1,7 @@
-// The persistent backward on one thread-block cluster (sm_90): for float16 / bfloat16 layers of
-// H = 128, 256 or 512 at batches up to 16, the recurrence of persistent.cu's backward kernel on
-// H / 32 blocks of one cluster, as persistent_cluster.cuh runs the forward's.
+// The persistent backward on thread-block clusters (sm_90): for float16 / bfloat16 layers of
+// H = 128, 256 or 512, the recurrence of persistent.cu's backward kernel on H / 32 blocks of one
+// cluster, as persistent_cluster.cuh runs the forward's (and, as there, larger batches on several
+// clusters, each on its own rows, ClRows).
 //
 // Block r owns hidden units 32 r .. 32 r + 31 and their 128 gate rows ("local rows" k: gate k / 32
 // of unit 32 r + k % 32). Per step, from last to first, the gradient of h_t is
@@ -9,13 +10,13 @@
 // (in registers for the whole sequence, as mma.sync A fragments of A[j][k] = w_hh[row k, j]; warp
 // w takes the m = max(1, H / 256) m-tiles of 16 units of j from m w on, all of one block's units;
 // at H 128 warps 8-15 take none) with its
-// own gate gradients of the step before (in its shared memory). Each partial [32 units, B] goes
+// own gate gradients of the step before (in its shared memory). Each partial [32 units, nb] goes
 // to the block that owns the units, by st.async into its shared memory, completing its mbarrier;
-// the owner sums the H / 32 partials (fixed order: by source block). So a step moves B H floats
-// into each block's shared memory (the forward's exchange moves B H halves) and needs no grid
+// the owner sums the H / 32 partials (fixed order: by source block). So a step moves nb H floats
+// into each block's shared memory (the forward's exchange moves nb H halves) and needs no grid
 // barrier, no round trip through L2 and no fence. Per step i (from 0):
 //   1. wait for the receive buffer i % 2 (every block's partial for this block's units); thread 0
-//      arms the other buffer's next phase (B H floats expected);
+//      arms the other buffer's next phase (nb H floats expected);
 //   2. warp b runs the cell's backward of batch row b for the block's 32 units as cell_backward
 //      does (dy and the reserve loaded a step ahead; dc stays in a register), writes the unit's
 //      four gate gradients to dgates (what the weight and input gradients' GEMMs read) and into
@@ -58,7 +59,7 @@ __host__ __device__ constexpr int clb_smem_bytes(int H) {
   return 2 * clb_recv_floats(H) * 4 + 2 * kClMaxBatch * kClGateStride * 2 + 2 * 8;
 }
 
-// NT: n-tiles of 8 batch rows (B up to 8 NT).
+// NT: n-tiles of 8 batch rows (a cluster's rows up to 8 NT).
 template <typename T, int H, int NT>
 __global__ void __launch_bounds__(kClThreads, 1)
     persistent_cluster_backward_kernel(const BackArgs<T> a) {
@@ -77,6 +78,8 @@ __global__ void __launch_bounds__(kClThreads, 1)
 
   const unsigned rank = cl_rank();
   const int B = a.B, u0 = static_cast<int>(rank) * kClUnits;
+  const ClRows rows(B);  // the cluster's batch rows: b0 + (0 .. nb - 1)
+  const int nb = rows.nb;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
   const bool multiplies = warp * MPW < MT;  // at H 128 half the warps have no m-tile
@@ -101,15 +104,15 @@ __global__ void __launch_bounds__(kClThreads, 1)
       }
     }
   }
-  // The gate gradients' rows past B stay zero (the padded n-tiles' operand).
+  // The gate gradients' rows past nb stay zero (the padded n-tiles' operand).
   const T zero = from_compute<T>(0.f);
   for (int k = tid; k < 2 * kClMaxBatch * GS; k += kClThreads) gate_s[k] = zero;
-  // The cell's thread: batch row b = warp, unit j = u0 + lane.
-  const int b = warp, j = u0 + lane;
-  const bool active = b < B;
+  // The cell's thread: the cluster's batch row b = warp (row bg of the batch), unit j = u0 + lane.
+  const int b = warp, j = u0 + lane, bg = rows.b0 + b;
+  const bool active = b < nb;
   float dc = 0.f, dh_last = 0.f;
   if (active) {
-    const int64_t at = static_cast<int64_t>(b) * H + j;
+    const int64_t at = static_cast<int64_t>(bg) * H + j;
     if (a.dc_n != nullptr) dc = to_compute(a.dc_n[at]);
     if (a.dh_n != nullptr) dh_last = to_compute(a.dh_n[at]);
   }
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
   float dyv = 0.f, r[5] = {0.f, 0.f, 0.f, 0.f, 0.f};
   const auto row_of = [&](int64_t i) {
     const int64_t bstep = a.steps - 1 - i, t = a.reverse ? a.steps - 1 - bstep : bstep;
-    return t * B + b;
+    return t * B + bg;
   };
   const auto load = [&](int64_t i) {
     const int64_t row = row_of(i);
@@ -145,8 +148,8 @@ __global__ void __launch_bounds__(kClThreads, 1)
   for (int64_t i = 0; i < a.steps; ++i) {
     const int cur = static_cast<int>(i & 1);
     if (i > 0) wait(i);
-    if (tid == 0)  // the next receive's phase: B H floats from the cluster
-      cl_expect(mbar + 8 * (cur ^ 1), B * H * 4);
+    if (tid == 0)  // the next receive's phase: nb H floats from the cluster
+      cl_expect(mbar + 8 * (cur ^ 1), nb * H * 4);
     T* gb = gate_s + cur * kClMaxBatch * GS;
     if (active) {  // 2. cell_backward's arithmetic, in the same order
       const float dht = dyv + (i > 0 ? received(i) : dh_last);
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
             const int bb = 8 * n + 2 * tq + (e & 1), unit = (j0 & 31) + (e >> 1) * 8;
             const unsigned local =
                 static_cast<unsigned>(__cvta_generic_to_shared(base + bb * kClUnits + unit));
-            if (bb < B) cl_send(cl_map(local, owner), acc[m][n][e], bar);
+            if (bb < nb) cl_send(cl_map(local, owner), acc[m][n][e], bar);
           }
         }
       }
@@ -211,7 +214,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
   // h0's gradient: the last step's partials.
   wait(a.steps);
   if (active) {
-    const int64_t at = static_cast<int64_t>(b) * H + j;
+    const int64_t at = static_cast<int64_t>(bg) * H + j;
     a.dh0[at] = from_compute<T>(received(a.steps));
     a.dc0[at] = from_compute<T>(dc);
   }

@@ -46,7 +46,8 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
     `hidden` units in `dtype` on `device`: float32, float16 or bfloat16, the layer's rows of w_hh
     and the batch's h_{t-1} within a block's shared memory, every block resident at once.
     `backward`: whether the persistent backward (lstm_backward_persistent) serves them too
-    (batches up to 16; lstm_persistent's gradient is lstm_backward's elsewhere)."""
+    (batches up to 16, and on clusters above; lstm_persistent's gradient is lstm_backward's
+    elsewhere)."""
     device = torch.device(device)
     if (device.type != "cuda" or dtype not in (torch.float32, torch.float16, torch.bfloat16)
             or not torch.cuda.is_available()):
@@ -62,9 +63,10 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
 def persistent_kernel(batch: int, hidden: int, dtype: torch.dtype,
                       device: torch.device, backward: bool = False) -> Optional[str]:
     """The kernel lstm_persistent's forward runs for `batch` sequences of `hidden` units in
-    `dtype` on `device`: "cluster" (float16 and bfloat16 at hidden 128, 256 or 512 and batches up
-    to 16 on compute capability 9.0 and later: one thread-block cluster exchanging h_t through
-    distributed shared memory), "grid-registers" (float32 at hidden 128, 256 or 512 on most
+    `dtype` on `device`: "cluster" (float16 and bfloat16 at hidden 128, 256 or 512 on compute
+    capability 9.0 and later: thread-block clusters, a few batch rows each, exchanging h_t
+    through distributed shared memory; up to 16 rows a cluster on the clusters the device holds
+    at once), "grid-registers" (float32 at hidden 128, 256 or 512 on most
     GPUs: a cooperative kernel over the SMs holding w_hh in registers), "grid" (a cooperative
     kernel over the SMs, w_hh in shared memory), or None where
     persistent_fits is false. `backward`: the kernel of lstm_backward_persistent (the same
@@ -175,8 +177,9 @@ def _second(gb, first):
 
 
 def _backward_lstm_persistent(ctx, *grads):
-    # The persistent backward where it fits (batches up to 16: above, every block reading the
-    # gates' gradients of the whole batch each step costs more than the step-wise GEMMs).
+    # The persistent backward where it fits (on the grid, batches up to 16: above, every block
+    # reading the gates' gradients of the whole batch each step costs more than the step-wise
+    # GEMMs; on clusters, where the forward's clusters serve).
     input, w_hh = ctx.saved_tensors[0], ctx.saved_tensors[4]
     batched = ctx.saved_tensors[6] is None and input.dim() == 3 and ctx.saved_tensors[5] is None
     fits = (batched and input.is_cuda and

@@ -24,10 +24,10 @@ fl = torch.ops.fastlayers
 # a batch of 64. Batches above 4 in float16 and bfloat16 run the gate products on tensor cores
 # (16 batch rows x 8 gate rows a tile): batches and gate rows that fill no tile, hidden sizes not
 # a multiple of 16 (padded) or of 8 (h_{t-1} loaded element by element).
-# The persistent backward serves batches up to 16 (above, lstm_persistent's gradient is
-# lstm_backward's): its blocks own a power of two of units (1, 2, 4, 8, 16: the least spreading H
-# over the SMs; 601 and 1100 leave the last block partial), and its products group 32 / units
-# batch rows (B 5 fills no group). Float32's w_hh columns at 16 units a block (H above 1056 on an
+# The persistent backward on the grid serves batches up to 16 (above, lstm_persistent's gradient
+# is lstm_backward's, except where the cluster kernels below serve): its blocks own a power of
+# two of units (1, 2, 4, 8, 16: the least spreading H over the SMs; 601 and 1100 leave the last
+# block partial), and its products group 32 / units batch rows (B 5 fills no group). Float32's w_hh columns at 16 units a block (H above 1056 on an
 # H100) do not fit shared memory: there the gradient is lstm_backward's.
 # Float32 at H 512, 256 and 128 (4, 4 and 8 units a block) runs the kernel that holds w_hh in
 # registers: batch rows in groups of 8 (B 9, 13 and 20 leave the last group partial), two warps a
@@ -67,10 +67,13 @@ def test_persistent_op_matches_nn_lstm(device, case, precision):
     check_results(case, ours, ref, native, precision)
 
 
-# float16 and bfloat16 at H 128, 256 and 512 and batches up to 16 run on one thread-block cluster
-# of H / 32 blocks (sm_90 on), forward and backward: one and two n-tiles of 8 batch rows (B 8
-# and 9 on either side), partial tiles, T 1 (no exchange), T 2 (one phase of one buffer's
-# mbarrier), T 64 (32 phases of each), both directions, with and without biases, at every H.
+# float16 and bfloat16 at H 128, 256 and 512 run on thread-block clusters of H / 32 blocks (sm_90
+# on), forward and backward, a cluster for every 4 batch rows up to what the device holds at once
+# (then up to 16 rows a cluster): one cluster (B up to 4), one and two n-tiles of 8 rows a cluster
+# (B 8 and 9 on either side where the clusters run out), partial tiles, T 1 (no exchange), T 2
+# (one phase of one buffer's mbarrier), T 64 (32 phases of each), both directions, with and
+# without biases, at every H; B 17, 40, 64 and 100 over several clusters with uneven rows (at H
+# 512 on an H100, 64 and 100 take two n-tiles a cluster).
 CLUSTER_CASES = [
     Case(2, 4, 8, 128, 0, None, True, False),
     Case(64, 6, 8, 128, 0, None, False, True),
@@ -83,6 +86,10 @@ CLUSTER_CASES = [
     Case(3, 13, 16, 256, 0, None, True, True),
     Case(1, 3, 8, 128, 0, None, False, True),
     Case(8, 16, 32, 512, 0, None, True, True),
+    Case(5, 17, 8, 128, 0, None, True, True),
+    Case(4, 40, 8, 256, 0, None, False, True),
+    Case(3, 64, 8, 512, 0, None, True, False),
+    Case(3, 100, 8, 512, 0, None, False, True),
 ]
 
 
@@ -120,7 +127,9 @@ def test_cluster_results_and_reserve_are_lstms(case, dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", [Case(6, 9, 8, 128, 0, None, True, True),
                                   Case(5, 1, 8, 256, 0, None, False, True),
-                                  Case(7, 16, 8, 512, 0, None, True, True)], ids=str)
+                                  Case(7, 16, 8, 512, 0, None, True, True),
+                                  Case(4, 40, 8, 256, 0, None, False, True),
+                                  Case(3, 100, 8, 512, 0, None, True, True)], ids=str)
 def test_cluster_backward_is_as_accurate_as_lstm_backwards(case, dtype):
     # On one reserve and upstream gradients, every result of lstm_backward_persistent (the
     # cluster kernel, which sums each block's partial products of dh in another order) is within
@@ -150,6 +159,40 @@ def test_cluster_backward_is_as_accurate_as_lstm_backwards(case, dtype):
             assert err <= ERROR_FACTOR * max(own, torch.finfo(dtype).eps), (k, err, own)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_rows_results_do_not_depend_on_its_cluster(dtype):
+    # Every batch row runs the same arithmetic whichever cluster and n-tile it falls in: rows 40-43
+    # of a batch of 100 at H 512 (several clusters of two n-tiles, a boundary between them on an
+    # H100) equal, bit for bit, the same four rows run alone (one cluster, one n-tile), forward
+    # (outputs, states, reserve) and backward (h0's and c0's gradients). w_ih is zero, so the
+    # input products are exactly zero whatever GEMM the batch's size chooses.
+    case = Case(5, 100, 8, 512, 0, None, False, True)
+    assert fastlayers.lstm.persistent_kernel(100, 512, dtype, "cuda", backward=True) in \
+        _cluster_expected(512)
+    m = reference_module(case, dtype, "cuda")
+    x, h0, c0 = inputs(case, dtype, "cuda")
+    w = [t.detach() for t in weights(m, False)[:4]]
+    w[0] = torch.zeros_like(w[0])
+    gen = torch.Generator().manual_seed(3)
+    dy, dh, dc = (torch.randn(*s, generator=gen).to("cuda", dtype) for s in (
+        (case.T, case.B, case.H), (case.B, case.H), (case.B, case.H)))
+    rows = slice(40, 44)
+    runs = []
+    for sub in (lambda t: t, lambda t: t[:, rows].contiguous()):
+        xs, hs, cs = sub(x), sub(h0[None])[0], sub(c0[None])[0]
+        out, h_n, c_n, reserve, reserve_h = fl.lstm_persistent(xs, hs, cs, *w, None, None, False,
+                                                                False)
+        n = xs.shape[1]
+        grads = fl.lstm_backward_persistent(sub(dy), sub(dh[None])[0], sub(dc[None])[0], xs, hs,
+                                            cs, w[0], w[1], None, None, reserve, reserve_h, False,
+                                            False, True, False)
+        runs.append([out, h_n[None], c_n[None], reserve.view(case.T, n, -1),
+                     reserve_h.view(case.T, n, -1), grads[1][None], grads[2][None]])
+    for k, (whole, alone) in enumerate(zip(*runs)):
+        assert torch.equal(whole[:, rows] if whole.shape[1] == 100 else whole, alone), k
+
+
 def _cluster_expected(H):
     """The kernel expected at hidden H in a half type: clusters of 4 and 8 blocks are portable on
     sm_90; 16 (H 512) needs a GPC with 16 free SMs, as the H100 SXM and H200 (132 SMs) have."""
@@ -164,9 +207,8 @@ def test_which_persistent_kernel():
     kernel = fastlayers.lstm.persistent_kernel
     for dt in (torch.float16, torch.bfloat16):
         for H in (128, 256, 512):
-            for B in (1, 8, 9, 16):
+            for B in (1, 8, 9, 16, 17, 64):
                 assert kernel(B, H, dt, "cuda") in _cluster_expected(H), (H, B, dt)
-            assert kernel(17, H, dt, "cuda") == "grid"
         assert kernel(8, 384, dt, "cuda") == "grid" and kernel(8, 1024, dt, "cuda") == "grid"
     # w_hh's rows in registers at 8 units a block at most: H up to 8 per SM
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -178,14 +220,19 @@ def test_which_persistent_kernel():
     assert kernel(8, 1024, torch.float32, "cuda") == "grid"
     assert kernel(8, 512, torch.float64, "cuda") is None
     assert kernel(1 << 14, 512, torch.float32, "cuda") is None
-    # The backward's: the same rule, and none above batch 16 (lstm_backward serves there).
+    # The backward's: the same rule; the grid backward none above batch 16 (lstm_backward serves
+    # there).
     for dt in (torch.float16, torch.bfloat16):
         for H in (128, 256, 512):
-            for B in (1, 8, 9, 16):
-                assert kernel(B, H, dt, "cuda", backward=True) in _cluster_expected(H), (H, B)
-            assert kernel(17, H, dt, "cuda", backward=True) is None
+            for B in (1, 8, 9, 16, 17, 64):
+                want = _cluster_expected(H)
+                if B > 16:
+                    want = {None if k == "grid" else k for k in want}
+                assert kernel(B, H, dt, "cuda", backward=True) in want, (H, B)
         assert kernel(8, 384, dt, "cuda", backward=True) == "grid"
+        assert kernel(17, 384, dt, "cuda", backward=True) is None
     assert kernel(8, 512, torch.float32, "cuda", backward=True) == "grid"
+    assert kernel(17, 512, torch.float32, "cuda", backward=True) is None
 
 
 @pytest.mark.gpu
@@ -292,7 +339,12 @@ def test_where_it_fits(device):
     for dt in (torch.float32, torch.float16, torch.bfloat16):
         assert fits(1, 512, dt, device) and fits(16, 512, dt, device)
         assert fits(16, 512, dt, device, backward=True) and fits(64, 512, dt, device)
-        assert not fits(17, 512, dt, device, backward=True)
+    # above batch 16 the backward serves on clusters only (float16 and bfloat16, sm_90 on)
+    assert not fits(17, 512, torch.float32, device, backward=True)
+    assert not fits(17, 384, torch.float16, device, backward=True)
+    if torch.cuda.get_device_properties(0).major >= 9:
+        assert fits(17, 256, torch.float16, device, backward=True)
+        assert fits(64, 256, torch.bfloat16, device, backward=True)
     assert not fits(1 << 14, 512, torch.float32, device)
 
 

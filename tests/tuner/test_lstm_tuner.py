@@ -144,6 +144,26 @@ def test_the_check_runs_the_batch_the_problem_runs(monkeypatch):
     assert "fused" not in d.skipped and "fused" in d.times_ms
 
 
+def test_the_check_takes_the_whole_batch_where_a_sample_runs_another_kernel(monkeypatch):
+    # Which persistent kernel runs depends on the batch: a sample of CHECK_SAMPLES rows on the
+    # clusters while the batch runs on the grid (or the backward's kernel differs, in a training
+    # pass) checks another kernel than the problem's, so the check takes the whole batch.
+    kind = {False: lambda b: "cluster", True: lambda b: "cluster"}
+    monkeypatch.setattr(fastlayers.lstm, "persistent_kernel",
+                        lambda batch, hidden, dtype, device, backward=False: kind[backward](batch))
+    labels, cpu, n = ["native", "fused", "persistent"], torch.device("cpu"), \
+        tuner_lstm.CHECK_SAMPLES
+    check = tuner_lstm._check_samples
+    assert check(problem(B=100), "training", labels, cpu) == n
+    kind[True] = lambda b: "cluster" if b <= 64 else None
+    assert check(problem(B=100), "forward", labels, cpu) == n
+    assert check(problem(B=100), "training", labels, cpu) == 100
+    assert check(problem(B=100), "training", labels[:2], cpu) == n  # no persistent candidate
+    kind[False] = lambda b: "cluster" if b <= 64 else "grid"
+    assert check(problem(B=100), "forward", labels, cpu) == 100
+    assert check(problem(B=20), "forward", labels, cpu) == 20
+
+
 def test_the_module_follows_the_cache_file():
     m = module()
     x = torch.randn(5, 3, 6)

@@ -82,8 +82,22 @@ def candidates_lstm(p: LstmProblem, pass_: str) -> List[str]:
 # Samples of the batch the accuracy check runs on: the whole batch up to this many, else this
 # many. The check must run the kernel path the problem runs, and the persistent kernel's path
 # depends on the batch (its scalar products up to batch 4, tensor-core tiles of 16 rows above,
-# a persistent backward up to 16); 32 samples take the tile path with two tiles.
+# a persistent backward up to 16); 32 samples take the tile path with two tiles. Where the
+# sample and the batch would still run different persistent kernels (clusters for 32 rows, the
+# grid for the batch), the check runs on the whole batch (_check_samples).
 CHECK_SAMPLES = 32
+
+
+def _check_samples(p: LstmProblem, pass_: str, labels, device: torch.device) -> int:
+    n = min(p.B, CHECK_SAMPLES)
+    if n < p.B and algorithms.lstm.PERSISTENT.label in labels:
+        from ..lstm import persistent_kernel
+        passes = (False, True) if pass_ == "training" else (False,)
+        kernels = lambda b: [persistent_kernel(b, p.H, p.torch_dtype, device, bw)  # noqa: E731
+                             for bw in passes]
+        if kernels(n) != kernels(p.B):
+            return p.B
+    return n
 
 
 def _modules(p: LstmProblem, device: torch.device, labels):
@@ -137,7 +151,7 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(p.T, p.B, p.I, device=device, dtype=p.torch_dtype, generator=gen)
     x.requires_grad_(pass_ == "training")
-    n = min(p.B, CHECK_SAMPLES)
+    n = _check_samples(p, pass_, [c.label for c in choices], device)
     xc = x.detach()[:, :n].clone().requires_grad_(pass_ == "training")
     modules = {NATIVE.label: ref, **ours}
     old_tf32 = torch.backends.cudnn.allow_tf32
