@@ -871,11 +871,12 @@ def summary(docs: dict) -> str:
                                          if ("512x64x100-L4", m) in fused else "-")
                           for m, r in one) + " (targets: 1.2x; four layers fp16 2x)"))
         ps = [r for r in layers if r.get("algorithm") == "persistent" and r.get("fwd")
-              and r.get("B", 99) <= 16]
+              and r.get("config") == "512x%dx100" % r.get("B", 0)]
         if ps:
             modes = list(dict.fromkeys(r["mode"] for r in ps))
             rows.append(("Persistent LSTM over `nn.LSTM`, hidden 512, 100 steps, batch %s, "
-                         "device time: forward / forward+backward (the persistent backward)"
+                         "device time: forward / forward+backward (its backward persistent up to "
+                         "batch 16, and on clusters)"
                          % " / ".join(str(b) for b in sorted({r["B"] for r in ps})),
                          "; ".join("%s %s / %s" % (
                              m, span([r["fwd"]["ratio"] for r in ps if r["mode"] == m]) + "x",
