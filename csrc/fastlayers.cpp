@@ -87,7 +87,7 @@ TORCH_LIBRARY(fastlayers, m) {
   // lstm_backward for lstm_persistent's results, its recurrence as one cooperative kernel on CUDA
   // (w_hh's columns and the cell gradient held on chip across steps; one grid barrier per step)
   // under lstm_persistent's conditions and batches up to 16 (float16 and bfloat16 on clusters:
-  // wherever lstm_persistent's clusters serve); on the CPU lstm_backward's kernel.
+  // where they fit, by lstm_persistent's rule); on the CPU lstm_backward's kernel.
   m.def("lstm_backward_persistent(Tensor grad_output, Tensor? grad_h_n, Tensor? grad_c_n, "
         "Tensor input, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, Tensor? w_hr, "
         "Tensor? batch_sizes, Tensor reserve, Tensor reserve_h, bool reverse=False, "

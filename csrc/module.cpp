@@ -52,6 +52,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("hidden"), py::arg("dtype"), py::arg("device"), py::arg("backward") = false);
   m.def("lstm_persistent_kernel", &fastlayers::lstm_host::persistent_kernel, py::arg("batch"),
         py::arg("hidden"), py::arg("dtype"), py::arg("device"), py::arg("backward") = false);
+  m.def("lstm_persistent_clusters", &fastlayers::lstm_host::persistent_clusters,
+        py::arg("batch"), py::arg("hidden"), py::arg("dtype"), py::arg("device"),
+        py::arg("backward") = false);
   m.def("cufft_plan_cache_size", &fastlayers::cufft_plans::cache_size);
   m.def("cufft_plan_cache_capacity", &fastlayers::cufft_plans::cache_capacity);
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);

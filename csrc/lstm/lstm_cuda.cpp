@@ -57,7 +57,9 @@ void check_persistent(const char* op, const Geometry& g, const Tensor& input, bo
                        : lstm::persistent_fits(g.B, g.H, bytes, dt == at::kBFloat16), op,
               ": batch ", g.B, " and hidden size ", g.H, " in ", dt,
               " do not fit the persistent kernel on this device (",
-              backward ? "batch up to 16 off clusters, " : "",
+              backward ? "batch up to 16, or float16 / bfloat16 at hidden 128, 256 or 512 up to "
+                         "16 rows a cluster on the clusters it holds at once, "
+                       : "",
               "shared memory, co-resident blocks); fastlayers.lstm.persistent_fits() says where "
               "it does");
 }
@@ -290,6 +292,15 @@ std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& 
                   : backward ? lstm::persistent_backward_kernel(batch, hidden, bytes, bf16)
                              : lstm::persistent_forward_kernel(batch, hidden, bytes, bf16);
   return k != nullptr ? k : "";
+}
+
+std::tuple<int, int> persistent_clusters(int64_t batch, int64_t hidden, const std::string& dtype,
+                                         int64_t device, bool backward) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  const int bytes = dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
+  const lstm::ClusterShape c =
+      lstm::persistent_cluster_shape(batch, hidden, bytes, dtype == "bfloat16", backward);
+  return {c.clusters, c.n_tiles};
 }
 
 }  // namespace lstm_host

@@ -59,8 +59,8 @@ OptTensor given(const Tensor& t) { return t.defined() ? OptTensor(t) : std::null
 
 // lstm_persistent's gradient: lstm_backward_persistent where it serves (padded input without a
 // projection on CUDA, batches up to 16 on the grid: above, every block reading the whole batch's
-// gate gradients each step costs more than the step-wise GEMMs; on clusters wherever the
-// forward's serve), else lstm_backward.
+// gate gradients each step costs more than the step-wise GEMMs; on clusters where they fit, by
+// the forward's rule), else lstm_backward.
 bool persistent_backward(const Tensor& input, const Tensor& w_hh, bool packed, bool proj) {
 #ifdef FASTLAYERS_WITH_CUDA
   if (packed || proj || !input.is_cuda() || input.dim() != 3) return false;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 namespace fastlayers {
 namespace lstm_host {
@@ -22,6 +23,10 @@ bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, in
 // "cluster", "grid-registers", "grid", or "" where none fits.
 std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& dtype,
                               int64_t device, bool backward);
+// The cluster kernels' plan there: (clusters, n-tiles of 8 batch rows a cluster), (0, 0) where
+// they do not serve (what the tuner's accuracy check and the tests compare).
+std::tuple<int, int> persistent_clusters(int64_t batch, int64_t hidden, const std::string& dtype,
+                                         int64_t device, bool backward);
 #endif
 
 }  // namespace lstm_host

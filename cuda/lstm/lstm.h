@@ -57,19 +57,26 @@ void forward(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih
 // cooperative kernel for the recurrence. persistent_fits(): whether batch B and hidden size H fit
 // it (shared memory, co-resident blocks) on the current device, for storage of `t_bytes` (4 or 2;
 // `bf16`: bfloat16 rather than half); persistent_backward_fits(): whether they fit it and
-// backward_persistent's kernel (batches up to 16 on the grid; the clusters wherever the
-// forward's serve).
+// backward_persistent's kernel (batches up to 16 on the grid; on clusters by the forward's rule,
+// with the backward kernel's own capacity).
 bool persistent_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16);
 // The forward kernel lstm_persistent runs for (B, H, storage type): "cluster" (float16 and
 // bfloat16 at H 128, 256, 512 on sm_90 and later, B up to 16 rows a cluster on the clusters the
-// device holds at once: persistent_cluster.cuh), "grid-registers" (float32 where a block's rows of w_hh fit its
-// registers), "grid" (the other cooperative kernels), or null where none fits.
+// device holds at once: persistent_cluster.cuh), "grid-registers" (float32 where a block's rows
+// of w_hh fit its registers), "grid" (the other cooperative kernels), or null where none fits.
 const char* persistent_forward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16);
 // The backward kernel lstm_backward_persistent runs there: "cluster" (float16 and bfloat16 at H
-// 128, 256, 512 where the forward's clusters serve: persistent_cluster_backward.cuh), "grid", or
-// null where persistent_backward_fits is false.
+// 128, 256, 512 where its clusters fit, by the forward's rule: persistent_cluster_backward.cuh),
+// "grid", or null where persistent_backward_fits is false.
 const char* persistent_backward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16);
+// The cluster kernels' plan there (`backward`: lstm_backward_persistent's): clusters, and n-tiles
+// of 8 batch rows a cluster (1 or 2); both 0 where the cluster kernels do not serve.
+struct ClusterShape {
+  int clusters = 0, n_tiles = 0;
+};
+ClusterShape persistent_cluster_shape(int64_t B, int64_t H, int t_bytes, bool bf16,
+                                      bool backward);
 template <typename T>
 void forward_persistent(const Steps& s, const T* x, const T* h0, const T* c0, const T* w_ih,
                         const T* w_hh, const T* b_ih, const T* b_hh, T* out, T* h_n, T* c_n,

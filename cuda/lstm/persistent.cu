@@ -479,7 +479,7 @@ bool back_plan(int64_t B, int64_t H, Geometry* out) {
 // holds at once. The instantiation a call runs, its launch and its number of clusters, or none.
 struct ClusterPlan {
   void (*launch)(const void* args, int clusters, cudaStream_t stream) = nullptr;
-  int clusters = 0;
+  int clusters = 0, n_tiles = 0;
   explicit operator bool() const { return launch != nullptr; }
 };
 
@@ -530,12 +530,16 @@ void launch_cluster(const void* args, int clusters, cudaStream_t stream) {
   FL_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, K::kernel, *static_cast<const typename K::Args*>(args)));
 }
 
-// How many clusters of the instantiation the device holds at once, 0 where it places none or
-// this build holds no code for sm_90 or later (an arch list without it compiles an empty body,
-// which PTX of an older architecture would give an sm_90 device). An error of the queries (a
-// cluster size the device refuses) counts as "does not fit", not as the call's error.
+// How many clusters of the instantiation the current device holds at once, 0 where it places
+// none or this build holds no code for sm_90 or later (an arch list without it compiles an empty
+// body, which PTX of an older architecture would give an sm_90 device). An error of the queries
+// (a cluster size the device refuses) counts as "does not fit", not as the call's error. Asked
+// once per device and instantiation (under plan_mutex, as every plan is made).
 template <typename K, int H>
-int cluster_capacity() {
+int cluster_capacity(int device) {
+  static std::map<int, int> known;
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
   const void* k = reinterpret_cast<const void*>(K::kernel);
   cudaFuncAttributes fa{};
   bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.ptxVersion >= 90;
@@ -550,29 +554,32 @@ int cluster_capacity() {
     ok = cudaOccupancyMaxActiveClusters(&clusters, K::kernel, &c.cfg) == cudaSuccess;
   }
   if (!ok) (void)cudaGetLastError();  // clear the refusal
-  return ok ? clusters : 0;
+  return known[device] = ok ? clusters : 0;
 }
 
 // B rows over min(capacity, ceil(B / kClTargetRows)) clusters; one n-tile where that leaves at
 // most 8 rows a cluster, two up to 16, none above (the batch does not fit resident clusters).
 template <typename T, int H, bool Backward>
-ClusterPlan cluster_for_h(int64_t B) {
+ClusterPlan cluster_for_h(int64_t B, int device) {
   using One = ClusterKernel<T, H, 1, Backward>;
   using Two = ClusterKernel<T, H, 2, Backward>;
-  const auto spread = [B](int capacity) {
-    return static_cast<int>(std::min<int64_t>(capacity, (B + kClTargetRows - 1) / kClTargetRows));
+  const auto ceil_div = [](int64_t n, int64_t d) { return (n - 1) / d + 1; };  // n, d >= 1
+  const auto spread = [&](int capacity) {
+    return static_cast<int>(std::min<int64_t>(capacity, ceil_div(B, kClTargetRows)));
   };
   ClusterPlan p;
-  const int one = spread(cluster_capacity<One, H>());
-  if (one > 0 && (B + one - 1) / one <= 8) {
+  const int one = spread(cluster_capacity<One, H>(device));
+  if (one > 0 && ceil_div(B, one) <= 8) {
     p.launch = launch_cluster<One, H>;
     p.clusters = one;
+    p.n_tiles = 1;
     return p;
   }
-  const int two = spread(cluster_capacity<Two, H>());
-  if (two > 0 && (B + two - 1) / two <= kClMaxBatch) {
+  const int two = spread(cluster_capacity<Two, H>(device));
+  if (two > 0 && ceil_div(B, two) <= kClMaxBatch) {
     p.launch = launch_cluster<Two, H>;
     p.clusters = two;
+    p.n_tiles = 2;
   }
   return p;
 }
@@ -597,9 +604,9 @@ ClusterPlan cluster_plan(int64_t B, int64_t H) {
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       ClusterPlan f;
       if (major >= 9) {
-        f = H == 128   ? cluster_for_h<T, 128, Backward>(B)
-            : H == 256 ? cluster_for_h<T, 256, Backward>(B)
-                       : cluster_for_h<T, 512, Backward>(B);
+        f = H == 128   ? cluster_for_h<T, 128, Backward>(B, device)
+            : H == 256 ? cluster_for_h<T, 256, Backward>(B, device)
+                       : cluster_for_h<T, 512, Backward>(B, device);
       }
       it = cluster_plans.emplace(key, f).first;
     }
@@ -639,6 +646,16 @@ bool persistent_backward_fits(int64_t B, int64_t H, int t_bytes, bool bf16) {
                   : cluster_plan<__half, true>(B, H) || back_plan<__half>(B, H, &g);
     default: return false;
   }
+}
+
+ClusterShape persistent_cluster_shape(int64_t B, int64_t H, int t_bytes, bool bf16,
+                                      bool backward) {
+  if (t_bytes != 2) return ClusterShape{};
+  const ClusterPlan p = bf16 ? (backward ? cluster_plan<__nv_bfloat16, true>(B, H)
+                                         : cluster_plan<__nv_bfloat16>(B, H))
+                             : (backward ? cluster_plan<__half, true>(B, H)
+                                         : cluster_plan<__half>(B, H));
+  return ClusterShape{p.clusters, p.n_tiles};
 }
 
 const char* persistent_backward_kernel(int64_t B, int64_t H, int t_bytes, bool bf16) {

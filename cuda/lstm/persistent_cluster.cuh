@@ -9,8 +9,8 @@
 // Block r of the cluster owns hidden units 32 r .. 32 r + 31: their four gates' 128 rows of
 // w_hh, held in registers for the whole sequence as mma.sync A fragments (16 warps: warp w takes
 // gate rows 16 (w % 8) .. of half w / 8 of H, so a thread holds H / 8 values). Every block keeps
-// the cluster's whole h_{t-1} [nb, H] in shared memory, in two buffers (step s reads buffer s % 2), each
-// with an mbarrier. Per step s:
+// the cluster's whole h_{t-1} [nb, H] in shared memory, in two buffers (step s reads buffer
+// s % 2), each with an mbarrier. Per step s:
 //   1. wait for the buffer's phase (every block's pieces of h_{s-1} landed); thread 0 arms the
 //      other buffer's next phase (nb H values expected);
 //   2. each warp multiplies its rows by h_{s-1} (m16n8k16, float32 accumulation; the batch is
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
   // ended theirs.
   cl_sync();
 #else
-  __trap();  // never chosen without sm_90 code (cluster_fits checks the build)
+  __trap();  // never chosen without sm_90 code (cluster_capacity checks the build)
 #endif
 }
 

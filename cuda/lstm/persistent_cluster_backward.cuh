@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
   // A block's last sends may be in flight when it is done: no block exits before all are.
   cl_sync();
 #else
-  __trap();  // never chosen without sm_90 code (cluster_fits checks the build)
+  __trap();  // never chosen without sm_90 code (cluster_capacity checks the build)
 #endif
 }
 

@@ -81,6 +81,23 @@ def persistent_kernel(batch: int, hidden: int, dtype: torch.dtype,
                                      index, bool(backward)) or None
 
 
+def _persistent_path(batch: int, hidden: int, dtype: torch.dtype, device: torch.device,
+                     backward: bool = False) -> Tuple[Optional[str], int]:
+    """What decides the arithmetic lstm_persistent (`backward`: its backward) runs for these
+    sizes, besides the batch's own branches: the kernel (persistent_kernel) and, on clusters, the
+    n-tiles of 8 rows a cluster (1 or 2; 0 elsewhere). The number of clusters does not: a row's
+    arithmetic is the same on any of them."""
+    kernel = persistent_kernel(batch, hidden, dtype, device, backward)
+    if kernel != "cluster":
+        return kernel, 0
+    from . import _C
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return kernel, int(_C.lstm_persistent_clusters(int(batch), int(hidden),
+                                                   str(dtype).replace("torch.", ""), index,
+                                                   bool(backward))[1])
+
+
 def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,
               b_ih: Optional[Tensor] = None, b_hh: Optional[Tensor] = None,
               w_hr: Optional[Tensor] = None, tf32: Optional[bool] = None
@@ -179,7 +196,7 @@ def _second(gb, first):
 def _backward_lstm_persistent(ctx, *grads):
     # The persistent backward where it fits (on the grid, batches up to 16: above, every block
     # reading the gates' gradients of the whole batch each step costs more than the step-wise
-    # GEMMs; on clusters, where the forward's clusters serve).
+    # GEMMs; on clusters, where they fit).
     input, w_hh = ctx.saved_tensors[0], ctx.saved_tensors[4]
     batched = ctx.saved_tensors[6] is None and input.dim() == 3 and ctx.saved_tensors[5] is None
     fits = (batched and input.is_cuda and

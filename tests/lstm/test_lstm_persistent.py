@@ -27,8 +27,9 @@ fl = torch.ops.fastlayers
 # The persistent backward on the grid serves batches up to 16 (above, lstm_persistent's gradient
 # is lstm_backward's, except where the cluster kernels below serve): its blocks own a power of
 # two of units (1, 2, 4, 8, 16: the least spreading H over the SMs; 601 and 1100 leave the last
-# block partial), and its products group 32 / units batch rows (B 5 fills no group). Float32's w_hh columns at 16 units a block (H above 1056 on an
-# H100) do not fit shared memory: there the gradient is lstm_backward's.
+# block partial), and its products group 32 / units batch rows (B 5 fills no group). Float32's
+# w_hh columns at 16 units a block (H above 1056 on an H100) do not fit shared memory: there the
+# gradient is lstm_backward's.
 # Float32 at H 512, 256 and 128 (4, 4 and 8 units a block) runs the kernel that holds w_hh in
 # registers: batch rows in groups of 8 (B 9, 13 and 20 leave the last group partial), two warps a
 # row tile at 4 units a block, one at 8; from batch 32 at H 512 and 256 the batch in two halves
@@ -69,11 +70,12 @@ def test_persistent_op_matches_nn_lstm(device, case, precision):
 
 # float16 and bfloat16 at H 128, 256 and 512 run on thread-block clusters of H / 32 blocks (sm_90
 # on), forward and backward, a cluster for every 4 batch rows up to what the device holds at once
-# (then up to 16 rows a cluster): one cluster (B up to 4), one and two n-tiles of 8 rows a cluster
-# (B 8 and 9 on either side where the clusters run out), partial tiles, T 1 (no exchange), T 2
-# (one phase of one buffer's mbarrier), T 64 (32 phases of each), both directions, with and
-# without biases, at every H; B 17, 40, 64 and 100 over several clusters with uneven rows (at H
-# 512 on an H100, 64 and 100 take two n-tiles a cluster).
+# (an H100: 30, 15 and 7 at H 128, 256 and 512), then up to 16 rows a cluster: one cluster (B up
+# to 4), several (B 5 to 40) with partial n-tiles and uneven rows, T 1 (no exchange), T 2 (one
+# phase of one buffer's mbarrier), T 64 (32 phases of each), both directions, with and without
+# biases, at every H; on an H100 one full n-tile a cluster at H 512 B 56 (7 x 8 rows), two
+# n-tiles at H 512 B 64, 100 and 112 (7 x 16 rows: every cell warp), H 256 B 130 and H 128 B 250
+# (test_the_cluster_cases_cover_the_plans checks which plans the device gives them).
 CLUSTER_CASES = [
     Case(2, 4, 8, 128, 0, None, True, False),
     Case(64, 6, 8, 128, 0, None, False, True),
@@ -90,6 +92,10 @@ CLUSTER_CASES = [
     Case(4, 40, 8, 256, 0, None, False, True),
     Case(3, 64, 8, 512, 0, None, True, False),
     Case(3, 100, 8, 512, 0, None, False, True),
+    Case(2, 56, 8, 512, 0, None, False, True),
+    Case(2, 112, 8, 512, 0, None, True, True),
+    Case(2, 130, 8, 256, 0, None, True, False),
+    Case(2, 250, 8, 128, 0, None, False, True),
 ]
 
 
@@ -100,7 +106,7 @@ def test_cluster_kernel_matches_nn_lstm(case, precision):
     skip_unless_supported("cuda", precision)
     dtype = getattr(torch, precision)
     assert fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda") in _cluster_expected(
-        case.H)
+        case.H, case.B)
     ours, ref, native = run_case(case, precision, "cuda", op="lstm_persistent")
     check_results(case, ours, ref, native, precision)
 
@@ -135,8 +141,10 @@ def test_cluster_backward_is_as_accurate_as_lstm_backwards(case, dtype):
     # cluster kernel, which sums each block's partial products of dh in another order) is within
     # ERROR_FACTOR x lstm_backward's own error against lstm_backward in float64 on the same
     # operands, with and without grad_h_n / grad_c_n and the weight gradients.
-    assert fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda", backward=True) in \
-        _cluster_expected(case.H)
+    kernel = fastlayers.lstm.persistent_kernel(case.B, case.H, dtype, "cuda", backward=True)
+    assert kernel in _cluster_expected(case.H, case.B, backward=True)
+    if kernel is None:
+        pytest.skip("batch %d does not fit this device's clusters" % case.B)
     m = reference_module(case, dtype, "cuda")
     x, h0, c0 = inputs(case, dtype, "cuda")
     w = [t if t is None else t.detach() for t in weights(m, case.reverse)]
@@ -168,8 +176,8 @@ def test_a_rows_results_do_not_depend_on_its_cluster(dtype):
     # (outputs, states, reserve) and backward (h0's and c0's gradients). w_ih is zero, so the
     # input products are exactly zero whatever GEMM the batch's size chooses.
     case = Case(5, 100, 8, 512, 0, None, False, True)
-    assert fastlayers.lstm.persistent_kernel(100, 512, dtype, "cuda", backward=True) in \
-        _cluster_expected(512)
+    if fastlayers.lstm.persistent_kernel(100, 512, dtype, "cuda", backward=True) != "cluster":
+        pytest.skip("batch 100 does not fit this device's clusters at hidden 512")
     m = reference_module(case, dtype, "cuda")
     x, h0, c0 = inputs(case, dtype, "cuda")
     w = [t.detach() for t in weights(m, False)[:4]]
@@ -193,13 +201,47 @@ def test_a_rows_results_do_not_depend_on_its_cluster(dtype):
         assert torch.equal(whole[:, rows] if whole.shape[1] == 100 else whole, alone), k
 
 
-def _cluster_expected(H):
-    """The kernel expected at hidden H in a half type: clusters of 4 and 8 blocks are portable on
-    sm_90; 16 (H 512) needs a GPC with 16 free SMs, as the H100 SXM and H200 (132 SMs) have."""
+def _cluster_expected(H, B=1, backward=False):
+    """The kernels expected at hidden H and batch B in a half type. Clusters of 4 and 8 blocks are
+    portable on sm_90; 16 (H 512) needs a GPC with 16 free SMs, as the H100 SXM and H200 (132
+    SMs) have. Above 16 rows the batch needs several clusters at once, as many as the chip's
+    GPCs hold (an H100: 30, 15 and 7 at H 128, 256 and 512); past them it runs on the grid (the
+    backward: not persistent at all above batch 16)."""
     props = torch.cuda.get_device_properties(0)
+    other = "grid" if not backward or B <= 16 else None
     if props.major < 9:
-        return {"grid"}
-    return {"cluster"} if H < 512 or props.multi_processor_count >= 132 else {"cluster", "grid"}
+        return {other}
+    if B <= 16 and (H < 512 or props.multi_processor_count >= 132):
+        return {"cluster"}
+    return {"cluster", other}
+
+
+def _clusters(B, H, dtype=torch.float16, backward=False):
+    """(clusters, n-tiles a cluster) of the cluster kernels' plan; (0, 0) where they do not
+    serve."""
+    return tuple(fastlayers._C.lstm_persistent_clusters(B, H, str(dtype).replace("torch.", ""),
+                                                        torch.cuda.current_device(), backward))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H", [128, 256, 512])
+def test_the_cluster_cases_cover_the_plans(H):
+    # On a device whose clusters fit as an H100's do (the most clusters any batch gets: 30, 15, 7
+    # at H 128, 256, 512), CLUSTER_CASES at H run one cluster, several with one n-tile and several
+    # with two, forward and backward alike; at H 512, a full n-tile (8 rows) and 16 rows a
+    # cluster. Elsewhere the plans differ and the cases still check whatever runs.
+    capacity = max(_clusters(B, H)[0] for B in range(4, 16 * 40, 4))
+    if _cluster_expected(H) != {"cluster"} or capacity != {128: 30, 256: 15, 512: 7}[H]:
+        pytest.skip("this device's clusters are not an H100's (%d at hidden %d)" % (capacity, H))
+    batches = [c.B for c in CLUSTER_CASES if c.H == H]
+    for backward in (False, True):
+        plans = [_clusters(B, H, backward=backward) for B in batches]
+        assert (1, 1) in plans, plans
+        assert any(g > 1 and t == 1 for g, t in plans), plans
+        assert any(g > 1 and t == 2 for g, t in plans), plans
+    if H == 512:
+        rows = {-(-B // _clusters(B, H)[0]) for B in batches}
+        assert {8, 16} <= rows, rows
 
 
 @pytest.mark.gpu
@@ -208,7 +250,7 @@ def test_which_persistent_kernel():
     for dt in (torch.float16, torch.bfloat16):
         for H in (128, 256, 512):
             for B in (1, 8, 9, 16, 17, 64):
-                assert kernel(B, H, dt, "cuda") in _cluster_expected(H), (H, B, dt)
+                assert kernel(B, H, dt, "cuda") in _cluster_expected(H, B), (H, B, dt)
         assert kernel(8, 384, dt, "cuda") == "grid" and kernel(8, 1024, dt, "cuda") == "grid"
     # w_hh's rows in registers at 8 units a block at most: H up to 8 per SM
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -225,10 +267,8 @@ def test_which_persistent_kernel():
     for dt in (torch.float16, torch.bfloat16):
         for H in (128, 256, 512):
             for B in (1, 8, 9, 16, 17, 64):
-                want = _cluster_expected(H)
-                if B > 16:
-                    want = {None if k == "grid" else k for k in want}
-                assert kernel(B, H, dt, "cuda", backward=True) in want, (H, B)
+                assert kernel(B, H, dt, "cuda", backward=True) in _cluster_expected(
+                    H, B, backward=True), (H, B)
         assert kernel(8, 384, dt, "cuda", backward=True) == "grid"
         assert kernel(17, 384, dt, "cuda", backward=True) is None
     assert kernel(8, 512, torch.float32, "cuda", backward=True) == "grid"

@@ -144,23 +144,27 @@ def test_the_check_runs_the_batch_the_problem_runs(monkeypatch):
     assert "fused" not in d.skipped and "fused" in d.times_ms
 
 
-def test_the_check_takes_the_whole_batch_where_a_sample_runs_another_kernel(monkeypatch):
-    # Which persistent kernel runs depends on the batch: a sample of CHECK_SAMPLES rows on the
-    # clusters while the batch runs on the grid (or the backward's kernel differs, in a training
-    # pass) checks another kernel than the problem's, so the check takes the whole batch.
-    kind = {False: lambda b: "cluster", True: lambda b: "cluster"}
-    monkeypatch.setattr(fastlayers.lstm, "persistent_kernel",
-                        lambda batch, hidden, dtype, device, backward=False: kind[backward](batch))
-    labels, cpu, n = ["native", "fused", "persistent"], torch.device("cpu"), \
-        tuner_lstm.CHECK_SAMPLES
+def test_the_check_takes_rows_that_run_the_batchs_kernel(monkeypatch):
+    # Which persistent kernel runs, and on clusters with how many n-tiles a cluster, depends on
+    # the batch: the check takes CHECK_SAMPLES rows where they run the batch's path, else 64,
+    # 128, ... rows (the first that does), at most the whole batch; in a training pass the
+    # backward's path counts too.
+    path = {False: lambda b: ("cluster", 1), True: lambda b: ("cluster", 1)}
+    monkeypatch.setattr(fastlayers.lstm, "_persistent_path",
+                        lambda batch, hidden, dtype, device, backward=False: path[backward](batch))
+    labels, cpu = ["native", "fused", "persistent"], torch.device("cpu")
+    n = tuner_lstm.CHECK_SAMPLES
+    assert n == 32
     check = tuner_lstm._check_samples
     assert check(problem(B=100), "training", labels, cpu) == n
-    kind[True] = lambda b: "cluster" if b <= 64 else None
+    path[True] = lambda b: ("cluster", 1) if b <= 56 else ("cluster", 2)
     assert check(problem(B=100), "forward", labels, cpu) == n
-    assert check(problem(B=100), "training", labels, cpu) == 100
+    assert check(problem(B=100), "training", labels, cpu) == 64
     assert check(problem(B=100), "training", labels[:2], cpu) == n  # no persistent candidate
-    kind[False] = lambda b: "cluster" if b <= 64 else "grid"
-    assert check(problem(B=100), "forward", labels, cpu) == 100
+    path[False] = lambda b: ("cluster", 1) if b <= 112 else ("grid", 0)
+    assert check(problem(B=100), "forward", labels, cpu) == n
+    assert check(problem(B=1000), "forward", labels, cpu) == 128
+    assert check(problem(B=120), "forward", labels, cpu) == 120  # 128 rows: more than the batch
     assert check(problem(B=20), "forward", labels, cpu) == 20
 
 

@@ -79,25 +79,28 @@ def candidates_lstm(p: LstmProblem, pass_: str) -> List[str]:
     return [c.label for c in algorithms.candidates(p, pass_)]
 
 
-# Samples of the batch the accuracy check runs on: the whole batch up to this many, else this
-# many. The check must run the kernel path the problem runs, and the persistent kernel's path
-# depends on the batch (its scalar products up to batch 4, tensor-core tiles of 16 rows above,
-# a persistent backward up to 16); 32 samples take the tile path with two tiles. Where the
-# sample and the batch would still run different persistent kernels (clusters for 32 rows, the
-# grid for the batch), the check runs on the whole batch (_check_samples).
+# Samples of the batch the accuracy check runs on: the whole batch up to this many, else at
+# least this many. The check must run the kernel path the problem runs, and the persistent
+# kernel's path depends on the batch (its scalar products up to batch 4, tensor-core tiles of 16
+# rows above, a persistent backward up to 16, float32's batch halves from 32); 32 samples take
+# the tile path with two tiles. Where 32 rows would still run another persistent kernel or
+# another number of n-tiles a cluster than the batch (_persistent_path), the check takes 64,
+# 128, ... rows, the first that runs the batch's, or the whole batch (_check_samples).
 CHECK_SAMPLES = 32
 
 
 def _check_samples(p: LstmProblem, pass_: str, labels, device: torch.device) -> int:
     n = min(p.B, CHECK_SAMPLES)
-    if n < p.B and algorithms.lstm.PERSISTENT.label in labels:
-        from ..lstm import persistent_kernel
-        passes = (False, True) if pass_ == "training" else (False,)
-        kernels = lambda b: [persistent_kernel(b, p.H, p.torch_dtype, device, bw)  # noqa: E731
-                             for bw in passes]
-        if kernels(n) != kernels(p.B):
-            return p.B
-    return n
+    if n == p.B or algorithms.lstm.PERSISTENT.label not in labels:
+        return n
+    from .. import lstm as lstm_ops
+    passes = (False, True) if pass_ == "training" else (False,)
+    path = lambda b: [lstm_ops._persistent_path(b, p.H, p.torch_dtype, device, bw)  # noqa: E731
+                      for bw in passes]
+    whole = path(p.B)
+    while n < p.B and path(n) != whole:
+        n *= 2
+    return min(n, p.B)
 
 
 def _modules(p: LstmProblem, device: torch.device, labels):
