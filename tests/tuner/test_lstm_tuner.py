@@ -168,6 +168,21 @@ def test_the_check_takes_rows_that_run_the_batchs_kernel(monkeypatch):
     assert check(problem(B=20), "forward", labels, cpu) == 20
 
 
+def test_the_step_loops_graphs_are_recorded_before_the_timing(monkeypatch):
+    # The ops' step loops record their CUDA graph at a shape's second call: the LSTM tuner warms
+    # each candidate up twice before timing it (the measuring itself: test_measure.py).
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    seen = {}
+    real = tuner_lstm.measure_candidates
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(tuner_lstm, "measure_candidates", spy)
+    tuner_lstm.measure(problem(T=2, B=2), "forward", torch.device("cpu"))
+    assert seen["warmups"] == 2
+
+
 def test_the_module_follows_the_cache_file():
     m = module()
     x = torch.randn(5, 3, 6)

@@ -186,6 +186,39 @@ def test_a_candidate_that_cannot_win_leaves_the_race(timed, no_fft, device):
     assert "timed:sleep=30 " in tuner.report()
 
 
+@pytest.mark.parametrize("warmups", [1, 2])
+def test_a_later_calls_setup_goes_untimed_with_more_warm_ups(timed, warmups):
+    # A candidate whose second call at the problem's size is slow (the LSTM ops' step loops
+    # record their CUDA graph then) leaves the race on its first figure after one warm-up call,
+    # and stays in it after two (what the LSTM tuner asks for).
+    from fastlayers.algorithms.registry import Choice
+    from fastlayers.tuner.measure import measure_candidates
+    seen = []
+
+    def double(x):  # 2 ms a call, so that both figures are far above Python's own noise
+        time.sleep(0.002)
+        return x * 2
+
+    def records_second(x):
+        if x.shape[0] == 64:
+            seen.append(1)
+            if len(seen) == 2:
+                time.sleep(0.05)
+        return double(x)
+    choices = [Choice("native", (), "native"), Choice("graph", (), "graph")]
+    calls = {"native": double, "graph": records_second}
+    x, xc = torch.randn(64, 8), torch.randn(4, 8)
+    tuner.set_budget(0.2)
+    d = measure_candidates(choices, call=lambda c: calls[c.label], workspace=lambda c: 0,
+                           args=(x,), check_args=(xc,), ref=(xc * 2).double(),
+                           device=torch.device("cpu"), floor=1e-6, warmups=warmups)
+    assert len(seen) >= warmups + 1
+    if warmups == 1:
+        assert d.runs["graph"] == 1 and d.times_ms["graph"] >= 50, d
+    else:
+        assert d.runs["graph"] > 1 and d.times_ms["graph"] < 50, d
+
+
 def test_the_baseline_failing_leaves_native_with_the_reason(monkeypatch, device):
     monkeypatch.setattr(tuner._state, "tune_cpu", True)
     p = problem(device)

@@ -99,16 +99,17 @@ def step_cost(wall: float, host: float, baseline_host: float) -> float:
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
                        workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
                        ref: torch.Tensor, device: torch.device, floor: float,
-                       check_view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
-                       ) -> Decision:
+                       check_view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+                       warmups: int = 1) -> Decision:
     """Checks, times and ranks `choices` (the baseline first) and returns the decision.
 
     Accuracy: each candidate runs once on `check_args` (a small batch of the problem, or the
     problem's size holding one), and the error of `check_view` of its result against the float64
     `ref` must be at most max(2 x the baseline's error, `floor`); a candidate that raises (an
     OOM, a library refusal) or misses the tolerance is skipped with the reason, as is one whose
-    `workspace` exceeds the bound. Time: every other candidate is warmed up and timed once on
-    `args` (the problem's size), then the budget buys rounds for those within DROP_FACTOR of the
+    `workspace` exceeds the bound. Time: every other candidate is warmed up (`warmups` calls on
+    `args`, the problem's size, untimed: plans, the allocator, a CUDA graph recorded on a later
+    call than the first) and timed once there, then the budget buys rounds for those within DROP_FACTOR of the
     best; each candidate's figure is step_cost of its median wall and host times, and the lowest
     wins if it is below WIN_MARGIN x the baseline's."""
     t_start = time.perf_counter()
@@ -139,7 +140,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             elif not err <= tol:
                 skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
                 continue
-            fn(*args)  # warm-up at the problem's size (plans, allocator)
+            for _ in range(warmups):  # at the problem's size (plans, allocator, graphs)
+                fn(*args)
             wall, host = run(fn, args)
             samples[label], hosts[label] = [wall], [host]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
