@@ -4,7 +4,8 @@ against torch.nn.LSTM (cuDNN) and an eager LSTMCell loop, and a word-level langu
 training step converted against plain.
 
     python3 benchmarks/bench_lstm.py [--out DIR] [--quick] [--configs NAME,...] [--modes fp32,...]
-                                      [--algorithm fused|persistent] [--sections layers,cell,lm]
+                                      [--algorithm fused|persistent]
+                                      [--sections layers,cell,host,lm]
 
 Sections (CUDA):
   layers  the configurations of NVIDIA's cuDNN 5 RNN post and BENCHMARKS.md (hidden H, batch B,
@@ -18,6 +19,10 @@ Sections (CUDA):
           direction (forward; three times that for forward + backward).
   cell    the eager LSTMCell loop (100 Python steps) against the fused op and, where it fits, the
           persistent kernel, fp32, forward.
+  host    the host's own time of a training step (one layer's forward and backward) with the
+          device held by a sleep kernel queued first (common.held_host_us), nn.LSTM against
+          fastlayers.LSTM as convert gives it (the tuner's choice), rotated rounds; a call that
+          waited on the device anyway (the device found idle after it) is marked not held.
   lm      embedding (10k) -> 2-layer LSTM 512 -> linear (10k), T 35, B 64: SGD steps back to back,
           converted (fastlayers.convert as a user gets it: the tuner picks per pass; the first
           step, tuning included, timed) against plain, fp32 / tf32 / AMP bf16; plain, converted
@@ -30,6 +35,7 @@ included), 1 a section crashed.
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 
 import common
@@ -227,6 +233,49 @@ def bench_cell(args, res, timer, stats):
                 % row["fwd_persistent"]["ratio"])
 
 
+HOST_CONFIGS = ("512x1x100", "512x64x100")
+
+
+def bench_host(args, res, stats, device="cuda"):
+    """A training step's host time, device held: nn.LSTM against fastlayers.LSTM (tuned)."""
+    rows = res.doc.setdefault("host", [])
+    names = [n for n in (args.configs or HOST_CONFIGS) if n in HOST_CONFIGS]
+    for name in names:
+        H, B, T, L, bi, packed = CONFIGS[name]
+        for mode in args.modes or ("fp32", "fp16"):
+            row = {"config": name, "mode": mode, "H": H, "B": B, "T": T, "L": L}
+            rows.append(row)
+            with common.guard(row, stats, res, "host %s %s" % (name, mode)):
+                set_mode(mode)
+                torch.manual_seed(0)
+                ref = nn.LSTM(H, H, L).to(device, DTYPE[mode])
+                fast = fastlayers.convert(copy.deepcopy(ref))
+                x = torch.randn(T, B, H, device=device, dtype=DTYPE[mode], requires_grad=True)
+
+                def step(m):
+                    y, (h, _) = m(x)
+                    (y.float().sum() + h.float().sum()).backward()
+                tuner.clear()
+                step(fast)  # tunes the training pass
+                row["choice"] = sorted({d["choice"] for d in tuner.decisions()
+                                        if d["source"] in ("tuned", "file")})
+                per, held = {"nn": [], "fastlayers": []}, {"nn": True, "fastlayers": True}
+                mods = [("nn", ref), ("fastlayers", fast)]
+                for r in range(6):
+                    for k, m in mods if r % 2 == 0 else mods[::-1]:
+                        o = common.held_host_us(lambda: step(m), calls=10, reps=3)
+                        per[k].append(o["host_us"])
+                        held[k] &= o["held"]
+                row["nn_us"] = statistics.median(per["nn"])
+                row["fastlayers_us"] = statistics.median(per["fastlayers"])
+                row["held"] = held
+                row["ratio"] = row["nn_us"] / row["fastlayers_us"]
+                log("  host %-12s %-4s nn %.0f us%s, fastlayers (%s) %.0f us%s: x%.2f" % (
+                    name, mode, row["nn_us"], "" if held["nn"] else " (waited on the device)",
+                    "/".join(row["choice"]), row["fastlayers_us"],
+                    "" if held["fastlayers"] else " (waited on the device)", row["ratio"]))
+
+
 def bench_lm(args, res, stats, device="cuda"):
     """A word-level language model's SGD steps, converted (the tuner's choices) against plain."""
     rows = res.doc.setdefault("lm", [])
@@ -310,8 +359,8 @@ def parse_args(argv=None):
     ap.add_argument("--configs", default="", help="comma-separated subset of " +
                     ",".join(CONFIGS))
     ap.add_argument("--modes", default="", help="comma-separated subset of " + ",".join(MODES))
-    ap.add_argument("--sections", default="layers,cell,lm",
-                    help="comma-separated subset of layers, cell, lm (on CUDA)")
+    ap.add_argument("--sections", default="layers,cell,host,lm",
+                    help="comma-separated subset of layers, cell, host, lm (on CUDA)")
     ap.add_argument("--algorithm", default="fused", choices=("fused", "persistent"),
                     help="fastlayers.LSTM's pinned algorithm in the layer table (default fused)")
     args = ap.parse_args(argv)
@@ -335,6 +384,8 @@ def main(argv=None) -> int:
             ok &= common.section(doc, res, "layers", bench_layers, args, res, timer, stats)
         if "cell" in sections:
             ok &= common.section(doc, res, "cell", bench_cell, args, res, timer, stats)
+        if "host" in sections:
+            ok &= common.section(doc, res, "host", bench_host, args, res, stats)
         if "lm" in sections:
             ok &= common.section(doc, res, "lm", bench_lm, args, res, stats)
     else:

@@ -501,6 +501,18 @@ def lstm(doc: dict) -> str:
             c["config"], c["mode"], f(c["fwd"].get("ratio")),
             "; over the persistent kernel: x%s" % f(c["fwd_persistent"].get("ratio"))
             if c.get("fwd_persistent") else "")]
+    hosts = [r for r in doc.get("host", []) if r.get("ratio")]
+    if hosts:
+        def waited(r, k):
+            return "" if (r.get("held") or {}).get(k, True) else ", waiting on the device"
+        out += ["", "Host time of a training step (one layer's forward and backward, the device held "
+                "by a sleep kernel queued first), nn.LSTM's over fastlayers.LSTM's (the tuner's "
+                "choice; target: ours at most 1.1x nn.LSTM's, x >= 0.91): " + "; ".join(
+                    "%s %s x%s (nn.LSTM %s us%s, fastlayers %s %s us%s)" % (
+                        r["config"], r["mode"], f(r["ratio"]), f(r["nn_us"], ".0f"),
+                        waited(r, "nn"), "/".join(r.get("choice") or []),
+                        f(r["fastlayers_us"], ".0f"), waited(r, "fastlayers"))
+                    for r in hosts) + "."]
     for r in doc.get("lm", []):
         st, aa = r.get("steps") or {}, r.get("aa") or {}
         spread = lambda m: ("" if "ratio_q1" not in m else  # noqa: E731
