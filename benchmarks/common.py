@@ -275,22 +275,41 @@ def held_host_us(fn, calls: int = 20, reps: int = 5, warmup: int = 5,
     (which the enqueue time of host_us does once the queue is deep). Each trial's first `lead`
     calls go untimed: the first call after a synchronisation costs several times a later one, in
     every module alike, and would only blur the comparison. Median of `reps`; "held" is False if
-    the device was found idle after any trial (the figure then includes waiting)."""
+    the device was found idle after any trial, or a trial's calls took half the sleep or more (a
+    call that waits for the device, at its start or its end: the figure then includes waiting)."""
     for _ in range(warmup):
         fn()
     _sync()
+    sleep_s = _sleep_seconds(sleep_cycles)
     ts, held = [], True
     for _ in range(reps):
         torch.cuda._sleep(sleep_cycles)
+        t_lead = time.perf_counter()
         for _ in range(lead):
             fn()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        ts.append((time.perf_counter() - t0) / calls * 1e6)
-        held &= not torch.cuda.current_stream().query()
+        t1 = time.perf_counter()
+        ts.append((t1 - t0) / calls * 1e6)
+        held &= not torch.cuda.current_stream().query() and t1 - t_lead < 0.5 * sleep_s
         _sync()
     return {"host_us": statistics.median(ts), "held": held, "calls": calls, "reps": reps}
+
+
+_SLEEP_S = {}
+
+
+def _sleep_seconds(cycles: int) -> float:
+    """How long torch.cuda._sleep(cycles) holds this device, measured once."""
+    key = (torch.cuda.current_device(), cycles)
+    if key not in _SLEEP_S:
+        _sync()
+        t0 = time.perf_counter()
+        torch.cuda._sleep(cycles)
+        _sync()
+        _SLEEP_S[key] = time.perf_counter() - t0
+    return _SLEEP_S[key]
 
 
 def cpu_ms(fn, trials: int = 7, warmup: int = 1) -> dict:
