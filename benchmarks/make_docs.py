@@ -503,16 +503,20 @@ def lstm(doc: dict) -> str:
             if c.get("fwd_persistent") else "")]
     hosts = [r for r in doc.get("host", []) if r.get("ratio")]
     if hosts:
-        def waited(r, k):
-            return "" if (r.get("held") or {}).get(k, True) else ", waiting on the device"
+        def host(r):
+            held = r.get("held") or {}
+            ours = "fastlayers (%s) %s us%s" % (
+                "/".join(r.get("choice") or []), f(r["fastlayers_us"], ".0f"),
+                "" if held.get("fastlayers", True) else " (waited on the device)")
+            if not held.get("nn", True):  # its figure is waiting, not host work: no ratio
+                return "%s %s: %s; nn.LSTM's step waited on the device (%s us)" % (
+                    r["config"], r["mode"], ours, f(r["nn_us"], ".0f"))
+            return "%s %s: x%s, %s against nn.LSTM's %s us" % (
+                r["config"], r["mode"], f(r["ratio"]), ours, f(r["nn_us"], ".0f"))
         out += ["", "Host time of a training step (one layer's forward and backward, the device held "
-                "by a sleep kernel queued first), nn.LSTM's over fastlayers.LSTM's (the tuner's "
-                "choice; target: ours at most 1.1x nn.LSTM's, x >= 0.91): " + "; ".join(
-                    "%s %s x%s (nn.LSTM %s us%s, fastlayers %s %s us%s)" % (
-                        r["config"], r["mode"], f(r["ratio"]), f(r["nn_us"], ".0f"),
-                        waited(r, "nn"), "/".join(r.get("choice") or []),
-                        f(r["fastlayers_us"], ".0f"), waited(r, "fastlayers"))
-                    for r in hosts) + "."]
+                "by a sleep kernel queued first; x = nn.LSTM's over fastlayers.LSTM's as convert "
+                "gives it, target: ours at most 1.1x nn.LSTM's): " + "; ".join(
+                    host(r) for r in hosts) + "."]
     for r in doc.get("lm", []):
         st, aa = r.get("steps") or {}, r.get("aa") or {}
         spread = lambda m: ("" if "ratio_q1" not in m else  # noqa: E731

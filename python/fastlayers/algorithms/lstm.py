@@ -82,8 +82,9 @@ class PersistentLstm(Family):
         return [PERSISTENT] if self.fits(PERSISTENT, p, pass_) is None else []
 
     def describe(self, choice):
-        return ("fastlayers LSTM ops, the recurrence as one persistent kernel (w_hh on chip, a "
-                "grid barrier per step; the backward's too up to batch 16)")
+        return ("fastlayers LSTM ops, the recurrence as one persistent kernel (w_hh on chip; a "
+                "grid barrier per step, or in float16 / bfloat16 thread-block clusters exchanging "
+                "h_t; the backward's too up to batch 16, and on clusters)")
 
     def deterministic(self, choice):
         return True  # no atomics; the input GEMM on cuBLAS
