@@ -58,10 +58,13 @@ def timer(calls, what, sleep_cycles):
                 r = common.held_host_us(fn, calls=calls, reps=1, warmup=2, sleep_cycles=sleep[0])
                 if r["held"]:
                     break
-                sleep[0] *= 2  # the device went idle: the trial waited for it; again, longer
+                # the device went idle, or the calls took half the sleep: either they outlasted
+                # it or one of them waited for the device; again, longer
+                sleep[0] *= 2
             else:
                 raise RuntimeError("the sleep kernel did not hold the device through %d calls, "
-                                   "even at %d cycles" % (calls, sleep[0] // 2))
+                                   "even at %d cycles (or a call waits for the device)" % (
+                                       calls, sleep[0] // 2))
         else:
             r = common.host_us(fn, calls=calls, reps=1, warmup=2)
         return r[what]

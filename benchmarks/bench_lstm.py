@@ -22,7 +22,8 @@ Sections (CUDA):
   host    the host's own time of a training step (one layer's forward and backward) with the
           device held by a sleep kernel queued first (common.held_host_us), nn.LSTM against
           fastlayers.LSTM as convert gives it (the tuner's choice), rotated rounds; a call that
-          waited on the device anyway (the device found idle after it) is marked not held.
+          waited on the device anyway (the device found idle after the calls, or the calls
+          lasting half the sleep or more) is marked not held, and given no ratio.
   lm      embedding (10k) -> 2-layer LSTM 512 -> linear (10k), T 35, B 64: SGD steps back to back,
           converted (fastlayers.convert as a user gets it: the tuner picks per pass; the first
           step, tuning included, timed) against plain, fp32 / tf32 / AMP bf16; plain, converted

@@ -501,18 +501,24 @@ def lstm(doc: dict) -> str:
             c["config"], c["mode"], f(c["fwd"].get("ratio")),
             "; over the persistent kernel: x%s" % f(c["fwd_persistent"].get("ratio"))
             if c.get("fwd_persistent") else "")]
-    hosts = [r for r in doc.get("host", []) if r.get("ratio")]
+    hosts = doc.get("host", [])
     if hosts:
         def host(r):
+            if "failed" in r or not r.get("ratio"):
+                return "%s %s: failed: %s" % (r["config"], r["mode"], r.get("failed", "no figure"))
             held = r.get("held") or {}
-            ours = "fastlayers (%s) %s us%s" % (
-                "/".join(r.get("choice") or []), f(r["fastlayers_us"], ".0f"),
-                "" if held.get("fastlayers", True) else " (waited on the device)")
-            if not held.get("nn", True):  # its figure is waiting, not host work: no ratio
-                return "%s %s: %s; nn.LSTM's step waited on the device (%s us)" % (
-                    r["config"], r["mode"], ours, f(r["nn_us"], ".0f"))
-            return "%s %s: x%s, %s against nn.LSTM's %s us" % (
-                r["config"], r["mode"], f(r["ratio"]), ours, f(r["nn_us"], ".0f"))
+            waited = [k for k in ("nn", "fastlayers") if not held.get(k, True)]
+            ours = "fastlayers%s" % (" (%s)" % "/".join(r["choice"]) if r.get("choice") else "")
+            if waited:  # a figure that includes waiting for the device is no host time: no ratio
+                return "%s %s: %s waited on the device%s" % (
+                    r["config"], r["mode"], " and ".join(
+                        "nn.LSTM's step" if k == "nn" else ours for k in waited),
+                    "" if len(waited) == 2 else "; %s %s us" % (
+                        ours if waited == ["nn"] else "nn.LSTM",
+                        f(r["fastlayers_us"] if waited == ["nn"] else r["nn_us"], ".0f")))
+            return "%s %s: x%s, %s %s us against nn.LSTM's %s us" % (
+                r["config"], r["mode"], f(r["ratio"]), ours, f(r["fastlayers_us"], ".0f"),
+                f(r["nn_us"], ".0f"))
         out += ["", "Host time of a training step (one layer's forward and backward, the device held "
                 "by a sleep kernel queued first; x = nn.LSTM's over fastlayers.LSTM's as convert "
                 "gives it, target: ours at most 1.1x nn.LSTM's): " + "; ".join(

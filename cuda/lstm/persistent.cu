@@ -534,7 +534,8 @@ void launch_cluster(const void* args, int clusters, cudaStream_t stream) {
 // none or this build holds no code for sm_90 or later (an arch list without it compiles an empty
 // body, which PTX of an older architecture would give an sm_90 device). An error of the queries
 // (a cluster size the device refuses) counts as "does not fit", not as the call's error. Asked
-// once per device and instantiation (under plan_mutex, as every plan is made).
+// once per device and instantiation (under plan_mutex, as every plan is made); an answer that
+// ran out of memory (loading the kernel's module) is not kept: a later batch asks again.
 template <typename K, int H>
 int cluster_capacity(int device) {
   static std::map<int, int> known;
@@ -542,18 +543,24 @@ int cluster_capacity(int device) {
   if (it != known.end()) return it->second;
   const void* k = reinterpret_cast<const void*>(K::kernel);
   cudaFuncAttributes fa{};
-  bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.ptxVersion >= 90;
-  if (ok && H / kClUnits > 8)
-    ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-  if (ok)
-    ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, K::smem) ==
-         cudaSuccess;
+  cudaError_t e = cudaFuncGetAttributes(&fa, k);
+  bool ok = e == cudaSuccess && fa.ptxVersion >= 90;
+  if (ok && H / kClUnits > 8) {
+    e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    ok = e == cudaSuccess;
+  }
+  if (ok) {
+    e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, K::smem);
+    ok = e == cudaSuccess;
+  }
   int clusters = 0;
   if (ok) {
     const ClusterConfig c(H, 1, K::smem, nullptr);
-    ok = cudaOccupancyMaxActiveClusters(&clusters, K::kernel, &c.cfg) == cudaSuccess;
+    e = cudaOccupancyMaxActiveClusters(&clusters, K::kernel, &c.cfg);
+    ok = e == cudaSuccess;
   }
-  if (!ok) (void)cudaGetLastError();  // clear the refusal
+  if (e != cudaSuccess) (void)cudaGetLastError();  // clear this refusal
+  if (e == cudaErrorMemoryAllocation) return 0;
   return known[device] = ok ? clusters : 0;
 }
 
@@ -600,6 +607,9 @@ ClusterPlan cluster_plan(int64_t B, int64_t H) {
     std::lock_guard<std::mutex> lock(plan_mutex);
     auto it = cluster_plans.find(key);
     if (it == cluster_plans.end()) {
+      // An error pending from earlier work is the caller's (its next CUDA call would report
+      // it), not a refusal of the queries below, which would otherwise clear it and be kept.
+      FL_CUDA_CHECK(cudaPeekAtLastError());
       int major = 0;
       FL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       ClusterPlan f;
