@@ -297,19 +297,17 @@ def held_host_us(fn, calls: int = 20, reps: int = 5, warmup: int = 5,
     return {"host_us": statistics.median(ts), "held": held, "calls": calls, "reps": reps}
 
 
-_SLEEP_S = {}
+_SLEEP_RATE = {}
 
 
 def _sleep_seconds(cycles: int) -> float:
-    """How long torch.cuda._sleep(cycles) holds this device, measured once."""
-    key = (torch.cuda.current_device(), cycles)
-    if key not in _SLEEP_S:
-        _sync()
-        t0 = time.perf_counter()
-        torch.cuda._sleep(cycles)
-        _sync()
-        _SLEEP_S[key] = time.perf_counter() - t0
-    return _SLEEP_S[key]
+    """How long torch.cuda._sleep(cycles) holds the current device (_sleep_cycles_per_ms, once a
+    device); infinite where it cannot be calibrated (no trial is then marked for its length)."""
+    device = torch.cuda.current_device()
+    if device not in _SLEEP_RATE:
+        _SLEEP_RATE[device] = _sleep_cycles_per_ms()
+    per_ms = _SLEEP_RATE[device]
+    return cycles / per_ms / 1e3 if per_ms > 0 else float("inf")
 
 
 def cpu_ms(fn, trials: int = 7, warmup: int = 1) -> dict:

@@ -507,18 +507,15 @@ def lstm(doc: dict) -> str:
             if "failed" in r or not r.get("ratio"):
                 return "%s %s: failed: %s" % (r["config"], r["mode"], r.get("failed", "no figure"))
             held = r.get("held") or {}
-            waited = [k for k in ("nn", "fastlayers") if not held.get(k, True)]
             ours = "fastlayers%s" % (" (%s)" % "/".join(r["choice"]) if r.get("choice") else "")
-            if waited:  # a figure that includes waiting for the device is no host time: no ratio
-                return "%s %s: %s waited on the device%s" % (
-                    r["config"], r["mode"], " and ".join(
-                        "nn.LSTM's step" if k == "nn" else ours for k in waited),
-                    "" if len(waited) == 2 else "; %s %s us" % (
-                        ours if waited == ["nn"] else "nn.LSTM",
-                        f(r["fastlayers_us"] if waited == ["nn"] else r["nn_us"], ".0f")))
-            return "%s %s: x%s, %s %s us against nn.LSTM's %s us" % (
-                r["config"], r["mode"], f(r["ratio"]), ours, f(r["fastlayers_us"], ".0f"),
-                f(r["nn_us"], ".0f"))
+            sides = ", ".join(
+                "%s %s" % (name, "%s us" % f(r[k + "_us"], ".0f") if held.get(k, True) else
+                           "waited on the device")
+                for k, name in (("fastlayers", ours), ("nn", "nn.LSTM")))
+            # a figure that includes waiting for the device is no host time: no ratio
+            ratio = "x%s, " % f(r["ratio"]) if all(held.get(k, True) for k in ("nn",
+                                                                              "fastlayers")) else ""
+            return "%s %s: %s%s" % (r["config"], r["mode"], ratio, sides)
         out += ["", "Host time of a training step (one layer's forward and backward, the device held "
                 "by a sleep kernel queued first; x = nn.LSTM's over fastlayers.LSTM's as convert "
                 "gives it, target: ours at most 1.1x nn.LSTM's): " + "; ".join(

@@ -261,9 +261,9 @@ PyObject* results(variable_list&& r) {
 }
 
 // lstm_call(persistent, input, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, batch_sizes, reverse, tf32)
-// -> (output, h_n [1, B, R], c_n [1, B, H]): lstm (or lstm_persistent) with this node's autograd. Positional only;
-// b_ih, b_hh, w_hr and batch_sizes tensors or None. A plain CPython function (METH_FASTCALL):
-// pybind11's generic dispatch costs microseconds a call.
+// -> (output, h_n [1, B, R], c_n [1, B, H]): lstm (or lstm_persistent) with this node's
+// autograd. Positional only; b_ih, b_hh, w_hr and batch_sizes tensors or None. A plain CPython
+// function (METH_FASTCALL): pybind11's generic dispatch costs microseconds a call.
 constexpr Py_ssize_t kArgs = 12;
 
 PyObject* lstm_call(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {

@@ -40,6 +40,14 @@ def lstm(input: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
     return out, h_n, c_n
 
 
+def _sizes(batch, hidden, dtype, device, backward):
+    """The arguments of _C's lstm_persistent_* queries: (batch, hidden, dtype's name, device
+    index, backward)."""
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return int(batch), int(hidden), str(dtype).replace("torch.", ""), index, bool(backward)
+
+
 def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
                     device: torch.device, backward: bool = False) -> bool:
     """Whether the persistent kernel (the lstm_persistent op on CUDA) serves `batch` sequences of
@@ -54,10 +62,7 @@ def persistent_fits(batch: int, hidden: int, dtype: torch.dtype,
         return False
     from . import _C
     fits = getattr(_C, "lstm_persistent_fits", None)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return bool(fits is not None and fits(int(batch), int(hidden),
-                                          str(dtype).replace("torch.", ""), index,
-                                          bool(backward)))
+    return bool(fits is not None and fits(*_sizes(batch, hidden, dtype, device, backward)))
 
 
 def persistent_kernel(batch: int, hidden: int, dtype: torch.dtype,
@@ -75,10 +80,7 @@ def persistent_kernel(batch: int, hidden: int, dtype: torch.dtype,
     if not persistent_fits(batch, hidden, dtype, device, backward):
         return None
     from . import _C
-    device = torch.device(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _C.lstm_persistent_kernel(int(batch), int(hidden), str(dtype).replace("torch.", ""),
-                                     index, bool(backward)) or None
+    return _C.lstm_persistent_kernel(*_sizes(batch, hidden, dtype, device, backward)) or None
 
 
 def _persistent_path(batch: int, hidden: int, dtype: torch.dtype, device: torch.device,
@@ -91,11 +93,8 @@ def _persistent_path(batch: int, hidden: int, dtype: torch.dtype, device: torch.
     if kernel != "cluster":
         return kernel, 0
     from . import _C
-    device = torch.device(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return kernel, int(_C.lstm_persistent_clusters(int(batch), int(hidden),
-                                                   str(dtype).replace("torch.", ""), index,
-                                                   bool(backward))[1])
+    return kernel, int(_C.lstm_persistent_clusters(
+        *_sizes(batch, hidden, dtype, device, backward))[1])
 
 
 def lstm_cell(input: Tensor, hx: Tensor, cx: Tensor, w_ih: Tensor, w_hh: Tensor,

@@ -109,9 +109,9 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     OOM, a library refusal) or misses the tolerance is skipped with the reason, as is one whose
     `workspace` exceeds the bound. Time: every other candidate is warmed up (`warmups` calls on
     `args`, the problem's size, untimed: plans, the allocator, a CUDA graph recorded on a later
-    call than the first) and timed once there, then the budget buys rounds for those within DROP_FACTOR of the
-    best; each candidate's figure is step_cost of its median wall and host times, and the lowest
-    wins if it is below WIN_MARGIN x the baseline's."""
+    call than the first) and timed once there, then the budget buys rounds for those within
+    DROP_FACTOR of the best; each candidate's figure is step_cost of its median wall and host
+    times, and the lowest wins if it is below WIN_MARGIN x the baseline's."""
     t_start = time.perf_counter()
     limit = workspace_limit(device)
     run = step_timer(device)
