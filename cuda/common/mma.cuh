@@ -46,4 +46,15 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* p) {
   b[1] = *reinterpret_cast<const uint32_t*>(p + 8);
 }
 
+// Four 8x8 matrices of 16-bit values from shared memory (ldmatrix .x4): lanes 8 i .. 8 i + 7
+// give the 16-byte rows of matrix i; register i of thread (g, t) holds row g, values 2t, 2t+1
+// of matrix i (an A fragment's order where the matrices are rows 0-7 / 8-15 x columns 0-7 /
+// 8-15, column halves outer).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 }  // namespace fastlayers

@@ -5,16 +5,21 @@
 // pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2, 3x3), which
 // bounds it below cuDNN's implicit GEMM on tensor cores). The filter transform stays its own
 // kernel (U [alpha^2, result channels, reduction channels] padded to whole blocks, in the
-// workspace); filter chunks arrive by cp.async and the next chunk's windows load while the
-// current chunk multiplies (two stages).
+// workspace).
 //
-// A block computes BM result channels x BP tiles for all alpha^2 points, looping over the
-// reduction channels in chunks of BK: it loads U's chunk and transforms the data windows of its
-// tiles into shared memory, then each of its 8 warps multiplies a 16-channel x 16-tile piece at
-// every point. An mma accumulator holds the same (channel, tile) pairs at every point, so a
-// thread ends with all alpha^2 products of its pairs and applies A^T M A in registers.
+// A block computes BM result channels x a rectangle of TR x TC tiles of one sample for all
+// alpha^2 points, looping over the reduction channels in chunks of BK. Everything a chunk reads
+// arrives by cp.async, issued two chunks ahead: U's chunk, and the chunk's input patch (the
+// rectangle's windows, overlapping, read once: (2 TR + 2) x (2 TC + 2) values a channel, zeros
+// outside the image by the copies' source size). While the warps multiply chunk k, each thread
+// transforms (B^T d B) one tile in two channels of chunk k + 1 from the patch in shared memory;
+// one barrier a chunk. An mma accumulator holds the same (channel, tile) pairs at every point,
+// so a thread ends with all alpha^2 products of its pairs and applies A^T M A in registers.
+// Blocks of the same tiles and different result channels are adjacent in launch order, so the
+// patch is read from memory once and from L2 by the others.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <stdexcept>
@@ -32,21 +37,40 @@ namespace fused {
 
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kBM = static_cast<int>(kFusedBlockChannels);  // result channels per block (4 warps of 16)
-constexpr int kBP = 32;  // tiles per block (2 warps of 16)
+constexpr int kTR = 4, kTC = 8;  // the block's tiles: kTR rows x kTC columns of one sample
+constexpr int kBP = kTR * kTC;   // 32 tiles (2 warps of 16)
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
-static_assert(kBK == 16, "a chunk is one mma k-step");
-// Shared rows of 16 values padded to 24 (48 bytes: 16-byte aligned for cp.async): the fragment
-// loads (row g, column pair t) of a warp fall in 32 distinct banks.
-constexpr int kRow = 24;
+static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
+// Copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
+// multiplied and those in flight), the patches kAhead (the one transformed and those in flight).
+constexpr int kAhead = 4;
+constexpr int kUStages = kAhead + 1, kVStages = 2, kPatchStages = kAhead;
+// A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns, read from the even
+// column at or before the first (so one more where that is odd) in 32-bit words. A channel
+// takes kPatchChannel words: a multiple of 16 plus 2, so that the channels 2c (c = 0..7) a warp
+// reads at once start 4 banks apart and its 4 tiles' words fill the 32 banks.
+constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
+constexpr int kPatchChannel = 114;
+static_assert(kPatchRows * kPatchWords <= kPatchChannel && kPatchChannel % 16 == 2, "patch");
+static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 
-// U[xi, o, r] = (G g G^T)[xi] of filter g: w[o, r] (forward) or w[r, o] turned 180 degrees
-// (input gradient); zero in the padding. One thread per padded (o, r), r fastest.
+// Offset of value (row, k) in shared rows of 16 values (32 bytes, no padding): the two 16-byte
+// halves of a row swap places in rows 4..7 of every 8, so the eight 16-byte rows an ldmatrix
+// reads, and the 4 rows x 8 words a warp of the transform writes, fall in 32 distinct banks.
+__device__ __forceinline__ int swz(int row, int k) {
+  return row * 16 + ((((k >> 3) ^ (row >> 2)) & 1) << 3) + (k & 7);
+}
+
+// U = (G g G^T) of filter g: w[o, r] (forward) or w[r, o] turned 180 degrees (input gradient);
+// zero in the padding. One thread per padded (o, r), r fastest. U is laid out as the kernel's
+// shared memory takes it, one contiguous block of A2 * kBM * kBK values per (result-channel
+// block, reduction chunk): [Mo_pad / kBM][R_pad / kBK][xi][kBM rows, swizzled by swz].
 template <typename T, typename Mat>
 __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FusedDims f,
                                         int64_t C, bool input_grad) {
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha, R = Mat::kR;
-  const int64_t n = f.Mo_pad * f.R_pad;
+  const int64_t n = f.Mo_pad * f.R_pad, chunks = f.R_pad / kBK;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = i / f.R_pad, r = i - o * f.R_pad;
@@ -60,19 +84,51 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
 #pragma unroll
         for (int b = 0; b < A; ++b) out[a][b] = F(0);
     }
+    T* u = U + ((o / kBM) * chunks + r / kBK) * (A * A * kBM * kBK) +
+           swz(static_cast<int>(o % kBM), static_cast<int>(r % kBK));
 #pragma unroll
     for (int a = 0; a < A; ++a)
 #pragma unroll
-      for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
+      for (int b = 0; b < A; ++b) u[(a * A + b) * kBM * kBK] = from_compute<T>(out[a][b]);
   }
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+// mbarriers (shared::cta) and the bulk copy that completes one by its bytes.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+// 4 bytes, of which the first `bytes` (0 or 4) come from gmem and the rest are zeros.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int bytes) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <typename T>
 struct Args {
@@ -83,107 +139,189 @@ struct Args {
   FusedDims f;
   TileSource src;
   TileTarget dst;
+  int blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
+  int items;               // (result-channel block, rectangle) pairs
+  bool async_patch;        // the patch by 4-byte cp.async: iw even and data 4-byte aligned
 };
 
-// Shared memory of a block, two stages: U's chunk [a2][BM][kRow] and the transformed tiles
-// [a2][BP][kRow] of each.
-template <typename T, int A2>
-constexpr size_t smem_bytes() {
-  return 2 * sizeof(T) * A2 * (kBM + kBP) * kRow;
+// One work item: result channels m0.. of the rectangle of tiles (ty0.., tx0..) of sample s.
+// Items are numbered result-channel blocks fastest, then rectangles by column, row, sample, so
+// the items that run at once share their patches in L2.
+struct Item {
+  int m0, s, ty0, tx0;
+};
+template <typename T>
+__device__ __forceinline__ Item item_of(const Args<T>& g, int it) {
+  const int nkb = static_cast<int>(g.f.Mo_pad / kBM);
+  Item r;
+  r.m0 = (it % nkb) * kBM;
+  it /= nkb;
+  r.tx0 = (it % g.blocks_x) * kTC;
+  it /= g.blocks_x;
+  r.ty0 = (it % g.blocks_y) * kTR;
+  r.s = it / g.blocks_y;
+  return r;
 }
 
-// The data windows of one thread for one chunk: 2 adjacent channels of one tile.
-template <typename T, int A>
-struct Windows {
-  T v[2][A][A];
+// Shared memory of a block: U's chunks [kUStages][A2][kBM][16], the transformed tiles
+// [kVStages][A2][kBP][16] (both rows swizzled by swz), the input patches
+// [kPatchStages][kBK][kPatchChannel] words and an mbarrier per U stage.
+template <typename T, int A2>
+constexpr size_t smem_bytes() {
+  return sizeof(T) * A2 * 16 * (kUStages * kBM + kVStages * kBP) +
+         size_t{4} * kPatchStages * kBK * kPatchChannel + size_t{8} * kUStages;
+}
+
+template <typename T>
+struct Pack;  // two float values rounded into one 32-bit word (the first in the low half), and back
+template <>
+struct Pack<__half> {
+  static __device__ __forceinline__ uint32_t two(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float lo(uint32_t w) {
+    return __low2float(*reinterpret_cast<const __half2*>(&w));
+  }
+  static __device__ __forceinline__ float hi(uint32_t w) {
+    return __high2float(*reinterpret_cast<const __half2*>(&w));
+  }
+};
+template <>
+struct Pack<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t two(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 };
 
-template <typename T, typename Mat>
+// kXoff: the windows' column offset in a patch, the same for every rectangle (its first
+// column, 2 tx0 - ox, has the parity of ox; the patch starts at the even column at or before).
+template <typename T, typename Mat, int kXoff>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   constexpr int A = Mat::kAlpha, A2 = A * A;
-  constexpr int kUStage = A2 * kBM * kRow, kVStage = A2 * kBP * kRow;
+  static_assert(A == 4, "F(2x2, 3x3): 4x4 windows, 2x2 tiles at stride 2");
+  constexpr int kUStage = A2 * kBM * 16, kVStage = A2 * kBP * 16;
+  constexpr int kPatchStage = kBK * kPatchChannel;  // words
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* Us = reinterpret_cast<T*>(smem_raw);  // [2][A2][kBM][kRow]
-  T* Vs = Us + 2 * kUStage;                // [2][A2][kBP][kRow]
+  T* Us = reinterpret_cast<T*>(smem_raw);
+  T* Vs = Us + kUStages * kUStage;
+  uint32_t* Ps = reinterpret_cast<uint32_t*>(Vs + kVStages * kVStage);
+  const uint32_t bars = smem_addr(Ps + kPatchStages * kPatchStage);  // 8 bytes a U stage
 
   const TileSource& src = g.src;
-  const int64_t tiles = src.th * src.tw, P = src.n * tiles;
-  const int64_t p0 = int64_t{blockIdx.x} * kBP, m0 = int64_t{blockIdx.y} * kBM;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int gr = lane >> 2, tq = lane & 3;  // mma fragment row group and column pair
-  const int wm = (warp & 3) * 16, wp = (warp >> 2) * 16;
-
-  // The tile this thread transforms, with channels 2 cl and 2 cl + 1 of each chunk.
-  const int pl = tid % kBP, cl = tid / kBP;
-  const int64_t pg = p0 + pl;
-  const bool p_in = pg < P;
-  int64_t y0 = 0, x0 = 0;
-  const T* plane0 = g.data;
-  if (p_in) {
-    const int64_t s = pg / tiles, t = pg - s * tiles;
-    const int64_t ty = t / src.tw, tx = t - ty * src.tw;
-    y0 = ty * src.step - src.oy;
-    x0 = tx * src.step - src.ox;
-    plane0 = g.data + s * src.ch * src.ih * src.iw;
-  }
   const int64_t plane_size = src.ih * src.iw;
-  const T zero = from_compute<T>(0.f);
 
-  // U's chunk c0 into stage `st`: 16-byte rows, 8 per thread.
-  auto load_u = [&](int st, int64_t c0) {
-    constexpr int kVecs = A2 * kBM * (kBK / 8);
-#pragma unroll
-    for (int q = 0; q < kVecs / kThreads; ++q) {
-      const int i = tid + q * kThreads;
-      const int half = i & 1, row = i >> 1;  // row = xi * kBM + mm
-      const int xi = row / kBM, mm = row - xi * kBM;
-      const T* gsrc = g.U + (xi * g.f.Mo_pad + m0 + mm) * g.f.R_pad + c0 + 8 * half;
-      cp_async16(Us + st * kUStage + row * kRow + 8 * half, gsrc);
-    }
-    cp_async_commit();
+  // Copies. U: thread 0 copies each chunk's contiguous block (filter_transform_padded's
+  // layout) by one bulk copy, completing the stage's mbarrier. Patch (async_patch): threads
+  // 0..159 copy row p_row of channel p_c of each chunk, kPatchWords words: those in the image
+  // from the data, zeros elsewhere.
+  static_assert(kUStage == A2 * kBM * kBK, "U's chunk blocks are the stages' image");
+  constexpr int kPatchCopiers = kBK * kPatchRows;
+  static_assert(kPatchCopiers <= kThreads, "a patch row a thread");
+  const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
+  uint32_t* const p_dst = Ps + p_c * kPatchChannel + p_row * kPatchWords;
+  // The copy cursor's item: its U blocks; its patch's first row and column, and this thread's
+  // row in channel p_c of chunk 0 with the words of it in the image (w_lo <= w < w_hi).
+  struct CopyItem {
+    const T* u;
+    const T* row;
+    const T* sample;
+    int64_t py, px;
+    int w_lo, w_hi;
   };
-  // The windows of chunk c0 into registers, zeros outside.
-  auto load_windows = [&](Windows<T, A>& wv, int64_t c0) {
+  auto copy_item = [&](const Item& it) {
+    CopyItem ci;
+    ci.u = g.U + (it.m0 / kBM) * (g.f.R_pad / kBK) * kUStage;
+    ci.py = 2 * int64_t{it.ty0} - src.oy;
+    ci.px = 2 * int64_t{it.tx0} - src.ox - kXoff;
+    ci.sample = g.data + it.s * src.ch * plane_size;
+    const int64_t y = ci.py + p_row;
+    ci.row = ci.sample + p_c * plane_size + y * src.iw + ci.px;
+    ci.w_lo = ci.w_hi = 0;
+    if (y >= 0 && y < src.ih) {  // 0 <= px + 2 w < iw (px and iw even)
+      const int64_t lo = ci.px >= 0 ? 0 : -ci.px / 2, hi = (src.iw - ci.px) / 2;
+      ci.w_lo = static_cast<int>(lo < kPatchWords ? lo : kPatchWords);
+      ci.w_hi = static_cast<int>(hi < 0 ? 0 : hi < kPatchWords ? hi : kPatchWords);
+    }
+    return ci;
+  };
+  auto copy_chunk = [&](int ust, int pst, const CopyItem& ci, int64_t c0) {
+    if (tid == 0) {
+      constexpr uint32_t kBytes = kUStage * sizeof(T);
+      mbar_expect_tx(bars + 8 * ust, kBytes);
+      bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kBytes,
+                bars + 8 * ust);
+    }
+    if (g.async_patch) {
+      if (tid < kPatchCopiers) {
+        const bool ch_in = c0 + p_c < g.f.R;
+        const T* row = ci.row + c0 * plane_size;
+        uint32_t* pd = p_dst + pst * kPatchStage;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int64_t c = c0 + 2 * cl + j;
-      const bool in = p_in && c < g.f.R;
-      const T* plane = plane0 + (in ? c : 0) * plane_size;
-#pragma unroll
-      for (int u = 0; u < A; ++u) {
-        const int64_t y = y0 + u;
-        const bool row_in = in && y >= 0 && y < src.ih;
-#pragma unroll
-        for (int v = 0; v < A; ++v) {
-          const int64_t x = x0 + v;
-          wv.v[j][u][v] = row_in && x >= 0 && x < src.iw ? plane[y * src.iw + x] : zero;
+        for (int w = 0; w < kPatchWords; ++w) {
+          const bool in = ch_in && w >= ci.w_lo && w < ci.w_hi;
+          cp_async4(pd + w, in ? row + 2 * w : g.data, in ? 4 : 0);
         }
+      }
+    } else {  // odd widths: value by value through registers
+      T* pt = reinterpret_cast<T*>(Ps + pst * kPatchStage);
+      constexpr int n = kBK * kPatchRows * 2 * kPatchWords;
+      const T zero = from_compute<T>(0.f);
+      for (int i = tid; i < n; i += kThreads) {
+        const int c = i / (kPatchRows * 2 * kPatchWords);
+        const int rem = i - c * (kPatchRows * 2 * kPatchWords);
+        const int row = rem / (2 * kPatchWords), v = rem - row * (2 * kPatchWords);
+        const int64_t ch = c0 + c, y = ci.py + row, x = ci.px + v;
+        const bool in = ch < g.f.R && y >= 0 && y < src.ih && x >= 0 && x < src.iw;
+        pt[c * 2 * kPatchChannel + row * 2 * kPatchWords + v] =
+            in ? ci.sample[ch * plane_size + y * src.iw + x] : zero;
       }
     }
   };
-  // B^T d B of both channels into stage `st`, the two channels as one 32-bit store per point.
-  auto store_windows = [&](const Windows<T, A>& wv, int st) {
+
+  // The transform's share: tile tl in channels 2 cp and 2 cp + 1 (a warp: 4 tiles x 8 pairs),
+  // its window rows read as 32-bit words (2 words, or 3 where the windows start odd).
+  const int cp = lane & 7, tl = 4 * warp + (lane >> 3);
+  const uint32_t* const t_src =
+      Ps + (2 * cp) * kPatchChannel + (tl / kTC) * 2 * kPatchWords + (tl % kTC);
+  T* const t_dst = Vs + swz(tl, 2 * cp);
+  auto transform = [&](int pst, int vst) {
     float tv[2][A][A];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
+      const uint32_t* w = t_src + pst * kPatchStage + j * kPatchChannel;
       float d[A][A];
 #pragma unroll
-      for (int u = 0; u < A; ++u)
-#pragma unroll
-        for (int v = 0; v < A; ++v) d[u][v] = to_compute(wv.v[j][u][v]);
+      for (int u = 0; u < A; ++u) {
+        const uint32_t w0 = w[u * kPatchWords], w1 = w[u * kPatchWords + 1];
+        if (kXoff == 0) {
+          d[u][0] = Pack<T>::lo(w0); d[u][1] = Pack<T>::hi(w0);
+          d[u][2] = Pack<T>::lo(w1); d[u][3] = Pack<T>::hi(w1);
+        } else {
+          const uint32_t w2 = w[u * kPatchWords + 2];
+          d[u][0] = Pack<T>::hi(w0); d[u][1] = Pack<T>::lo(w1);
+          d[u][2] = Pack<T>::hi(w1); d[u][3] = Pack<T>::lo(w2);
+        }
+      }
       two_sided<UseBT<Mat>>(d, tv[j]);
     }
-    T* base = Vs + st * kVStage + pl * kRow + 2 * cl;
+    T* vs = t_dst + vst * kVStage;
 #pragma unroll
     for (int a = 0; a < A; ++a)
 #pragma unroll
-      for (int b = 0; b < A; ++b) {
-        T pair[2] = {from_compute<T>(tv[0][a][b]), from_compute<T>(tv[1][a][b])};
-        *reinterpret_cast<uint32_t*>(base + (a * A + b) * kBP * kRow) =
-            *reinterpret_cast<const uint32_t*>(pair);
-      }
+      for (int bb = 0; bb < A; ++bb)
+        *reinterpret_cast<uint32_t*>(vs + (a * A + bb) * kBP * 16) =
+            Pack<T>::two(tv[0][a][bb], tv[1][a][bb]);
   };
 
+  // The products' share: result channels wm.. (16) x tiles wp.. (16), as two n-tiles of 8.
+  const int wm = (warp & 3) * 16, wp = (warp >> 2) * 16;
+  const T* const a_src = Us + swz(wm + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8);
+  const T* const b_src = Vs + swz(wp + (lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8);
   float acc[A2][2][4];
 #pragma unroll
   for (int xi = 0; xi < A2; ++xi)
@@ -192,65 +330,105 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[xi][j][r] = 0.f;
 
-  // Two stages: while the warps multiply chunk k, chunk k + 1's filters arrive by cp.async and
-  // its windows by loads issued before the products; one barrier per chunk.
-  {
-    Windows<T, A> wv;
-    load_u(0, 0);
-    load_windows(wv, 0);
-    store_windows(wv, 0);
-    cp_async_wait_all();
-    __syncthreads();
-  }
-  const int64_t chunks = g.f.R_pad / kBK;
-  for (int64_t k = 0; k < chunks; ++k) {
-    const int st = static_cast<int>(k & 1);
-    const bool more = k + 1 < chunks;
-    Windows<T, A> wv;
-    if (more) {
-      load_u(st ^ 1, (k + 1) * kBK);
-      load_windows(wv, (k + 1) * kBK);
-    }
-    const T* us = Us + st * kUStage;
-    const T* vs = Vs + st * kVStage;
+  // Accumulator r of n-tile j: result channel wm + g (+8 for r >= 2), tile wp + 8 j + 2 t
+  // (+1 for odd r) of the rectangle. Y = A^T M A, clipped, with the bias; then zeros again.
+  const TileTarget& dst = g.dst;
+  const int gr = lane >> 2, tq = lane & 3;
+  auto finish = [&](const Item& it) {
 #pragma unroll
-    for (int xi = 0; xi < A2; ++xi) {
-      uint32_t af[4];
-      load_a(af, us + (xi * kBM + wm + gr) * kRow + 2 * tq, kRow);
+    for (int j = 0; j < 2; ++j) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        uint32_t bf[2];
-        load_b(bf, vs + (xi * kBP + wp + 8 * j + gr) * kRow + 2 * tq);
-        mma16816(acc[xi][j], af, bf, T{});
+      for (int r = 0; r < 4; ++r) {
+        const int64_t o = it.m0 + wm + gr + (r >= 2 ? 8 : 0);
+        const int t = wp + 8 * j + 2 * tq + (r & 1);
+        const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC;
+        if (o < g.f.Mo && ty < dst.th && tx < dst.tw) {
+          float v[A][A];
+#pragma unroll
+          for (int a = 0; a < A; ++a)
+#pragma unroll
+            for (int bb = 0; bb < A; ++bb) v[a][bb] = acc[a * A + bb][j][r];
+          store_inverse<T, Mat>(v, g.bias != nullptr ? to_compute(g.bias[o]) : 0.f,
+                                g.out + (it.s * dst.ch + o) * dst.oh * dst.ow, ty, tx, dst.oh,
+                                dst.ow);
+        }
+#pragma unroll
+        for (int xi = 0; xi < A2; ++xi) acc[xi][j][r] = 0.f;
       }
     }
-    if (more) {
-      store_windows(wv, st ^ 1);
-      cp_async_wait_all();
-    }
-    __syncthreads();
-  }
+  };
 
-  // Accumulator r of n-tile j: result channel wm + gr (+8 for r >= 2), tile wp + 8 j + 2 tq
-  // (+1 for odd r). Y = A^T M A, clipped, with the bias.
-  const TileTarget& dst = g.dst;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int64_t o = m0 + wm + gr + (r >= 2 ? 8 : 0);
-      const int64_t p = p0 + wp + 8 * j + 2 * tq + (r & 1);
-      if (o >= g.f.Mo || p >= P) continue;
-      const int64_t s = p / tiles, t = p - s * tiles;
-      const int64_t ty = t / dst.tw, tx = t - ty * dst.tw;
-      float v[A][A];
-#pragma unroll
-      for (int a = 0; a < A; ++a)
-#pragma unroll
-        for (int b = 0; b < A; ++b) v[a][b] = acc[a * A + b][j][r];
-      store_inverse<T, Mat>(v, g.bias != nullptr ? to_compute(g.bias[o]) : 0.f,
-                            g.out + (s * dst.ch + o) * dst.oh * dst.ow, ty, tx, dst.oh, dst.ow);
+  // The block takes items blockIdx.x, + gridDim.x, ... as one stream of chunks q = 0 .. Q - 1
+  // (item q / chunks, reduction chunk q % chunks). Chunk q's copies are issued at iteration
+  // q - kAhead (the first kAhead before the loop); at iteration q the warps multiply chunk q
+  // and transform chunk q + 1, whose copies they waited for at the top. That barrier also ends
+  // iteration q - 1's reads of the buffers iteration q refills (U stage (q + kAhead) % kUStages,
+  // patch stage q % kPatchStages, V stage (q + 1) % 2). A finished item's results go out from
+  // registers while the copies of the next items' chunks are in flight.
+  const int chunks = static_cast<int>(g.f.R_pad / kBK);
+  const int my_items = g.items > static_cast<int>(blockIdx.x)
+                           ? (g.items - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1
+                           : 0;
+  const int64_t Q = int64_t{my_items} * chunks;
+  // The copy cursor: chunks copied, the next one's item, reduction chunk and stages.
+  int64_t lq = 0;
+  int l_item = blockIdx.x, l_c = 0, l_ust = 0, l_pst = 0;
+  CopyItem l_ci = copy_item(item_of(g, l_item));
+  auto copy_next = [&]() {
+    if (lq < Q) {
+      copy_chunk(l_ust, l_pst, l_ci, int64_t{l_c} * kBK);
+      ++lq;
+      l_ust = l_ust + 1 == kUStages ? 0 : l_ust + 1;
+      l_pst = l_pst + 1 == kPatchStages ? 0 : l_pst + 1;
+      if (++l_c == chunks) {
+        l_c = 0;
+        l_item += gridDim.x;
+        if (lq < Q) l_ci = copy_item(item_of(g, l_item));
+      }
     }
+    cp_async_commit();
+  };
+  if (tid == 0) {
+    for (int i = 0; i < kUStages; ++i) mbar_init(bars + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) copy_next();
+  cp_async_wait<kAhead - 1>();
+  __syncthreads();
+  if (Q > 0) transform(0, 0);
+  int c = 0, item = blockIdx.x, ust = 0, tpst = 1 % kPatchStages, vst = 0;
+  uint32_t u_parity = 0;  // of stage ust's mbarrier phase for chunk q
+  Item it = item_of(g, item);
+  for (int64_t q = 0; q < Q; ++q) {
+    cp_async_wait<kAhead - 2>();
+    __syncthreads();
+    copy_next();
+    mbar_wait(bars + 8 * ust, u_parity);
+    const T* us = a_src + ust * kUStage;
+    const T* vs = b_src + vst * kVStage;
+#pragma unroll
+    for (int xi = 0; xi < A2; ++xi) {
+      uint32_t af[4], bf[4];
+      ldmatrix_x4(af, us + xi * kBM * 16);
+      ldmatrix_x4(bf, vs + xi * kBP * 16);
+      mma16816(acc[xi][0], af, {bf[0], bf[1]}, T{});
+      mma16816(acc[xi][1], af, {bf[2], bf[3]}, T{});
+    }
+    if (++c == chunks) {
+      finish(it);
+      c = 0;
+      item += gridDim.x;
+      if (q + 1 < Q) it = item_of(g, item);
+    }
+    if (++ust == kUStages) {
+      ust = 0;
+      u_parity ^= 1;
+    }
+    vst ^= 1;
+    if (q + 1 < Q) transform(tpst, vst);
+    tpst = tpst + 1 == kPatchStages ? 0 : tpst + 1;
   }
 }
 
@@ -281,21 +459,32 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.f = f;
   g.src = TileSource{s.S, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
   g.dst = TileTarget{s.S, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
-  const int64_t P = s.S * t.tiles();
-  const dim3 grid(static_cast<unsigned>((P + fused::kBP - 1) / fused::kBP),
-                  static_cast<unsigned>(f.Mo_pad / fused::kBM));
+  const int64_t items = s.S * ceil_div(t.th, fused::kTR) * ceil_div(t.tw, fused::kTC) *
+                        (f.Mo_pad / fused::kBM);
+  if (items > int64_t{0x7fffffff})
+    throw std::invalid_argument("fastlayers: too many tiles for the fused Winograd kernel");
+  g.blocks_x = static_cast<int>(ceil_div(t.tw, fused::kTC));
+  g.blocks_y = static_cast<int>(ceil_div(t.th, fused::kTR));
+  g.items = static_cast<int>(items);
+  g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
   constexpr size_t smem = fused::smem_bytes<T, A2>();
-  auto k = fused::kernel<T, Mat>;
+  static_assert(smem <= 227 * 1024, "an SM's shared memory (sm_90)");
+  auto k = (t.ox & 1) != 0 ? fused::kernel<T, Mat, 1> : fused::kernel<T, Mat, 0>;
   // The shared-memory opt-in once per device (a per-call attribute set costs host time).
-  static std::atomic<uint64_t> opted{0};
+  static std::atomic<uint64_t> opted[2]{};
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((opted.load(std::memory_order_acquire) & bit) == 0) {
+  std::atomic<uint64_t>& k_opted = opted[(t.ox & 1) != 0];
+  if ((k_opted.load(std::memory_order_acquire) & bit) == 0) {
     FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    opted.fetch_or(bit, std::memory_order_acq_rel);
+    k_opted.fetch_or(bit, std::memory_order_acq_rel);
   }
+  // One block an SM (the accumulators take its registers), each a stream of items.
+  int sms = 0;
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(items, std::max(sms, 1))));
   k<<<grid, fused::kThreads, smem, stream>>>(g);
   FL_LAUNCH_CHECK();
 }
