@@ -57,7 +57,7 @@ static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's 
 // Offset of value (row, k) in shared rows of 16 values (32 bytes, no padding): the two 16-byte
 // halves of a row swap places in rows 4..7 of every 8, so the eight 16-byte rows an ldmatrix
 // reads, and the 4 rows x 8 words a warp of the transform writes, fall in 32 distinct banks.
-__device__ __forceinline__ int swz(int row, int k) {
+__host__ __device__ constexpr int swz(int row, int k) {
   return row * 16 + ((((k >> 3) ^ (row >> 2)) & 1) << 3) + (k & 7);
 }
 
@@ -252,6 +252,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   auto copy_chunk = [&](int ust, int pst, const CopyItem& ci, int64_t c0) {
     if (tid == 0) {
       constexpr uint32_t kBytes = kUStage * sizeof(T);
+      // The stage may have been the exchange's E: its generic accesses before the async write.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       mbar_expect_tx(bars + 8 * ust, kBytes);
       bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kBytes,
                 bars + 8 * ust);
@@ -318,42 +320,89 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
             Pack<T>::two(tv[0][a][bb], tv[1][a][bb]);
   };
 
-  // The products' share: result channels wm.. (16) x tiles wp.. (16), as two n-tiles of 8.
-  const int wm = (warp & 3) * 16, wp = (warp >> 2) * 16;
-  const T* const a_src = Us + swz(wm + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8);
-  const T* const b_src = Vs + swz(wp + (lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8);
-  float acc[A2][2][4];
+  // The products' share: warp w multiplies the points of row pa = w / 2 (xi = 4 pa + b) for
+  // result channels 32 mh.. (mh = w % 2, two m-tiles of 16) x all 32 tiles (four n-tiles of 8):
+  // at 32 x 32 a point, its fragments move half the bytes a 16 x 16 tile at all 16 points did.
+  const int pa = warp >> 1, mh = warp & 1;
+  const T* const a_src =
+      Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16;
+  const T* const b_src =
+      Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + pa * A * kBP * 16;
+  static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
+  float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
 #pragma unroll
-  for (int xi = 0; xi < A2; ++xi)
+  for (int b = 0; b < A; ++b)
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acc[xi][j][r] = 0.f;
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[b][i][j][r] = 0.f;
 
-  // Accumulator r of n-tile j: result channel wm + g (+8 for r >= 2), tile wp + 8 j + 2 t
-  // (+1 for odd r) of the rectangle. Y = A^T M A, clipped, with the bias; then zeros again.
+  // An item's results. Accumulator r of m-tile i, n-tile j holds channel 32 mh + 16 i + g
+  // (+8 for r >= 2) and tile 8 j + 2 t (+1 for odd r) at points (pa, b). Each warp reduces its
+  // row of points, Z[pa][jj] = sum_b M[pa][b] A[b][jj], and the Z of all rows meet in shared
+  // memory E (the U stage the last chunk used, free until the next barrier at the loop's top,
+  // after which thread 0 orders these accesses before the bulk copy that refills it):
+  // in phase p the m-tile i = p of every warp, [pa][jj][32 channels][32 tiles], a channel's row
+  // rotated by rot(c) so a warp's stores fall in distinct banks. Then thread (tile = lane,
+  // channels warp + 8 k) applies Y = A^T Z, adds the bias, clips and stores its 2x2 tiles.
+  constexpr int m = Mat::kM;
+  static_assert(m == 2 && A * m * 32 * 32 * sizeof(float) <= kUStage * sizeof(T),
+                "an exchange phase fits a U stage");
   const TileTarget& dst = g.dst;
   const int gr = lane >> 2, tq = lane & 3;
-  auto finish = [&](const Item& it) {
+  auto rot = [](int c, int t) { return (t + 8 * (c & 7) + ((c >> 2) & 1)) & 31; };
+  auto finish = [&](const Item& it, float* E) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int p = 0; p < 2; ++p) {
+      __syncthreads();  // the warps' products (p = 0) or phase 0's reads (p = 1) are done
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int64_t o = it.m0 + wm + gr + (r >= 2 ? 8 : 0);
-        const int t = wp + 8 * j + 2 * tq + (r & 1);
-        const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC;
-        if (o < g.f.Mo && ty < dst.th && tx < dst.tw) {
-          float v[A][A];
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-          for (int a = 0; a < A; ++a)
+        for (int r = 0; r < 4; ++r) {
+          const int c = mh * 16 + gr + (r >= 2 ? 8 : 0), t = 8 * j + 2 * tq + (r & 1);
 #pragma unroll
-            for (int bb = 0; bb < A; ++bb) v[a][bb] = acc[a * A + bb][j][r];
-          store_inverse<T, Mat>(v, g.bias != nullptr ? to_compute(g.bias[o]) : 0.f,
-                                g.out + (it.s * dst.ch + o) * dst.oh * dst.ow, ty, tx, dst.oh,
-                                dst.ow);
+          for (int jj = 0; jj < m; ++jj) {
+            float z = 0.f;
+#pragma unroll
+            for (int b = 0; b < A; ++b)
+              if (Mat::AT(jj, b) != 0.0) z += static_cast<float>(Mat::AT(jj, b)) * acc[b][p][j][r];
+            E[((pa * m + jj) * 32 + c) * 32 + rot(c, t)] = z;
+          }
+#pragma unroll
+          for (int b = 0; b < A; ++b) acc[b][p][j][r] = 0.f;
         }
+      __syncthreads();
+      const int t = lane;
+      const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC;
 #pragma unroll
-        for (int xi = 0; xi < A2; ++xi) acc[xi][j][r] = 0.f;
+      for (int k = 0; k < 4; ++k) {
+        const int c = warp + 8 * k;
+        const int64_t o = it.m0 + (c >> 4) * 32 + p * 16 + (c & 15);
+        if (o >= g.f.Mo || ty >= dst.th || tx >= dst.tw) continue;
+        float z[A][m];
+#pragma unroll
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+          for (int jj = 0; jj < m; ++jj) z[a][jj] = E[((a * m + jj) * 32 + c) * 32 + rot(c, t)];
+        const float bias = g.bias != nullptr ? to_compute(g.bias[o]) : 0.f;
+        T* plane = g.out + (it.s * dst.ch + o) * dst.oh * dst.ow;
+#pragma unroll
+        for (int i = 0; i < m; ++i) {
+          const int64_t y = ty * m + i;
+          if (y >= dst.oh) break;
+#pragma unroll
+          for (int jj = 0; jj < m; ++jj) {
+            const int64_t x = tx * m + jj;
+            if (x >= dst.ow) break;
+            float v = bias;
+#pragma unroll
+            for (int a = 0; a < A; ++a)
+              if (Mat::AT(i, a) != 0.0) v += static_cast<float>(Mat::AT(i, a)) * z[a][jj];
+            plane[y * dst.ow + x] = from_compute<T>(v);
+          }
+        }
       }
     }
   };
@@ -409,15 +458,21 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     const T* us = a_src + ust * kUStage;
     const T* vs = b_src + vst * kVStage;
 #pragma unroll
-    for (int xi = 0; xi < A2; ++xi) {
-      uint32_t af[4], bf[4];
-      ldmatrix_x4(af, us + xi * kBM * 16);
-      ldmatrix_x4(bf, vs + xi * kBP * 16);
-      mma16816(acc[xi][0], af, {bf[0], bf[1]}, T{});
-      mma16816(acc[xi][1], af, {bf[2], bf[3]}, T{});
+    for (int b = 0; b < A; ++b) {
+      uint32_t af[2][4], bf[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + b * kBP * 16 + h * 256);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mma16816(acc[b][i][j], af[i], {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]},
+                   T{});
     }
     if (++c == chunks) {
-      finish(it);
+      finish(it, reinterpret_cast<float*>(Us + ust * kUStage));
       c = 0;
       item += gridDim.x;
       if (q + 1 < Q) it = item_of(g, item);
