@@ -1,7 +1,7 @@
 """The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient, float16 and
 bfloat16 on CUDA) against PyTorch in float64 within the tolerance rule of conv_samples, as the
 non-fused ops are (test_winograd_values.py), on the shape matrix and on shapes that cross the
-kernel's blocks (64 result channels x 32 tiles, chunks of 16 reduction channels) at every edge;
+kernel's items (64 result channels x 4 x 8 tiles, chunks of 16 reduction channels) at every edge;
 its autograd, opcheck, and the errors for what it does not take."""
 import pytest
 import torch
@@ -13,8 +13,11 @@ from winograd_samples import (PASS_NAMES, SHAPES, SMALL_SHAPES, float64_passes, 
 
 fl = torch.ops.fastlayers
 HALF = [torch.float16, torch.bfloat16]
-# Blocks: K or C of 64 + 1 and 16 + 1 (a partial block and a partial chunk), tiles 32 + 1, more
-# than one block each way; padding 3 (input-gradient windows start inside grad_output).
+# Items (64 result channels x a rectangle of 4 x 8 tiles, chunks of 16 reduction channels): K or C
+# of 64 + 1 and 16 + 1 (a partial block and a partial chunk), partial rectangles both ways, more
+# than one each way; padding 3 (input-gradient windows start inside grad_output); odd widths
+# (patches through registers) and even ones with windows at odd and at even patch columns; more
+# items than an H100's 132 SMs (each block's stream crosses items).
 BLOCK_SHAPES = [
     (1, 17, 65, 10, 14, 1, 1),
     (3, 33, 130, 11, 9, 1, 1),
@@ -22,6 +25,8 @@ BLOCK_SHAPES = [
     (5, 48, 64, 14, 14, 1, 1),
     (2, 16, 16, 7, 12, 3, 2),
     (1, 64, 64, 28, 28, 1, 1),
+    (2, 24, 70, 16, 18, 2, 2),
+    (4, 40, 130, 30, 34, 1, 1),
 ]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
