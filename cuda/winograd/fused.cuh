@@ -53,10 +53,30 @@ constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
 constexpr int kPatchChannel = 114;
 static_assert(kPatchRows * kPatchWords <= kPatchChannel && kPatchChannel % 16 == 2, "patch");
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
+static_assert(kPatchWords < 32, "a bit a patch word");
 
 // Offset of value (row, k) in shared rows of 16 values (32 bytes, no padding): the two 16-byte
 // halves of a row swap places in rows 4..7 of every 8, so the eight 16-byte rows an ldmatrix
 // reads, and the 4 rows x 8 words a warp of the transform writes, fall in 32 distinct banks.
+// sum_k c(k) x(k) over the k < N whose constant c(k) is not zero, started from the first such
+// term: a sum started from 0 keeps an add the compiler may not drop (0 + x is not x for x = -0).
+// Where every c(k) is 0 or +-1, as in F(2x2, 3x3)'s B^T and A^T, each step is one exact negation
+// or rounded add, so the values are those of two_sided's sums from 0 (transforms.cuh).
+template <int N, typename Coef, typename Val>
+__device__ __forceinline__ float sum_nonzero(Coef c, Val x) {
+  float acc = 0.f;
+  bool first = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (c(k) != 0.0) {
+      const float term = static_cast<float>(c(k)) * x(k);
+      acc = first ? term : acc + term;
+      first = false;
+    }
+  }
+  return acc;
+}
+
 __host__ __device__ constexpr int swz(int row, int k) {
   return row * 16 + ((((k >> 3) ^ (row >> 2)) & 1) << 3) + (k & 7);
 }
@@ -199,6 +219,18 @@ struct Pack<__nv_bfloat16> {
 
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
 // column, 2 tx0 - ox, has the parity of ox; the patch starts at the even column at or before).
+// Every entry of B^T and A^T is 0 or +-1 (sum_nonzero's sums are then two_sided's).
+template <typename Mat>
+constexpr bool unit_transforms() {
+  for (int i = 0; i < Mat::kAlpha; ++i)
+    for (int k = 0; k < Mat::kAlpha; ++k) {
+      const double bt = Mat::BT(i, k), at = i < Mat::kM ? Mat::AT(i, k) : 0.0;
+      if ((bt != 0.0 && bt != 1.0 && bt != -1.0) || (at != 0.0 && at != 1.0 && at != -1.0))
+        return false;
+    }
+  return true;
+}
+
 template <typename T, typename Mat, int kXoff>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   constexpr int A = Mat::kAlpha, A2 = A * A;
@@ -225,13 +257,13 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
   uint32_t* const p_dst = Ps + p_c * kPatchChannel + p_row * kPatchWords;
   // The copy cursor's item: its U blocks; its patch's first row and column, and this thread's
-  // row in channel p_c of chunk 0 with the words of it in the image (w_lo <= w < w_hi).
+  // row in channel p_c of chunk 0 with a bit for each of its words in the image.
   struct CopyItem {
     const T* u;
     const T* row;
     const T* sample;
     int64_t py, px;
-    int w_lo, w_hi;
+    uint32_t in_image;
   };
   auto copy_item = [&](const Item& it) {
     CopyItem ci;
@@ -241,11 +273,12 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     ci.sample = g.data + it.s * src.ch * plane_size;
     const int64_t y = ci.py + p_row;
     ci.row = ci.sample + p_c * plane_size + y * src.iw + ci.px;
-    ci.w_lo = ci.w_hi = 0;
+    ci.in_image = 0;
     if (y >= 0 && y < src.ih) {  // 0 <= px + 2 w < iw (px and iw even)
       const int64_t lo = ci.px >= 0 ? 0 : -ci.px / 2, hi = (src.iw - ci.px) / 2;
-      ci.w_lo = static_cast<int>(lo < kPatchWords ? lo : kPatchWords);
-      ci.w_hi = static_cast<int>(hi < 0 ? 0 : hi < kPatchWords ? hi : kPatchWords);
+      const int w_lo = static_cast<int>(lo < kPatchWords ? lo : kPatchWords);
+      const int w_hi = static_cast<int>(hi < w_lo ? w_lo : hi < kPatchWords ? hi : kPatchWords);
+      ci.in_image = ((1u << w_hi) - 1u) & ~((1u << w_lo) - 1u);
     }
     return ci;
   };
@@ -260,14 +293,13 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     }
     if (g.async_patch) {
       if (tid < kPatchCopiers) {
-        const bool ch_in = c0 + p_c < g.f.R;
+        // A word outside reads nothing (source size 0) from its address, which may lie
+        // outside the data.
+        const uint32_t in = c0 + p_c < g.f.R ? ci.in_image : 0u;
         const T* row = ci.row + c0 * plane_size;
         uint32_t* pd = p_dst + pst * kPatchStage;
 #pragma unroll
-        for (int w = 0; w < kPatchWords; ++w) {
-          const bool in = ch_in && w >= ci.w_lo && w < ci.w_hi;
-          cp_async4(pd + w, in ? row + 2 * w : g.data, in ? 4 : 0);
-        }
+        for (int w = 0; w < kPatchWords; ++w) cp_async4(pd + w, row + 2 * w, (in >> w) & 1u ? 4 : 0);
       }
     } else {  // odd widths: value by value through registers
       T* pt = reinterpret_cast<T*>(Ps + pst * kPatchStage);
@@ -309,7 +341,20 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
           d[u][2] = Pack<T>::hi(w1); d[u][3] = Pack<T>::lo(w2);
         }
       }
-      two_sided<UseBT<Mat>>(d, tv[j]);
+      // B^T d B
+      float t[A][A];
+#pragma unroll
+      for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int v = 0; v < A; ++v)
+          t[a][v] = sum_nonzero<A>([&](int k) { return Mat::BT(a, k); },
+                                   [&](int k) { return d[k][v]; });
+#pragma unroll
+      for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int bb = 0; bb < A; ++bb)
+          tv[j][a][bb] = sum_nonzero<A>([&](int k) { return Mat::BT(bb, k); },
+                                        [&](int k) { return t[a][k]; });
     }
     T* vs = t_dst + vst * kVStage;
 #pragma unroll
@@ -364,11 +409,9 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
           const int c = mh * 16 + gr + (r >= 2 ? 8 : 0), t = 8 * j + 2 * tq + (r & 1);
 #pragma unroll
           for (int jj = 0; jj < m; ++jj) {
-            float z = 0.f;
-#pragma unroll
-            for (int b = 0; b < A; ++b)
-              if (Mat::AT(jj, b) != 0.0) z += static_cast<float>(Mat::AT(jj, b)) * acc[b][p][j][r];
-            E[((pa * m + jj) * 32 + c) * 32 + rot(c, t)] = z;
+            E[((pa * m + jj) * 32 + c) * 32 + rot(c, t)] =
+                sum_nonzero<A>([&](int b) { return Mat::AT(jj, b); },
+                                 [&](int b) { return acc[b][p][j][r]; });
           }
 #pragma unroll
           for (int b = 0; b < A; ++b) acc[b][p][j][r] = 0.f;
@@ -494,6 +537,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
                void* workspace, size_t workspace_size, cudaStream_t stream) {
   using Mat = Matrices<2, 3>;
   constexpr int A2 = Mat::kAlpha * Mat::kAlpha;
+  static_assert(fused::unit_transforms<Mat>(), "the kernel's transform sums are two_sided's");
   if (!fused_ok(pass, s.tile))
     throw std::invalid_argument("fastlayers: the fused Winograd kernel takes F(2x2,3x3) for the "
                                 "forward and the input gradient");
