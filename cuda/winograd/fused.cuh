@@ -4,19 +4,20 @@
 // the products in registers, so no V or M buffer goes through global memory (the non-fused
 // pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2, 3x3), which
 // bounds it below cuDNN's implicit GEMM on tensor cores). The filter transform stays its own
-// kernel (U [alpha^2, result channels, reduction channels] padded to whole blocks, in the
-// workspace).
+// kernel (U in the workspace, laid out as the kernel's shared memory takes it).
 //
-// A block computes BM result channels x a rectangle of TR x TC tiles of one sample for all
-// alpha^2 points, looping over the reduction channels in chunks of BK. Everything a chunk reads
-// arrives by cp.async, issued two chunks ahead: U's chunk, and the chunk's input patch (the
-// rectangle's windows, overlapping, read once: (2 TR + 2) x (2 TC + 2) values a channel, zeros
-// outside the image by the copies' source size). While the warps multiply chunk k, each thread
-// transforms (B^T d B) one tile in two channels of chunk k + 1 from the patch in shared memory;
-// one barrier a chunk. An mma accumulator holds the same (channel, tile) pairs at every point,
-// so a thread ends with all alpha^2 products of its pairs and applies A^T M A in registers.
-// Blocks of the same tiles and different result channels are adjacent in launch order, so the
-// patch is read from memory once and from L2 by the others.
+// An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
+// points, reduced over the reduction channels in chunks of BK. The accumulators of an item fill
+// a block's registers, so one block runs an SM; the grid is one block an SM and each block takes
+// its items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by
+// one bulk copy on an mbarrier, and the chunk's input patch (the rectangle's windows,
+// overlapping, read once: (2 TR + 2) x (2 TC + 2) values a channel, zeros outside the image by
+// the copies' source size) by cp.async. While the warps multiply chunk k, each thread transforms
+// (B^T d B) one tile in two channels of chunk k + 1 from the patch; one barrier a chunk. A warp
+// multiplies one row of 4 points for 32 result channels x all the item's tiles; at the item's
+// end the rows' reductions meet in shared memory for A^T M A (finish, below). Items of the same
+// tiles and other result channels are neighbours in the stream order, so the patch is read from
+// memory once and from L2 by the others.
 #pragma once
 
 #include <algorithm>
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 
   // The products' share: warp w multiplies the points of row pa = w / 2 (xi = 4 pa + b) for
   // result channels 32 mh.. (mh = w % 2, two m-tiles of 16) x all 32 tiles (four n-tiles of 8):
-  // at 32 x 32 a point, its fragments move half the bytes a 16 x 16 tile at all 16 points did.
+  // 32 x 32 a point: a chunk's fragments are half the bytes of 16 x 16 tiles at all 16 points.
   const int pa = warp >> 1, mh = warp & 1;
   const T* const a_src =
       Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16;

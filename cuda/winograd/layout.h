@@ -129,8 +129,9 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
 // The fused kernel's blocks (fused.cuh): result channels per block, reduction channels per chunk.
 constexpr int64_t kFusedBlockChannels = 64, kFusedChunk = 16;
 
-// Its padded filter layout U [alpha^2, Mo_pad, R_pad]: result channels Mo rounded up to whole
-// blocks, reduction channels R to whole chunks.
+// Its padded sizes: result channels Mo rounded up to whole blocks, reduction channels R to whole
+// chunks. U holds alpha^2 x Mo_pad x R_pad values, a block per (channel block, chunk) in the
+// order the kernel's shared memory takes them (fused.cuh, filter_transform_padded).
 struct FusedDims {
   int64_t Mo, R, Mo_pad, R_pad;
 };
