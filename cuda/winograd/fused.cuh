@@ -56,13 +56,11 @@ static_assert(kPatchRows * kPatchWords <= kPatchChannel && kPatchChannel % 16 ==
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
 
-// Offset of value (row, k) in shared rows of 16 values (32 bytes, no padding): the two 16-byte
-// halves of a row swap places in rows 4..7 of every 8, so the eight 16-byte rows an ldmatrix
-// reads, and the 4 rows x 8 words a warp of the transform writes, fall in 32 distinct banks.
 // sum_k c(k) x(k) over the k < N whose constant c(k) is not zero, started from the first such
 // term: a sum started from 0 keeps an add the compiler may not drop (0 + x is not x for x = -0).
 // Where every c(k) is 0 or +-1, as in F(2x2, 3x3)'s B^T and A^T, each step is one exact negation
-// or rounded add, so the values are those of two_sided's sums from 0 (transforms.cuh).
+// or rounded add, so the values are those of two_sided's sums from 0 (transforms.cuh) but for
+// the sign of an exact zero (-0 + -0 here, +0 there).
 template <int N, typename Coef, typename Val>
 __device__ __forceinline__ float sum_nonzero(Coef c, Val x) {
   float acc = 0.f;
@@ -78,6 +76,9 @@ __device__ __forceinline__ float sum_nonzero(Coef c, Val x) {
   return acc;
 }
 
+// Offset of value (row, k) in shared rows of 16 values (32 bytes, no padding): the two 16-byte
+// halves of a row swap places in rows 4..7 of every 8, so the eight 16-byte rows an ldmatrix
+// reads, and the 4 rows x 8 words a warp of the transform writes, fall in 32 distinct banks.
 __host__ __device__ constexpr int swz(int row, int k) {
   return row * 16 + ((((k >> 3) ^ (row >> 2)) & 1) << 3) + (k & 7);
 }
@@ -154,7 +155,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 template <typename T>
 struct Args {
   const T* data;  // the data operand [n, R, ih, iw] (src)
-  const T* U;     // padded transformed filters [alpha^2, Mo_pad, R_pad]
+  const T* U;     // transformed filters: a block a (channel block, chunk) (filter_transform_padded)
   const T* bias;  // [Mo] or null
   T* out;         // [n, Mo, oh, ow] (dst)
   FusedDims f;
@@ -218,8 +219,6 @@ struct Pack<__nv_bfloat16> {
   static __device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 };
 
-// kXoff: the windows' column offset in a patch, the same for every rectangle (its first
-// column, 2 tx0 - ox, has the parity of ox; the patch starts at the even column at or before).
 // Every entry of B^T and A^T is 0 or +-1 (sum_nonzero's sums are then two_sided's).
 template <typename Mat>
 constexpr bool unit_transforms() {
@@ -232,6 +231,8 @@ constexpr bool unit_transforms() {
   return true;
 }
 
+// kXoff: the windows' column offset in a patch, the same for every rectangle (its first
+// column, 2 tx0 - ox, has the parity of ox; the patch starts at the even column at or before).
 template <typename T, typename Mat, int kXoff>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   constexpr int A = Mat::kAlpha, A2 = A * A;
@@ -544,6 +545,8 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
                                 "forward and the input gradient");
   if (workspace_size < fused_workspace_bytes(pass, s, sizeof(T)))
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)  // U's blocks go by bulk copies
+    throw std::invalid_argument("fastlayers: fused Winograd workspace not 16-byte aligned");
   const Tiling t = tiling(pass, s);
   const FusedDims f = fused_dims(pass, s);
   T* U = static_cast<T*>(workspace);

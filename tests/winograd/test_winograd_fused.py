@@ -15,9 +15,11 @@ fl = torch.ops.fastlayers
 HALF = [torch.float16, torch.bfloat16]
 # Items (64 result channels x a rectangle of 4 x 8 tiles, chunks of 16 reduction channels): K or C
 # of 64 + 1 and 16 + 1 (a partial block and a partial chunk), partial rectangles both ways, more
-# than one each way; padding 3 (input-gradient windows start inside grad_output); odd widths
-# (patches through registers) and even ones with windows at odd and at even patch columns; more
-# items than an H100's 132 SMs (each block's stream crosses items).
+# than one each way; padding 3 (input-gradient windows start inside grad_output, at an odd
+# column of an even width for 7x12 p3x3); odd widths (patches through registers) and even ones
+# with windows at odd and at even patch columns. On an H100 (132 SMs) the 8x96x130 30x34 shape
+# gives both passes 192-288 items, so blocks take 2-3 items, up to 18 chunks: a U stage is used
+# three times and the stage an item's exchange used is refilled by the bulk copy.
 BLOCK_SHAPES = [
     (1, 17, 65, 10, 14, 1, 1),
     (3, 33, 130, 11, 9, 1, 1),
@@ -27,6 +29,8 @@ BLOCK_SHAPES = [
     (1, 64, 64, 28, 28, 1, 1),
     (2, 24, 70, 16, 18, 2, 2),
     (4, 40, 130, 30, 34, 1, 1),
+    (8, 96, 130, 30, 34, 1, 1),
+    (2, 16, 16, 7, 12, 3, 3),
 ]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
