@@ -37,9 +37,9 @@ namespace winograd {
 namespace fused {
 
 constexpr int kThreads = 256;  // 8 warps
-constexpr int kBM = static_cast<int>(kFusedBlockChannels);  // result channels per block (4 warps of 16)
-constexpr int kTR = 4, kTC = 8;  // the block's tiles: kTR rows x kTC columns of one sample
-constexpr int kBP = kTR * kTC;   // 32 tiles (2 warps of 16)
+constexpr int kBM = static_cast<int>(kFusedBlockChannels);  // result channels an item
+constexpr int kTR = 4, kTC = 8;  // an item's tiles: kTR rows x kTC columns of one sample
+constexpr int kBP = kTR * kTC;   // 32 tiles
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
 // Copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
@@ -137,9 +137,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
                                           uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          dst),
-      "l"(src), "r"(bytes), "r"(bar)
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
 
@@ -150,7 +149,9 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int byte
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 template <typename T>
 struct Args {
@@ -216,7 +217,9 @@ struct Pack<__nv_bfloat16> {
     return *reinterpret_cast<const uint32_t*>(&h);
   }
   static __device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
-  static __device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+  static __device__ __forceinline__ float hi(uint32_t w) {
+    return __uint_as_float(w & 0xffff0000u);
+  }
 };
 
 // Every entry of B^T and A^T is 0 or +-1 (sum_nonzero's sums are then two_sided's).
@@ -301,7 +304,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
         const T* row = ci.row + c0 * plane_size;
         uint32_t* pd = p_dst + pst * kPatchStage;
 #pragma unroll
-        for (int w = 0; w < kPatchWords; ++w) cp_async4(pd + w, row + 2 * w, (in >> w) & 1u ? 4 : 0);
+        for (int w = 0; w < kPatchWords; ++w)
+          cp_async4(pd + w, row + 2 * w, (in >> w) & 1u ? 4 : 0);
       }
     } else {  // odd widths: value by value through registers
       T* pt = reinterpret_cast<T*>(Ps + pst * kPatchStage);

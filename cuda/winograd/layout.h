@@ -126,7 +126,7 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
   return b;
 }
 
-// The fused kernel's blocks (fused.cuh): result channels per block, reduction channels per chunk.
+// The fused kernel's items (fused.cuh): result channels an item, reduction channels a chunk.
 constexpr int64_t kFusedBlockChannels = 64, kFusedChunk = 16;
 
 // Its padded sizes: result channels Mo rounded up to whole blocks, reduction channels R to whole
