@@ -52,12 +52,6 @@ __device__ __forceinline__ void fs_cp16(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void fs_ldmatrix4(uint32_t (&r)[4], const void* smem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 
 // One step over the n active rows at row offset o of B: h_{t-1} from hp [B, H], h_t of rows < n
 // to hn (rows n.. B keep theirs: copied), c [B, H] updated in place; the step's out, reserve and
@@ -141,11 +135,11 @@ __global__ void __launch_bounds__(kFsThreads)
     uint32_t a[2][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
-      fs_ldmatrix4(a[mt], ws + (16 * mt + (lane & 15)) * G::LD + kk + (lane >> 4) * 8);
+      ldmatrix_x4(a[mt], ws + (16 * mt + (lane & 15)) * G::LD + kk + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < NB / 16; ++np) {
       uint32_t bb[4];
-      fs_ldmatrix4(bb, hs + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * G::LD + kk +
+      ldmatrix_x4(bb, hs + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * G::LD + kk +
                            ((lane >> 3) & 1) * 8);
       const uint32_t b_lo[2] = {bb[0], bb[1]}, b_hi[2] = {bb[2], bb[3]};
 #pragma unroll

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "../common/async_copy.cuh"
 #include "../common/mma.cuh"
 #include "cell.cuh"
 
@@ -115,11 +116,6 @@ __device__ __forceinline__ void cl_wait(unsigned bar, unsigned parity) {
       "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra cl_wait;\n}\n" ::"r"(bar), "r"(parity)
       : "memory");
-}
-// The one arrival of the mbarrier's next phase, which also expects `bytes` from st.async.
-__device__ __forceinline__ void cl_expect(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
 }
 // The address in block `rank`'s shared memory of this block's shared address `local`.
 __device__ __forceinline__ unsigned cl_map(unsigned local, unsigned rank) {
@@ -222,7 +218,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       cl_wait(mbar + 8 * cur, static_cast<unsigned>(((step - 1) >> 1) & 1));
     }
     if (tid == 0 && step + 1 < a.steps)  // the next buffer's phase: nb H values from the cluster
-      cl_expect(mbar + 8 * (cur ^ 1), nb * H * 2);
+      mbar_expect_tx(mbar + 8 * (cur ^ 1), nb * H * 2);  // st.async completes it
     // 2. Partial products of gate rows 16 mt.. over half kh of H, two accumulators an n-tile.
     const T* hb = h_s + cur * kClMaxBatch * S + g * S + kh * (H / 2) + 2 * tq;
     float acc[NT][2][4];

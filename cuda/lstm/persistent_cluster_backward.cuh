@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
     const int cur = static_cast<int>(i & 1);
     if (i > 0) wait(i);
     if (tid == 0)  // the next receive's phase: nb H floats from the cluster
-      cl_expect(mbar + 8 * (cur ^ 1), nb * H * 4);
+      mbar_expect_tx(mbar + 8 * (cur ^ 1), nb * H * 4);  // st.async completes it
     T* gb = gate_s + cur * kClMaxBatch * GS;
     if (active) {  // 2. cell_backward's arithmetic, in the same order
       const float dht = dyv + (i > 0 ? received(i) : dh_last);
