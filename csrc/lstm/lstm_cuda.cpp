@@ -274,32 +274,44 @@ TORCH_LIBRARY_IMPL(fastlayers, CUDA, m) {
   m.impl("lstm_backward_persistent", &backward_persistent);
 }
 
+namespace {
+// The storage a dtype name of the persistent queries stands for: its bytes (0 for a name they
+// do not take) and whether it is bfloat16.
+struct Storage {
+  int bytes;
+  bool bf16;
+};
+Storage storage_of(const std::string& dtype) {
+  const bool bf16 = dtype == "bfloat16";
+  return {dtype == "float32" ? 4 : dtype == "float16" || bf16 ? 2 : 0, bf16};
+}
+}  // namespace
+
 bool persistent_fits(int64_t batch, int64_t hidden, const std::string& dtype, int64_t device,
                      bool backward) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  const int bytes = dtype == "float32" ? 4 : dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
-  const bool bf16 = dtype == "bfloat16";
-  return bytes > 0 && (backward ? lstm::persistent_backward_fits(batch, hidden, bytes, bf16)
-                                : lstm::persistent_fits(batch, hidden, bytes, bf16));
+  const Storage st = storage_of(dtype);
+  if (st.bytes == 0) return false;
+  return backward ? lstm::persistent_backward_fits(batch, hidden, st.bytes, st.bf16)
+                  : lstm::persistent_fits(batch, hidden, st.bytes, st.bf16);
 }
 
 std::string persistent_kernel(int64_t batch, int64_t hidden, const std::string& dtype,
                               int64_t device, bool backward) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  const int bytes = dtype == "float32" ? 4 : dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
-  const bool bf16 = dtype == "bfloat16";
-  const char* k = bytes == 0 ? nullptr
-                  : backward ? lstm::persistent_backward_kernel(batch, hidden, bytes, bf16)
-                             : lstm::persistent_forward_kernel(batch, hidden, bytes, bf16);
+  const Storage st = storage_of(dtype);
+  const char* k = st.bytes == 0 ? nullptr
+                  : backward    ? lstm::persistent_backward_kernel(batch, hidden, st.bytes, st.bf16)
+                                : lstm::persistent_forward_kernel(batch, hidden, st.bytes, st.bf16);
   return k != nullptr ? k : "";
 }
 
 std::tuple<int, int> persistent_clusters(int64_t batch, int64_t hidden, const std::string& dtype,
                                          int64_t device, bool backward) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  const int bytes = dtype == "float16" || dtype == "bfloat16" ? 2 : 0;
+  const Storage st = storage_of(dtype);  // float32 too: the cluster kernels answer none
   const lstm::ClusterShape c =
-      lstm::persistent_cluster_shape(batch, hidden, bytes, dtype == "bfloat16", backward);
+      lstm::persistent_cluster_shape(batch, hidden, st.bytes, st.bf16, backward);
   return {c.clusters, c.n_tiles};
 }
 
