@@ -186,15 +186,17 @@ def winograd_cases(dev):
 
 def winograd_fused_cases(g):
     """The fused kernel (forward and input gradient, fp16 and bf16): partial blocks of result
-    channels, tile rectangles and reduction chunks, padding 0..3, odd widths (patches through
-    registers) and even ones (by cp.async, windows at odd and even columns), and on an H100
+    channels, tile rectangles and reduction chunks, padding 0..4, odd widths (patches through
+    registers), even ones (by 4-byte cp.async, windows at odd and even columns) and multiples
+    of 8 (by 16-byte cp.async, windows 0..3 words into the rows), and on an H100
     2-3 items a block (a stream that crosses items, reuses each U stage and refills the stage an
     exchange used)."""
     worst = 0.0
     fl = torch.ops.fastlayers
     for S, C, K, H, W, pad in ((2, 17, 65, 9, 7, (1, 1)), (3, 33, 18, 6, 11, (0, 3)),
                                (1, 2, 3, 2, 3, (2, 1)), (8, 96, 130, 30, 34, (1, 1)),
-                               (2, 24, 70, 16, 18, (2, 2)), (2, 16, 16, 7, 12, (3, 3))):
+                               (2, 24, 70, 16, 18, (2, 2)), (2, 16, 16, 7, 12, (3, 3)),
+                               (8, 96, 130, 30, 32, (1, 1)), (2, 24, 20, 9, 18, (2, 4))):
         x, w, b, gy, ref = conv3x3_problem(g, S, C, K, H, W, pad)
         for dtype, bound in ((torch.float16, 5e-3), (torch.bfloat16, 4e-2)):
             xd, wd, bd, gyd = (t.to("cuda", dtype) for t in (x, w, b, gy))

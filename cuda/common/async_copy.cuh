@@ -1,6 +1,6 @@
 // Asynchronous copies into shared memory and the mbarriers they complete (sm_80 / sm_90 PTX),
-// for the hand-written kernels: cp.async of 4 bytes with zero fill and its groups; mbarriers of
-// one block (shared::cta) and the bulk copy that completes one by its bytes.
+// for the hand-written kernels: cp.async of 4 and 16 bytes with zero fill and its groups;
+// mbarriers of one block (shared::cta) and the bulk copy that completes one by its bytes.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,13 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(bytes));
+}
+// 16 bytes (both addresses 16-byte aligned), of which the first `bytes` (0..16) come from gmem and
+// the rest are zeros; through L2 only (cg).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>

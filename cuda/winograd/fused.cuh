@@ -43,17 +43,38 @@ constexpr int kTR = 4, kTC = 8;  // an item's tiles: kTR rows x kTC columns of o
 constexpr int kBP = kTR * kTC;   // 32 tiles
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
-// Copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
-// multiplied and those in flight), the patches kAhead (the one transformed and those in flight).
-constexpr int kAhead = 4;
-constexpr int kUStages = kAhead + 1, kVStages = 2, kPatchStages = kAhead;
-// A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns, read from the even
-// column at or before the first (so one more where that is odd) in 32-bit words. A channel
-// takes kPatchChannel words: a multiple of 16 plus 2, so that the channels 2c (c = 0..7) a warp
-// reads at once start 4 banks apart and its 4 tiles' words fill the 32 banks.
+constexpr int kVStages = 2;
+// A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns a channel, in rows of
+// 32-bit words, kBK channels, in one of two layouts (Patch<kQuad>):
+// - kQuad (the width a multiple of 8, the data 16-byte aligned): a row starts at the multiple of
+//   8 at or before the windows' first column and goes by four 16-byte copies, each in the image
+//   or not as a whole; a warp's copies are 8 whole rows, so a request reads whole sectors where
+//   4-byte copies, a lane a row, read one word of 32 rows. The windows start `woff` words into
+//   a row (0..3, per item), plus kXoff values. A row takes 16 words, a channel kChannel: a
+//   multiple of 4 (16-byte rows) that is 4 modulo 32, channels 8.. 4 words further on.
+// - otherwise a row starts at the even column at or before the windows' first (kPatchWords
+//   words by 4-byte copies, or value by value for odd widths); a channel takes kChannel words,
+//   16 k + 2.
+// Either way the channels 2c (c = 0..7) a warp of the transform reads at once start 4 banks
+// apart and its 4 tiles' words fill the 32 banks. The copies run kAhead chunks ahead of the
+// products: U's chunks take kAhead + 1 stages (the one multiplied and those in flight), the
+// patches kAhead (the one transformed and those in flight); 4 stages of the wider rows leave no
+// room for a fifth U stage, so kQuad runs 3 ahead.
 constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
-constexpr int kPatchChannel = 114;
-static_assert(kPatchRows * kPatchWords <= kPatchChannel && kPatchChannel % 16 == 2, "patch");
+template <bool kQuad>
+struct Patch {
+  static constexpr int kAhead = kQuad ? 3 : 4, kUStages = kAhead + 1, kStages = kAhead;
+  static constexpr int kRow = kQuad ? 16 : kPatchWords, kSkew = kQuad ? 4 : 0;
+  static constexpr int kChannel = kQuad ? kPatchRows * kRow + 4 : 114;
+  static __host__ __device__ constexpr int word(int c, int row, int w) {
+    return c * kChannel + (c >> 3) * kSkew + row * kRow + w;
+  }
+  static constexpr int kStage = word(kFusedChunk, 0, 0);  // words
+  static_assert(kPatchRows * kRow <= kChannel, "a channel's rows");
+  static_assert(kQuad ? kChannel % 32 == 4 && kStage % 4 == 0 : kChannel % 16 == 2,
+                "patch banks (and 16-byte rows)");
+  static_assert(kRow >= (kQuad ? 3 : 0) + kPatchWords, "a row holds the windows from any start");
+};
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
 
@@ -127,7 +148,7 @@ struct Args {
   TileTarget dst;
   int blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
   int items;               // (result-channel block, rectangle) pairs
-  bool async_patch;        // the patch by 4-byte cp.async: iw even and data 4-byte aligned
+  bool async_patch;        // not kQuad: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
 };
 
 // One work item: result channels m0.. of the rectangle of tiles (ty0.., tx0..) of sample s.
@@ -150,12 +171,13 @@ __device__ __forceinline__ Item item_of(const Args<T>& g, int it) {
 }
 
 // Shared memory of a block: U's chunks [kUStages][A2][kBM][16], the transformed tiles
-// [kVStages][A2][kBP][16] (both rows swizzled by swz), the input patches
-// [kPatchStages][kBK][kPatchChannel] words and an mbarrier per U stage.
-template <typename T, int A2>
+// [kVStages][A2][kBP][16] (both rows swizzled by swz), the input patches [kStages] of kStage
+// words (Patch<kQuad>) and an mbarrier per U stage.
+template <typename T, int A2, bool kQuad>
 constexpr size_t smem_bytes() {
-  return sizeof(T) * A2 * 16 * (kUStages * kBM + kVStages * kBP) +
-         size_t{4} * kPatchStages * kBK * kPatchChannel + size_t{8} * kUStages;
+  using P = Patch<kQuad>;
+  return sizeof(T) * A2 * 16 * (P::kUStages * kBM + kVStages * kBP) +
+         size_t{4} * P::kStages * P::kStage + size_t{8} * P::kUStages;
 }
 
 template <typename T>
@@ -198,13 +220,16 @@ constexpr bool unit_transforms() {
 }
 
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
-// column, 2 tx0 - ox, has the parity of ox; the patch starts at the even column at or before).
-template <typename T, typename Mat, int kXoff>
+// column, 2 tx0 - ox, has the parity of ox; the patch starts at an even column at or before).
+// kQuad: the patch's layout and copies (Patch).
+template <typename T, typename Mat, int kXoff, bool kQuad>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
+  using P = Patch<kQuad>;
+  constexpr int kAhead = P::kAhead, kUStages = P::kUStages, kPatchStages = P::kStages;
+  constexpr int kPatchStage = P::kStage, kPatchChannel = P::kChannel, kPatchRow = P::kRow;
   constexpr int A = Mat::kAlpha, A2 = A * A;
   static_assert(A == 4, "F(2x2, 3x3): 4x4 windows, 2x2 tiles at stride 2");
   constexpr int kUStage = A2 * kBM * 16, kVStage = A2 * kBP * 16;
-  constexpr int kPatchStage = kBK * kPatchChannel;  // words
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Us = reinterpret_cast<T*>(smem_raw);
   T* Vs = Us + kUStages * kUStage;
@@ -216,16 +241,22 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const int64_t plane_size = src.ih * src.iw;
 
   // Copies. U: thread 0 copies each chunk's contiguous block (filter_transform_padded's
-  // layout) by one bulk copy, completing the stage's mbarrier. Patch (async_patch): threads
-  // 0..159 copy row p_row of channel p_c of each chunk, kPatchWords words: those in the image
-  // from the data, zeros elsewhere.
+  // layout) by one bulk copy, completing the stage's mbarrier. Patch, kQuad: the 16-byte copies
+  // k = tid + kThreads j of a chunk (row (k / kPatchQuads) % kPatchRows of channel
+  // k / (kPatchQuads kPatchRows), quad k % kPatchQuads; a warp's lanes on 8 whole rows).
+  // async_patch: threads 0..159 copy row p_row of channel p_c, kPatchWords words. Either way
+  // the values in the image come from the data, zeros elsewhere.
+  constexpr int kPatchQuads = 4;  // 16-byte copies a row (kQuad)
   static_assert(kUStage == A2 * kBM * kBK, "U's chunk blocks are the stages' image");
   constexpr int kPatchCopiers = kBK * kPatchRows;
   static_assert(kPatchCopiers <= kThreads, "a patch row a thread");
+  constexpr int kQuads = kPatchCopiers * kPatchQuads, kQuadSlots = (kQuads - 1) / kThreads + 1;
+  static_assert(kQuadSlots <= 8, "a bit a 16-byte copy");
   const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
-  uint32_t* const p_dst = Ps + p_c * kPatchChannel + p_row * kPatchWords;
-  // The copy cursor's item: its U blocks; its patch's first row and column, and this thread's
-  // row in channel p_c of chunk 0 with a bit for each of its words in the image.
+  uint32_t* const p_dst = Ps + P::word(p_c, p_row, 0);
+  // The copy cursor's item: its U blocks; its patch's first row and column (kQuad: the
+  // multiple of 8 at or before), the bits of this thread's copies in the image (kQuad: a bit a
+  // 16-byte copy; else a bit a word of its row in channel p_c of chunk 0).
   struct CopyItem {
     const T* u;
     const T* row;
@@ -239,9 +270,20 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     ci.py = 2 * int64_t{it.ty0} - src.oy;
     ci.px = 2 * int64_t{it.tx0} - src.ox - kXoff;
     ci.sample = g.data + it.s * src.ch * plane_size;
+    ci.in_image = 0;
+    if constexpr (kQuad) {
+      ci.px &= ~int64_t{7};
+      ci.row = ci.sample + ci.py * src.iw + ci.px;
+#pragma unroll
+      for (int j = 0; j < kQuadSlots; ++j) {
+        const int k = tid + kThreads * j;
+        const int64_t y = ci.py + (k / kPatchQuads) % kPatchRows, x = ci.px + 8 * (k % kPatchQuads);
+        if (k < kQuads && y >= 0 && y < src.ih && x >= 0 && x < src.iw) ci.in_image |= 1u << j;
+      }
+      return ci;
+    }
     const int64_t y = ci.py + p_row;
     ci.row = ci.sample + p_c * plane_size + y * src.iw + ci.px;
-    ci.in_image = 0;
     if (y >= 0 && y < src.ih) {  // 0 <= px + 2 w < iw (px and iw even)
       const int64_t lo = ci.px >= 0 ? 0 : -ci.px / 2, hi = (src.iw - ci.px) / 2;
       const int w_lo = static_cast<int>(lo < kPatchWords ? lo : kPatchWords);
@@ -259,7 +301,19 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kBytes,
                 bars + 8 * ust);
     }
-    if (g.async_patch) {
+    if constexpr (kQuad) {
+#pragma unroll
+      for (int j = 0; j < kQuadSlots; ++j) {
+        const int k = tid + kThreads * j;
+        if (k >= kQuads) break;
+        const int c = k / (kPatchQuads * kPatchRows), row = (k / kPatchQuads) % kPatchRows,
+                  quad = k % kPatchQuads;
+        // A copy outside reads nothing (source size 0) from its address.
+        const bool in = (ci.in_image >> j) & 1u && c0 + c < g.f.R;
+        cp_async16(Ps + pst * kPatchStage + P::word(c, row, 4 * quad),
+                   ci.row + (c0 + c) * plane_size + row * src.iw + 8 * quad, in ? 16 : 0);
+      }
+    } else if (g.async_patch) {
       if (tid < kPatchCopiers) {
         // A word outside reads nothing (source size 0) from its address, which may lie
         // outside the data.
@@ -273,6 +327,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     } else {  // odd widths: value by value through registers
       T* pt = reinterpret_cast<T*>(Ps + pst * kPatchStage);
       constexpr int n = kBK * kPatchRows * 2 * kPatchWords;
+      static_assert(P::word(8, 0, 0) % 2 == 0, "a channel's values start at 2 P::word");
       const T zero = from_compute<T>(0.f);
       for (int i = tid; i < n; i += kThreads) {
         const int c = i / (kPatchRows * 2 * kPatchWords);
@@ -280,7 +335,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
         const int row = rem / (2 * kPatchWords), v = rem - row * (2 * kPatchWords);
         const int64_t ch = c0 + c, y = ci.py + row, x = ci.px + v;
         const bool in = ch < g.f.R && y >= 0 && y < src.ih && x >= 0 && x < src.iw;
-        pt[c * 2 * kPatchChannel + row * 2 * kPatchWords + v] =
+        pt[2 * P::word(c, row, 0) + v] =
             in ? ci.sample[ch * plane_size + y * src.iw + x] : zero;
       }
     }
@@ -289,23 +344,26 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   // The transform's share: tile tl in channels 2 cp and 2 cp + 1 (a warp: 4 tiles x 8 pairs),
   // its window rows read as 32-bit words (2 words, or 3 where the windows start odd).
   const int cp = lane & 7, tl = 4 * warp + (lane >> 3);
-  const uint32_t* const t_src =
-      Ps + (2 * cp) * kPatchChannel + (tl / kTC) * 2 * kPatchWords + (tl % kTC);
+  const uint32_t* const t_src = Ps + P::word(2 * cp, (tl / kTC) * 2, tl % kTC);
+  static_assert(P::word(2, 0, 0) - P::word(1, 0, 0) == kPatchChannel &&
+                    P::word(9, 0, 0) - P::word(8, 0, 0) == kPatchChannel,
+                "channel 2 cp + 1 is kPatchChannel words after 2 cp");
+  int woff = 0;  // the windows' first word in the transformed chunk's patch rows
   T* const t_dst = Vs + swz(tl, 2 * cp);
   auto transform = [&](int pst, int vst) {
     float tv[2][A][A];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t* w = t_src + pst * kPatchStage + j * kPatchChannel;
+      const uint32_t* w = t_src + pst * kPatchStage + j * kPatchChannel + woff;
       float d[A][A];
 #pragma unroll
       for (int u = 0; u < A; ++u) {
-        const uint32_t w0 = w[u * kPatchWords], w1 = w[u * kPatchWords + 1];
+        const uint32_t w0 = w[u * kPatchRow], w1 = w[u * kPatchRow + 1];
         if (kXoff == 0) {
           d[u][0] = Pack<T>::lo(w0); d[u][1] = Pack<T>::hi(w0);
           d[u][2] = Pack<T>::lo(w1); d[u][3] = Pack<T>::hi(w1);
         } else {
-          const uint32_t w2 = w[u * kPatchWords + 2];
+          const uint32_t w2 = w[u * kPatchRow + 2];
           d[u][0] = Pack<T>::hi(w0); d[u][1] = Pack<T>::lo(w1);
           d[u][2] = Pack<T>::hi(w1); d[u][3] = Pack<T>::lo(w2);
         }
@@ -458,10 +516,17 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   for (int i = 0; i < kAhead; ++i) copy_next();
   cp_async_wait<kAhead - 1>();
   __syncthreads();
-  if (Q > 0) transform(0, 0);
+  // kQuad: the patch rows start at the multiple of 8 at or before the even column the 4-byte
+  // copies would start at (2 tx0 - ox - kXoff), so many words later.
+  auto patch_woff = [&](const Item& i) {
+    const int64_t px = 2 * int64_t{i.tx0} - src.ox - kXoff;
+    return kQuad ? static_cast<int>((px & 7) >> 1) : 0;
+  };
   int c = 0, item = blockIdx.x, ust = 0, tpst = 1 % kPatchStages, vst = 0;
   uint32_t u_parity = 0;  // of stage ust's mbarrier phase for chunk q
   Item it = item_of(g, item);
+  woff = patch_woff(it);
+  if (Q > 0) transform(0, 0);
   for (int64_t q = 0; q < Q; ++q) {
     cp_async_wait<kAhead - 2>();
     __syncthreads();
@@ -487,7 +552,10 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       finish(it, reinterpret_cast<float*>(Us + ust * kUStage));
       c = 0;
       item += gridDim.x;
-      if (q + 1 < Q) it = item_of(g, item);
+      if (q + 1 < Q) {
+        it = item_of(g, item);
+        woff = patch_woff(it);
+      }
     }
     if (++ust == kUStages) {
       ust = 0;
@@ -537,15 +605,23 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.blocks_y = static_cast<int>(ceil_div(t.th, fused::kTR));
   g.items = static_cast<int>(items);
   g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
-  constexpr size_t smem = fused::smem_bytes<T, A2>();
-  static_assert(smem <= 227 * 1024, "an SM's shared memory (sm_90)");
-  auto k = (t.ox & 1) != 0 ? fused::kernel<T, Mat, 1> : fused::kernel<T, Mat, 0>;
+  const bool quad = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  constexpr size_t smem_quad = fused::smem_bytes<T, A2, true>();
+  constexpr size_t smem_words = fused::smem_bytes<T, A2, false>();
+  static_assert(smem_quad <= 227 * 1024 && smem_words <= 227 * 1024,
+                "an SM's shared memory (sm_90)");
+  const size_t smem = quad ? smem_quad : smem_words;
+  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (quad ? 2 : 0);
+  auto k = variant == 3   ? fused::kernel<T, Mat, 1, true>
+           : variant == 2 ? fused::kernel<T, Mat, 0, true>
+           : variant == 1 ? fused::kernel<T, Mat, 1, false>
+                          : fused::kernel<T, Mat, 0, false>;
   // The shared-memory opt-in once per device (a per-call attribute set costs host time).
-  static std::atomic<uint64_t> opted[2]{};
+  static std::atomic<uint64_t> opted[4]{};
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
-  std::atomic<uint64_t>& k_opted = opted[(t.ox & 1) != 0];
+  std::atomic<uint64_t>& k_opted = opted[variant];
   if ((k_opted.load(std::memory_order_acquire) & bit) == 0) {
     FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));

@@ -19,7 +19,12 @@ HALF = [torch.float16, torch.bfloat16]
 # column of an even width for 7x12 p3x3); odd widths (patches through registers) and even ones
 # with windows at odd and at even patch columns. On an H100 (132 SMs) the 8x96x130 30x34 shape
 # gives both passes 192-288 items, so blocks take 2-3 items, up to 18 chunks: a U stage is used
-# three times and the stage an item's exchange used is refilled by the bulk copy.
+# three times and the stage an item's exchange used is refilled by the bulk copy. Data widths
+# that are multiples of 8 take the 16-byte patch copies, whose rows start up to 3 words before
+# the windows: 12x40 p1x1 (both passes, 3 rectangles a row, a first copy left of the image and
+# copies right of it), 9x16 p3x4 (the forward, 2 words in), 9x18 p2x4 (the input gradient,
+# 1 word in), 7x14 p1x2 (the input gradient, at the multiple of 8), 8x24 p0x0 (the forward,
+# there too), and 30x32 with 2-3 items a block (each stage of the 3-ahead stream reused).
 BLOCK_SHAPES = [
     (1, 17, 65, 10, 14, 1, 1),
     (3, 33, 130, 11, 9, 1, 1),
@@ -31,6 +36,12 @@ BLOCK_SHAPES = [
     (4, 40, 130, 30, 34, 1, 1),
     (8, 96, 130, 30, 34, 1, 1),
     (2, 16, 16, 7, 12, 3, 3),
+    (3, 40, 72, 12, 40, 1, 1),
+    (2, 24, 20, 9, 16, 3, 4),
+    (2, 24, 20, 9, 18, 2, 4),
+    (3, 20, 12, 7, 14, 1, 2),
+    (2, 17, 33, 8, 24, 0, 0),
+    (8, 96, 130, 30, 32, 1, 1),
 ]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
@@ -105,6 +116,33 @@ def test_fused_autograd_uses_the_fused_passes(dtype):
                                   kernels="cuda")
         assert_within_bound(leaf.grad.cpu(), ref[i].cpu(), native[i].cpu(), same,
                             precision=str(dtype).replace("torch.", ""), what=PASS_NAMES[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_fused_patch_copies_agree(dtype):
+    """The patch's three copy paths (16-byte copies for a 16-byte aligned operand whose width is
+    a multiple of 8, 4-byte copies for a 4-byte aligned one, values through registers else) read
+    the same windows into the same arithmetic: bitwise equal results."""
+    shape = (3, 40, 72, 12, 40, 1, 1)
+    x, w, b, gy = tensors(shape, dtype, "cuda")
+    pad = list(shape[5:])
+
+    def at_offset(t, k):  # t's values, contiguous, k elements past a 256-byte aligned start
+        buf = torch.empty(t.numel() + 8, dtype=t.dtype, device=t.device)
+        v = buf[k:k + t.numel()].view(t.shape)
+        v.copy_(t)
+        assert v.data_ptr() % 16 == 2 * k
+        return v
+
+    for pass_, data in ((0, x), (1, gy)):
+        outs = []
+        for k in (0, 2, 1):
+            d = at_offset(data, k)
+            outs.append(fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy,
+                                   pad))
+        for k, out in zip((2, 1), outs[1:]):
+            assert torch.equal(out, outs[0]), "pass %d: data at offset %d differs" % (pass_, k)
 
 
 @pytest.mark.gpu
