@@ -39,8 +39,12 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int byte
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(bytes));
 }
-// 16 bytes (both addresses 16-byte aligned), of which the first `bytes` (0..16) come from gmem and
-// the rest are zeros; through L2 only (cg).
+// 16 bytes (both addresses 16-byte aligned) from gmem, through L2 only (cg) ...
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem)
+               : "memory");
+}
+// ... of which only the first `bytes` (0..16) come from gmem and the rest are zeros.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(bytes)

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "../common/async_copy.cuh"
 #include "../common/mma.cuh"
 #include "cell.cuh"
 
@@ -47,11 +48,6 @@ struct FsGeometry {
   static_assert(NB % 16 == 0 && NB * kFsUnits <= kFsThreads, "a (row, unit) pair a thread");
   static_assert(SMEM <= 227 * 1024, "shared memory of a block");
 };
-
-__device__ __forceinline__ void fs_cp16(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-}
 
 // One step over the n active rows at row offset o of B: h_{t-1} from hp [B, H], h_t of rows < n
 // to hn (rows n.. B keep theirs: copied), c [B, H] updated in place; the step's out, reserve and
@@ -84,7 +80,7 @@ __global__ void __launch_bounds__(kFsThreads)
     const int idx = lane + 32 * it;
     if (idx < kFsGateRows * G::NC) {
       const int r = idx / G::NC, ch = idx % G::NC;
-      fs_cp16(ws + r * G::LD + 8 * ch,
+      cp_async16(ws + r * G::LD + 8 * ch,
               w_hh + ((r / kFsUnits) * H + j0 + r % kFsUnits) * H + col0 + 8 * ch);
     }
   }
@@ -93,7 +89,7 @@ __global__ void __launch_bounds__(kFsThreads)
   // The step's input products of the block's (row, gate, unit): 16 bytes a copy.
   if (tid < active * 8) {
     const int i = tid / 8, q = (tid / 2) % 4, half = tid % 2;
-    fs_cp16(xs + i * G::XP + q * kFsUnits + 4 * half,
+    cp_async16(xs + i * G::XP + q * kFsUnits + 4 * half,
             p.xp + (o + b0 + i) * 4 * H + q * H + j0 + 4 * half);
   }
   const int u = tid % kFsUnits, i = tid / kFsUnits, b = b0 + i, j = j0 + u;
@@ -117,12 +113,12 @@ __global__ void __launch_bounds__(kFsThreads)
     const int idx = lane + 32 * it;
     if (idx < NB * G::NC) {
       const int r = idx / G::NC, ch = idx % G::NC;  // rows past n read row n - 1 (dropped)
-      fs_cp16(hs + r * G::LD + 8 * ch, hp + min(b0 + r, last) * H + col0 + 8 * ch);
+      cp_async16(hs + r * G::LD + 8 * ch, hp + min(b0 + r, last) * H + col0 + 8 * ch);
     }
   }
-  if (tid < active * 2) fs_cp16(cs + tid * 4, c + (b0 + tid / 2) * H + j0 + 4 * (tid % 2));
+  if (tid < active * 2) cp_async16(cs + tid * 4, c + (b0 + tid / 2) * H + j0 + 4 * (tid % 2));
   // h_{t-1} of the block's units, every row to B: the reserve's, and what rows past n keep.
-  if (tid < min(NB, B - b0)) fs_cp16(hk + tid * kFsUnits, hp + (b0 + tid) * H + j0);
+  if (tid < min(NB, B - b0)) cp_async16(hk + tid * kFsUnits, hp + (b0 + tid) * H + j0);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
   __syncwarp();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "../common/async_copy.cuh"
 #include "persistent_grid.cuh"
 
 namespace fastlayers {
@@ -72,11 +73,6 @@ inline int reg_units(int64_t H, int sms) {
   return 0;
 }
 
-__device__ __forceinline__ void cp_async16_cg(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
-}
-
 // Waits until at most n of this thread's cp.async groups are pending (at most 7: a stricter wait
 // above, which is still correct).
 __device__ __forceinline__ void wait_pending(int n) {
@@ -136,7 +132,7 @@ __global__ void __launch_bounds__(kPThreads, 1) persistent_forward_reg_kernel(co
     if (vec) {  // .cg: through L2, as other blocks wrote it; a commit group per product group
       for (int g = 0; g < groups; ++g) {
         const int n = min(kRegBatch, sl.nb - g * kRegBatch) * chunks, at = g * kRegBatch * H;
-        for (int k = tid; k < n; k += kPThreads) cp_async16_cg(h_s + at + 4 * k, hp + at + 4 * k);
+        for (int k = tid; k < n; k += kPThreads) cp_async16(h_s + at + 4 * k, hp + at + 4 * k);
         asm volatile("cp.async.commit_group;\n");
       }
     } else {
