@@ -11,13 +11,13 @@
 // a block's registers, so one block runs an SM; the grid is one block an SM and each block takes
 // its items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by
 // one bulk copy on an mbarrier, and the chunk's input patch (the rectangle's windows,
-// overlapping, read once: (2 TR + 2) x (2 TC + 2) values a channel, zeros outside the image by
-// the copies' source size) by cp.async. While the warps multiply chunk k, each thread transforms
-// (B^T d B) one tile in two channels of chunk k + 1 from the patch; one barrier a chunk. A warp
-// multiplies one row of 4 points for 32 result channels x all the item's tiles; at the item's
-// end the rows' reductions meet in shared memory for A^T M A (finish, below). Items of the same
-// tiles and other result channels are neighbours in the stream order, so the patch is read from
-// memory once and from L2 by the others.
+// overlapping, read once: 2 TR + 2 rows of at least 2 TC + 2 values a channel, zeros outside the
+// image by the copies' source size) by cp.async. While the warps multiply chunk k, each thread
+// transforms (B^T d B) one tile in two channels of chunk k + 1 from the patch; one barrier a
+// chunk. A warp multiplies one row of 4 points for 32 result channels x all the item's tiles; at
+// the item's end the rows' reductions meet in shared memory for A^T M A (finish, below). Items
+// of the same tiles and other result channels are neighbours in the stream order, so the patch
+// is read from memory once and from L2 by the others.
 #pragma once
 
 #include <algorithm>
@@ -50,16 +50,17 @@ constexpr int kVStages = 2;
 //   8 at or before the windows' first column and goes by four 16-byte copies, each in the image
 //   or not as a whole; a warp's copies are 8 whole rows, so a request reads whole sectors where
 //   4-byte copies, a lane a row, read one word of 32 rows. The windows start `woff` words into
-//   a row (0..3, per item), plus kXoff values. A row takes 16 words, a channel kChannel: a
-//   multiple of 4 (16-byte rows) that is 4 modulo 32, channels 8.. 4 words further on.
+//   a row (0..3, the same for every item of a launch, tx0 being a multiple of 8), plus kXoff
+//   values. A row takes 16 words, a channel kChannel: a multiple of 4 (16-byte rows) that is 4
+//   modulo 32, channels 8.. 4 words further on.
 // - otherwise a row starts at the even column at or before the windows' first (kPatchWords
 //   words by 4-byte copies, or value by value for odd widths); a channel takes kChannel words,
 //   16 k + 2.
-// Either way the channels 2c (c = 0..7) a warp of the transform reads at once start 4 banks
-// apart and its 4 tiles' words fill the 32 banks. The copies run kAhead chunks ahead of the
-// products: U's chunks take kAhead + 1 stages (the one multiplied and those in flight), the
-// patches kAhead (the one transformed and those in flight); 4 stages of the wider rows leave no
-// room for a fifth U stage, so kQuad runs 3 ahead.
+// Either way the channels 2c (c = 0..7) a warp of the transform reads at once start on 8
+// distinct banks 4 apart (as a set) and its 4 tiles' words fill the 32 banks. The copies run
+// kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one multiplied and
+// those in flight), the patches kAhead (the one transformed and those in flight); 4 stages of
+// the wider rows leave no room for a fifth U stage, so kQuad runs 3 ahead.
 constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
 template <bool kQuad>
 struct Patch {
@@ -246,12 +247,13 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   // k / (kPatchQuads kPatchRows), quad k % kPatchQuads; a warp's lanes on 8 whole rows).
   // async_patch: threads 0..159 copy row p_row of channel p_c, kPatchWords words. Either way
   // the values in the image come from the data, zeros elsewhere.
-  constexpr int kPatchQuads = 4;  // 16-byte copies a row (kQuad)
+  constexpr int kPatchQuads = P::kRow / 4;  // 16-byte copies a row (kQuad)
+  static_assert(!kQuad || P::kRow % 4 == 0, "16-byte rows");
   static_assert(kUStage == A2 * kBM * kBK, "U's chunk blocks are the stages' image");
   constexpr int kPatchCopiers = kBK * kPatchRows;
   static_assert(kPatchCopiers <= kThreads, "a patch row a thread");
   constexpr int kQuads = kPatchCopiers * kPatchQuads, kQuadSlots = (kQuads - 1) / kThreads + 1;
-  static_assert(kQuadSlots <= 8, "a bit a 16-byte copy");
+  static_assert(kQuadSlots <= 32, "a bit of in_image a 16-byte copy");
   const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
   uint32_t* const p_dst = Ps + P::word(p_c, p_row, 0);
   // The copy cursor's item: its U blocks; its patch's first row and column (kQuad: the

@@ -20,11 +20,15 @@ HALF = [torch.float16, torch.bfloat16]
 # with windows at odd and at even patch columns. On an H100 (132 SMs) the 8x96x130 30x34 shape
 # gives both passes 192-288 items, so blocks take 2-3 items, up to 18 chunks: a U stage is used
 # three times and the stage an item's exchange used is refilled by the bulk copy. Data widths
-# that are multiples of 8 take the 16-byte patch copies, whose rows start up to 3 words before
-# the windows: 12x40 p1x1 (both passes, 3 rectangles a row, a first copy left of the image and
-# copies right of it), 9x16 p3x4 (the forward, 2 words in), 9x18 p2x4 (the input gradient,
-# 1 word in), 7x14 p1x2 (the input gradient, at the multiple of 8), 8x24 p0x0 (the forward,
-# there too), and 30x32 with 2-3 items a block (each stage of the 3-ahead stream reused).
+# that are multiples of 8 take the 16-byte patch copies, whose rows start woff = 0..3 words
+# before the windows (then kXoff values): 12x40 p1x1 (both passes, woff 3 kXoff 1, 3 rectangles
+# a row, a first copy left of the image and copies right of it), 9x16 p3x4 (the forward, 2 0),
+# 9x16 p1x2 (the forward, 3 0), 9x16 p0x3 (the forward, 2 1), 9x18 p2x4 (the input gradient,
+# 1 0), 9x18 p1x0 (the input gradient, 3 0), 6x16 p2x5 (both, 1 1), 7x14 p1x2 (the input
+# gradient, 0 0), 8x24 p0x0 (the forward, 0 0); 30x32 with 96 channels (the forward: 192 items,
+# blocks take 1-2, up to 12 chunks, each stage of the 3-ahead stream reused and the exchange's
+# refilled) and 12x130x130 30x32 (both passes: 288 items, blocks take 2-3, 9 chunks an item with
+# a partial last one).
 BLOCK_SHAPES = [
     (1, 17, 65, 10, 14, 1, 1),
     (3, 33, 130, 11, 9, 1, 1),
@@ -42,6 +46,11 @@ BLOCK_SHAPES = [
     (3, 20, 12, 7, 14, 1, 2),
     (2, 17, 33, 8, 24, 0, 0),
     (8, 96, 130, 30, 32, 1, 1),
+    (2, 24, 20, 9, 16, 1, 2),
+    (2, 24, 20, 9, 16, 0, 3),
+    (2, 24, 20, 9, 18, 1, 0),
+    (1, 16, 24, 6, 16, 2, 5),
+    (12, 130, 130, 30, 32, 1, 1),
 ]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
@@ -143,6 +152,27 @@ def test_fused_patch_copies_agree(dtype):
                                    pad))
         for k, out in zip((2, 1), outs[1:]):
             assert torch.equal(out, outs[0]), "pass %d: data at offset %d differs" % (pass_, k)
+
+
+@pytest.mark.gpu
+def test_fused_reads_no_channel_past_its_operand():
+    """A partial last chunk (R = 20 reduction channels, chunks of 16) reads no channel at or past
+    R: the operand sits at the start of a buffer whose rest is NaN, so a channel of the next
+    sample would be finite but one past the last sample NaN (times U's zero rows: NaN), on each
+    of the three copy paths (data at offsets 0, 4 and 2 bytes)."""
+    shape = (2, 20, 20, 9, 16, 1, 1)
+    x, w, b, gy = tensors(shape, torch.float16, "cuda")
+    pad = list(shape[5:])
+    for pass_, data in ((0, x), (1, gy)):
+        plane = data.shape[2] * data.shape[3]
+        want = fused_pass(pass_, x, w, b, gy, pad)
+        for k in (0, 2, 1):
+            buf = torch.full((k + data.numel() + 16 * plane,), float("nan"), dtype=data.dtype,
+                             device="cuda")
+            d = buf[k:k + data.numel()].view(data.shape)
+            d.copy_(data)
+            out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy, pad)
+            assert torch.equal(out, want), "pass %d, data at offset %d" % (pass_, k)
 
 
 @pytest.mark.gpu
