@@ -1,6 +1,6 @@
 // Asynchronous copies into shared memory and the mbarriers they complete (sm_80 / sm_90 PTX),
-// for the hand-written kernels: cp.async of 4 and 16 bytes with zero fill and its groups;
-// mbarriers of one block (shared::cta) and the bulk copy that completes one by its bytes.
+// for the hand-written kernels: cp.async of 4 and 16 bytes (with zero fill or without) and its
+// groups; mbarriers of one block (shared::cta) and the bulk copy that completes one by its bytes.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Thread 0 of the block initialises `n` mbarriers from shared address `bar` (8 bytes each, one
+// arrival a phase) and fences the inits for the async proxy and the cluster; a barrier (the
+// block's, or the cluster's where other blocks use them) must follow before any use.
+__device__ __forceinline__ void mbar_init_all(uint32_t bar, int n) {
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < n; ++k) mbar_init(bar + 8 * k, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+}
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
                                           uint32_t bar) {
   asm volatile(
@@ -34,7 +43,11 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
-// 4 bytes, of which the first `bytes` (0 or 4) come from gmem and the rest are zeros.
+// 4 bytes from gmem ...
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+// ... of which only the first `bytes` (0 or 4) come from gmem and the rest are zeros.
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(bytes));
@@ -50,10 +63,14 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int byt
                "l"(gmem), "r"(bytes)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+// The groups: commit this thread's copies issued since the last commit; wait until at most N
+// groups are pending (a memory clobber: no shared-memory read moves above the wait).
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace fastlayers

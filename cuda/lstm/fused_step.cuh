@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kFsThreads)
     if (idx < kFsGateRows * G::NC) {
       const int r = idx / G::NC, ch = idx % G::NC;
       cp_async16(ws + r * G::LD + 8 * ch,
-              w_hh + ((r / kFsUnits) * H + j0 + r % kFsUnits) * H + col0 + 8 * ch);
+                 w_hh + ((r / kFsUnits) * H + j0 + r % kFsUnits) * H + col0 + 8 * ch);
     }
   }
   const ForwardRows<T> p = *rows;
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kFsThreads)
   if (tid < active * 8) {
     const int i = tid / 8, q = (tid / 2) % 4, half = tid % 2;
     cp_async16(xs + i * G::XP + q * kFsUnits + 4 * half,
-            p.xp + (o + b0 + i) * 4 * H + q * H + j0 + 4 * half);
+               p.xp + (o + b0 + i) * 4 * H + q * H + j0 + 4 * half);
   }
   const int u = tid % kFsUnits, i = tid / kFsUnits, b = b0 + i, j = j0 + u;
   const bool cell = tid < NB * kFsUnits && b < B;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kFsThreads)
       if (p.b_hh != nullptr) bias[q] += to_compute(p.b_hh[q * H + j]);
     }
   }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  cp_async_commit();
 
   // What the step before wrote: h_{t-1} and c.
 #if __CUDA_ARCH__ >= 900
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kFsThreads)
   if (tid < active * 2) cp_async16(cs + tid * 4, c + (b0 + tid / 2) * H + j0 + 4 * (tid % 2));
   // h_{t-1} of the block's units, every row to B: the reserve's, and what rows past n keep.
   if (tid < min(NB, B - b0)) cp_async16(hk + tid * kFsUnits, hp + (b0 + tid) * H + j0);
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncwarp();
 
   // The slice's products: gate rows 0-15 (i, f) and 16-31 (g, o) by NB batch rows.
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kFsThreads)
     for (int np = 0; np < NB / 16; ++np) {
       uint32_t bb[4];
       ldmatrix_x4(bb, hs + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * G::LD + kk +
-                           ((lane >> 3) & 1) * 8);
+                          ((lane >> 3) & 1) * 8);
       const uint32_t b_lo[2] = {bb[0], bb[1]}, b_hi[2] = {bb[2], bb[3]};
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {

@@ -99,16 +99,6 @@ __device__ __forceinline__ void cl_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// Thread 0 of a block initialises its `n` mbarriers at shared address `mbar` (8 bytes each, one
-// arrival a phase) and makes them visible to the cluster; a cl_sync must follow before any block
-// writes into it.
-__device__ __forceinline__ void cl_init_barriers(unsigned mbar, int n) {
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < n; ++k)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mbar + 8 * k) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-}
 // Waits (acquire at cluster scope) for the phase of parity `parity` of the mbarrier at `bar`.
 __device__ __forceinline__ void cl_wait(unsigned bar, unsigned parity) {
   asm volatile(
@@ -195,7 +185,7 @@ __global__ void __launch_bounds__(kClThreads, 1) persistent_cluster_kernel(const
       if (a.b_hh != nullptr) bh[q] = to_compute(a.b_hh[q * H + j]);
     }
   }
-  cl_init_barriers(mbar, 2);
+  mbar_init_all(mbar, 2);  // a cl_sync follows before any block writes into them
   // Every block of the cluster has started (zeroed its buffers, initialised its barriers) before
   // any writes into it.
   cl_sync();

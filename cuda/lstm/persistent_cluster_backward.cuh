@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kClThreads, 1)
     if (a.dc_n != nullptr) dc = to_compute(a.dc_n[at]);
     if (a.dh_n != nullptr) dh_last = to_compute(a.dh_n[at]);
   }
-  cl_init_barriers(mbar, 2);
+  mbar_init_all(mbar, 2);  // a cl_sync follows before any block writes into them
   // Every block has started (zeroed its gate gradients, initialised its barriers) before any
   // writes into it.
   cl_sync();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "../common/async_copy.cuh"
 #include "sequence.cuh"
 
 namespace fastlayers {
@@ -48,11 +49,6 @@ template <typename T>
 size_t smem_bytes(int64_t B, int64_t H, int units) {
   // w_s [4 units, H] T | h_s [B, H] float | the tail
   return (4 * units * H * sizeof(T) + 15) / 16 * 16 + B * H * 4 + tail_bytes(B, units);
-}
-
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
 }
 
 // The block's view of one layer: its units u0 .. u0 + nu of H, U per block, and its batch rows
@@ -97,9 +93,9 @@ __device__ __forceinline__ void stage_inputs(const Slice& sl, const Tail& tl, co
     cp_async4(tl.xs + i * 4 * sl.U + q * sl.U + u,
               xp + (t * sl.B + sl.b0 + i) * 4 * sl.H + q * sl.H + sl.u0 + u);
   }
-  asm volatile("cp.async.commit_group;\n");
+  cp_async_commit();
 }
-__device__ __forceinline__ void inputs_arrived() { asm volatile("cp.async.wait_group 0;\n"); }
+__device__ __forceinline__ void inputs_arrived() { cp_async_wait<0>(); }
 
 // The cell of the block's units at step `step` (time t), as cell_forward: the input and gate
 // products, then the biases, then the gates; writes the reserve, h_t (out, the exchange buffer

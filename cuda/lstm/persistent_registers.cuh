@@ -77,14 +77,14 @@ inline int reg_units(int64_t H, int sms) {
 // above, which is still correct).
 __device__ __forceinline__ void wait_pending(int n) {
   switch (n) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
   }
 }
 
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kPThreads, 1) persistent_forward_reg_kernel(co
       for (int g = 0; g < groups; ++g) {
         const int n = min(kRegBatch, sl.nb - g * kRegBatch) * chunks, at = g * kRegBatch * H;
         for (int k = tid; k < n; k += kPThreads) cp_async16(h_s + at + 4 * k, hp + at + 4 * k);
-        asm volatile("cp.async.commit_group;\n");
+        cp_async_commit();
       }
     } else {
       for (int k = tid; k < sl.nb * H; k += kPThreads) h_s[k] = load_cg(hp + k);

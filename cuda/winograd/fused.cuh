@@ -509,10 +509,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     }
     cp_async_commit();
   };
-  if (tid == 0) {
-    for (int i = 0; i < kUStages; ++i) mbar_init(bars + 8 * i, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  mbar_init_all(bars, kUStages);
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) copy_next();
