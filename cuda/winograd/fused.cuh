@@ -150,6 +150,7 @@ struct Args {
   int blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
   int items;               // (result-channel block, rectangle) pairs
   bool async_patch;        // not kQuad: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
+  bool pair_store;         // a tile row's two results by one 32-bit store: ow even, out 4-aligned
 };
 
 // One work item: result channels m0.. of the rectangle of tiles (ty0.., tx0..) of sample s.
@@ -350,7 +351,11 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   static_assert(P::word(2, 0, 0) - P::word(1, 0, 0) == kPatchChannel &&
                     P::word(9, 0, 0) - P::word(8, 0, 0) == kPatchChannel,
                 "channel 2 cp + 1 is kPatchChannel words after 2 cp");
-  int woff = 0;  // the windows' first word in the transformed chunk's patch rows
+  // kQuad: the windows' first word in a patch row, which starts at the multiple of 8 at or before
+  // the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same for every
+  // item, 2 tx0 being a multiple of 16.
+  static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
+  const int woff = kQuad ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
   T* const t_dst = Vs + swz(tl, 2 * cp);
   auto transform = [&](int pst, int vst) {
     float tv[2][A][A];
@@ -420,7 +425,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   // after which thread 0 orders these accesses before the bulk copy that refills it):
   // in phase p the m-tile i = p of every warp, [pa][jj][32 channels][32 tiles], a channel's row
   // rotated by rot(c) so a warp's stores fall in distinct banks. Then thread (tile = lane,
-  // channels warp + 8 k) applies Y = A^T Z, adds the bias, clips and stores its 2x2 tiles.
+  // channels warp + 8 k) applies Y = A^T Z, adds the bias, clips and stores its 2x2 tiles (a
+  // row's two values by one 32-bit store where the result's width is even).
   constexpr int m = Mat::kM;
   static_assert(m == 2 && A * m * 32 * 32 * sizeof(float) <= kUStage * sizeof(T),
                 "an exchange phase fits a U stage");
@@ -428,6 +434,22 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const int gr = lane >> 2, tq = lane & 3;
   auto rot = [](int c, int t) { return (t + 8 * (c & 7) + ((c >> 2) & 1)) & 31; };
   auto finish = [&](const Item& it, float* E) {
+    // This thread's tile (lane t) and where it lands; the bias of its 8 result channels, loaded
+    // before any store (a load after the stores of the previous channel would wait for them:
+    // the compiler cannot tell the bias from the result).
+    const int t = lane;
+    const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC, y0 = ty * m, x0 = tx * m;
+    const bool tile_in = ty < dst.th && tx < dst.tw, row1 = y0 + 1 < dst.oh,
+               col1 = x0 + 1 < dst.ow;
+    float bias[2][4];
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int c = warp + 8 * k;
+        const int64_t o = it.m0 + (c >> 4) * 32 + p * 16 + (c & 15);
+        bias[p][k] = g.bias != nullptr && o < g.f.Mo ? to_compute(g.bias[o]) : 0.f;
+      }
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
       __syncthreads();  // the warps' products (p = 0) or phase 0's reads (p = 1) are done
@@ -446,33 +468,35 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
           for (int b = 0; b < A; ++b) acc[b][p][j][r] = 0.f;
         }
       __syncthreads();
-      const int t = lane;
-      const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int c = warp + 8 * k;
         const int64_t o = it.m0 + (c >> 4) * 32 + p * 16 + (c & 15);
-        if (o >= g.f.Mo || ty >= dst.th || tx >= dst.tw) continue;
+        if (o >= g.f.Mo || !tile_in) continue;
         float z[A][m];
 #pragma unroll
         for (int a = 0; a < A; ++a)
 #pragma unroll
           for (int jj = 0; jj < m; ++jj) z[a][jj] = E[((a * m + jj) * 32 + c) * 32 + rot(c, t)];
-        const float bias = g.bias != nullptr ? to_compute(g.bias[o]) : 0.f;
-        T* plane = g.out + (it.s * dst.ch + o) * dst.oh * dst.ow;
+        float v[m][m];
 #pragma unroll
-        for (int i = 0; i < m; ++i) {
-          const int64_t y = ty * m + i;
-          if (y >= dst.oh) break;
+        for (int i = 0; i < m; ++i)
 #pragma unroll
           for (int jj = 0; jj < m; ++jj) {
-            const int64_t x = tx * m + jj;
-            if (x >= dst.ow) break;
-            float v = bias;
+            v[i][jj] = bias[p][k];
 #pragma unroll
             for (int a = 0; a < A; ++a)
-              if (Mat::AT(i, a) != 0.0) v += static_cast<float>(Mat::AT(i, a)) * z[a][jj];
-            plane[y * dst.ow + x] = from_compute<T>(v);
+              if (Mat::AT(i, a) != 0.0) v[i][jj] += static_cast<float>(Mat::AT(i, a)) * z[a][jj];
+          }
+        T* q = g.out + ((it.s * dst.ch + o) * dst.oh + y0) * dst.ow + x0;
+#pragma unroll
+        for (int i = 0; i < m; ++i, q += dst.ow) {
+          if (i > 0 && !row1) break;
+          if (g.pair_store && col1) {
+            *reinterpret_cast<uint32_t*>(q) = Pack<T>::two(v[i][0], v[i][1]);
+          } else {
+            q[0] = from_compute<T>(v[i][0]);
+            if (col1) q[1] = from_compute<T>(v[i][1]);
           }
         }
       }
@@ -515,16 +539,9 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   for (int i = 0; i < kAhead; ++i) copy_next();
   cp_async_wait<kAhead - 1>();
   __syncthreads();
-  // kQuad: the patch rows start at the multiple of 8 at or before the even column the 4-byte
-  // copies would start at (2 tx0 - ox - kXoff), so many words later.
-  auto patch_woff = [&](const Item& i) {
-    const int64_t px = 2 * int64_t{i.tx0} - src.ox - kXoff;
-    return kQuad ? static_cast<int>((px & 7) >> 1) : 0;
-  };
   int c = 0, item = blockIdx.x, ust = 0, tpst = 1 % kPatchStages, vst = 0;
   uint32_t u_parity = 0;  // of stage ust's mbarrier phase for chunk q
   Item it = item_of(g, item);
-  woff = patch_woff(it);
   if (Q > 0) transform(0, 0);
   for (int64_t q = 0; q < Q; ++q) {
     cp_async_wait<kAhead - 2>();
@@ -551,10 +568,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       finish(it, reinterpret_cast<float*>(Us + ust * kUStage));
       c = 0;
       item += gridDim.x;
-      if (q + 1 < Q) {
-        it = item_of(g, item);
-        woff = patch_woff(it);
-      }
+      if (q + 1 < Q) it = item_of(g, item);
     }
     if (++ust == kUStages) {
       ust = 0;
@@ -604,6 +618,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.blocks_y = static_cast<int>(ceil_div(t.th, fused::kTR));
   g.items = static_cast<int>(items);
   g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
+  g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   const bool quad = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
   constexpr size_t smem_quad = fused::smem_bytes<T, A2, true>();
   constexpr size_t smem_words = fused::smem_bytes<T, A2, false>();
