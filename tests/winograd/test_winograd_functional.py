@@ -113,8 +113,7 @@ def test_autocast(device, tiles):
         # the ops on operands cast by hand compute the same
         torch.testing.assert_close(out, run_pass(pass_, *low, shape[5:], tiles[pass_]),
                                    rtol=0, atol=0)
-        same = winograd_reference(pass_, *(t.cpu() for t in low), shape[5:], tiles[pass_],
-                                  kernels=device)
+        same = winograd_reference(pass_, *low, shape[5:], tiles[pass_], kernels=device).cpu()
         assert_within_bound(out.cpu(), ref[pass_].cpu(), native[pass_].cpu(), same,
                             precision_of(dtype), what="autocast %s tile %d" % (
                                 PASS_NAMES[pass_], tiles[pass_]))
@@ -143,10 +142,10 @@ def test_autocast_backward(device):
         assert all(a.dtype == dtype for a in args if isinstance(a, torch.Tensor)), name
     tiles = recorded_tiles(rec.calls)
     g_native = torch.autograd.grad(native, leaves, gy.to(dtype))
-    same = (winograd_reference(1, *(t.cpu() for t in low), shape[5:],
-                               tiles["winograd_conv2d_input_grad"][0], kernels=device).float(),
-            winograd_reference(2, *(t.cpu() for t in low), shape[5:],
-                               tiles["winograd_conv2d_weight_grad"][0], kernels=device).float(),
+    same = (winograd_reference(1, *low, shape[5:], tiles["winograd_conv2d_input_grad"][0],
+                               kernels=device).float().cpu(),
+            winograd_reference(2, *low, shape[5:], tiles["winograd_conv2d_weight_grad"][0],
+                               kernels=device).float().cpu(),
             None)  # the bias gradient: the same reduction as PyTorch's
     for name, go, gn, gs, r in zip(("input", "weight", "bias"), g_ours, g_native, same, ref):
         assert go.dtype == torch.float32, name

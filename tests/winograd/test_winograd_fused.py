@@ -76,8 +76,7 @@ def test_fused_matches_pytorch_within_its_error(shape, pass_, dtype):
     ref = float64_passes(x, w, b, gy, padding)[pass_].cpu()
     with cudnn_tf32(False):
         native = torch_passes(x, w, b, gy, padding)[pass_].cpu()
-    same = winograd_reference(pass_, *(t.cpu() for t in (x, w, b, gy)), padding, 2,
-                              kernels="cuda")
+    same = winograd_reference(pass_, x, w, b, gy, padding, 2, kernels="cuda").cpu()
     what = "%s %s fused" % (shape_id(shape), PASS_NAMES[pass_])
     bound = assert_within_bound(out.cpu(), ref, native, same, str(dtype).replace("torch.", ""),
                                 what=what)
@@ -121,8 +120,7 @@ def test_fused_autograd_uses_the_fused_passes(dtype):
     with cudnn_tf32(False):
         native = torch_passes(x, w, b, gy, (1, 1))
     for i, leaf in ((1, leaves[0]), (2, leaves[1])):
-        same = winograd_reference(i, *(t.cpu() for t in (x, w, b, gy)), (1, 1), 2,
-                                  kernels="cuda")
+        same = winograd_reference(i, x, w, b, gy, (1, 1), 2, kernels="cuda").cpu()
         assert_within_bound(leaf.grad.cpu(), ref[i].cpu(), native[i].cpu(), same,
                             precision=str(dtype).replace("torch.", ""), what=PASS_NAMES[i])
 
@@ -261,7 +259,7 @@ def test_module_runs_a_pinned_fused_label(dtype):
         native = torch_passes(x, w, b, gy, (1, 1))
     prec = str(dtype).replace("torch.", "")
     for i, out in enumerate((y.detach(), xg.grad, m.weight.grad)):
-        same = (winograd_reference(i, *(t.cpu() for t in (x, w, b, gy)), (1, 1), 2,
-                                   kernels="cuda") if i < 2 else None)
+        same = (winograd_reference(i, x, w, b, gy, (1, 1), 2, kernels="cuda").cpu()
+                if i < 2 else None)
         assert_within_bound(out.cpu(), ref[i].cpu(), native[i].cpu(), same, precision=prec,
                             what=PASS_NAMES[i])

@@ -67,8 +67,7 @@ def test_matches_pytorch_within_its_error(device, shape, spec, precision):
     if precision == "float64":
         assert_float64_matches(out, ref[pass_], what)
         return
-    same = winograd_reference(pass_, *(t.cpu() for t in (x, w, b, gy)), padding, tile, tf32,
-                              kernels=device)
+    same = winograd_reference(pass_, x, w, b, gy, padding, tile, tf32, kernels=device).cpu()
     out, r, n = out.cpu(), ref[pass_].cpu(), native[pass_].cpu()
     bound = assert_within_bound(out, r, n, same, precision_of(x.dtype, tf32), what=what)
     if spec in MUTATED.get((device, precision), ()):
@@ -100,8 +99,8 @@ def test_tiles_are_different_algorithms(device):
     for pass_ in range(3):
         tiles = (2, 4) if pass_ == 2 else (2, 4, 6)
         outs = {t: run_pass(pass_, x, w, b, gy, (1, 1), t).cpu() for t in tiles}
-        refs = {t: winograd_reference(pass_, x.cpu(), w.cpu(), b.cpu(), gy.cpu(), (1, 1), t,
-                                      kernels=device) for t in tiles}
+        refs = {t: winograd_reference(pass_, x, w, b, gy, (1, 1), t, kernels=device).cpu()
+                for t in tiles}
         for t in tiles:
             for u in tiles:
                 if u != t:

@@ -154,10 +154,12 @@ def _products(a, b, weight_grad: bool, kernels: str):
         S, _, th, tw = a.shape[:4]
         terms = [(a[s, :, t, u, None], b[s, None, :, t, u])
                  for s in range(S) for t in range(th) for u in range(tw)]
-        acc = torch.zeros(a.shape[1], b.shape[1], *a.shape[-2:], dtype=a.dtype)
+        acc = torch.zeros(a.shape[1], b.shape[1], *a.shape[-2:], dtype=a.dtype,
+                          device=a.device)
     else:
         terms = [(a[None, :, c, None, None], b[:, None, c]) for c in range(a.shape[1])]
-        acc = torch.zeros(b.shape[0], a.shape[0], *b.shape[2:], dtype=a.dtype)
+        acc = torch.zeros(b.shape[0], a.shape[0], *b.shape[2:], dtype=a.dtype,
+                          device=a.device)
     for x, y in terms:
         acc = (x.double() * y.double() + acc.double()).float()
     return acc
@@ -176,7 +178,8 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
                        kernels: str = "cpu"):
     """One pass of Winograd convolution in torch only: 0 forward (with b), 1 input gradient,
     2 weight gradient; F(tile, 3) for 0 and 1, F(3, tile) for 2; `kernels`: the device whose
-    kernels' float32 arithmetic the transforms follow ('cpu' or 'cuda')."""
+    kernels' float32 arithmetic the transforms follow ('cpu' or 'cuda'). It runs on the operands'
+    device: the 'cuda' arithmetic is elementwise float64 steps, each rounded as on any device."""
     dtype = x.dtype
     ct = torch.float64 if dtype == torch.float64 else torch.float32
     x, w, gy = x.to(ct), w.to(ct), gy.to(ct)
