@@ -12,12 +12,13 @@
 // its items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by
 // one bulk copy on an mbarrier, and the chunk's input patch (the rectangle's windows,
 // overlapping, read once: 2 TR + 2 rows of at least 2 TC + 2 values a channel, zeros outside the
-// image by the copies' source size) by cp.async. While the warps multiply chunk k, each thread
-// transforms (B^T d B) one tile in two channels of chunk k + 1 from the patch; one barrier a
-// chunk. A warp multiplies one row of 4 points for 32 result channels x all the item's tiles; at
-// the item's end the rows' reductions meet in shared memory for A^T M A (finish, below). Items
-// of the same tiles and other result channels are neighbours in the stream order, so the patch
-// is read from memory once and from L2 by the others.
+// image by the copies' source size) by cp.async. While the warps multiply chunk k, they
+// transform (B^T d B) chunk k + 1 from the patch, also on tensor cores: a window's 16 values
+// times a constant 16 x 16 matrix (Transform below); one barrier a chunk. A warp multiplies one
+// row of 4 points for 32 result channels x all the item's tiles; at the item's end the rows'
+// reductions meet in shared memory for A^T M A (finish, below). Items of the same tiles and
+// other result channels are neighbours in the stream order, so the patch is read from memory
+// once and from L2 by the others.
 #pragma once
 
 #include <algorithm>
@@ -51,28 +52,33 @@ constexpr int kVStages = 2;
 //   or not as a whole; a warp's copies are 8 whole rows, so a request reads whole sectors where
 //   4-byte copies, a lane a row, read one word of 32 rows. The windows start `woff` words into
 //   a row (0..3, the same for every item of a launch, tx0 being a multiple of 8), plus kXoff
-//   values. A row takes 16 words, a channel kChannel: a multiple of 4 (16-byte rows) that is 4
-//   modulo 32, channels 8.. 4 words further on.
+//   values. A row takes 16 words, a channel 160 (16-byte rows), plus skew(c) = 4 ((c / 2) % 4)
+//   + 16 (c / 8) words.
 // - otherwise a row starts at the even column at or before the windows' first (kPatchWords
-//   words by 4-byte copies, or value by value for odd widths); a channel takes kChannel words,
-//   16 k + 2.
-// Either way the channels 2c (c = 0..7) a warp of the transform reads at once start on 8
-// distinct banks 4 apart (as a set) and its 4 tiles' words fill the 32 banks. The copies run
-// kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one multiplied and
-// those in flight), the patches kAhead (the one transformed and those in flight); 4 stages of
-// the wider rows leave no room for a fifth U stage, so kQuad runs 3 ahead.
+//   words by 4-byte copies, or value by value for odd widths); a channel takes 100 words.
+// Either way each 32-bit read of the transform (Transform) falls in 32 distinct banks: its lanes
+// read words {0, 1, kRow, kRow + 1} of 8 windows whose first words are 8 distinct even values
+// modulo 16 (kQuad: channels 2q, q = 0..3, at 4 q modulo 16 by the skew, x 2 tiles 2 words
+// apart) or the 8 multiples of 4 modulo 32 (channels 2q at 8 q x 2 tiles 4 words apart). The
+// copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
+// multiplied and those in flight), the patches kAhead (the one transformed and those in
+// flight); 4 stages of the wider rows leave no room for a fifth U stage, so kQuad runs 3 ahead.
 constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
 template <bool kQuad>
 struct Patch {
   static constexpr int kAhead = kQuad ? 3 : 4, kUStages = kAhead + 1, kStages = kAhead;
-  static constexpr int kRow = kQuad ? 16 : kPatchWords, kSkew = kQuad ? 4 : 0;
-  static constexpr int kChannel = kQuad ? kPatchRows * kRow + 4 : 114;
+  static constexpr int kRow = kQuad ? 16 : kPatchWords;
+  static constexpr int kChannel = kQuad ? kPatchRows * kRow : 100;
+  static __host__ __device__ constexpr int skew(int c) {
+    return kQuad ? 4 * ((c >> 1) & 3) + 16 * (c >> 3) : 0;
+  }
   static __host__ __device__ constexpr int word(int c, int row, int w) {
-    return c * kChannel + (c >> 3) * kSkew + row * kRow + w;
+    return c * kChannel + skew(c) + row * kRow + w;
   }
   static constexpr int kStage = word(kFusedChunk, 0, 0);  // words
-  static_assert(kPatchRows * kRow <= kChannel, "a channel's rows");
-  static_assert(kQuad ? kChannel % 32 == 4 && kStage % 4 == 0 : kChannel % 16 == 2,
+  static_assert(kPatchRows * kRow <= kChannel && skew(7) <= skew(8), "a channel's rows");
+  static_assert(kQuad ? kRow == 16 && kChannel % 32 == 0 && kStage % 4 == 0
+                      : kRow == 10 && kChannel % 32 == 4,
                 "patch banks (and 16-byte rows)");
   static_assert(kRow >= (kQuad ? 3 : 0) + kPatchWords, "a row holds the windows from any start");
 };
@@ -172,13 +178,23 @@ __device__ __forceinline__ Item item_of(const Args<T>& g, int it) {
   return r;
 }
 
+// The transformed tiles' point p starts vpoint(p) values into a V stage: kBP rows of 16 values
+// a point, plus 4 or 8 words (kQuad or not) times (p / 2) % 4 + 4 (p / 8), so that a 32-bit
+// store of the transform (points 8 h + 2t + e, t = 0..3, of 8 channel pairs x tiles) falls in
+// 32 distinct banks.
+template <bool kQuad>
+__host__ __device__ constexpr int vpoint(int p) {
+  return p * kBP * 16 + (kQuad ? 8 : 16) * (((p >> 1) & 3) + 4 * (p >> 3));
+}
+constexpr int kVSkew = 112;  // values past the 16 points' rows: vpoint(15) - 15 kBP 16 at most
+
 // Shared memory of a block: U's chunks [kUStages][A2][kBM][16], the transformed tiles
-// [kVStages][A2][kBP][16] (both rows swizzled by swz), the input patches [kStages] of kStage
-// words (Patch<kQuad>) and an mbarrier per U stage.
+// [kVStages][A2 points at vpoint][kBP][16] (both rows swizzled by swz), the input patches
+// [kStages] of kStage words (Patch<kQuad>) and an mbarrier per U stage.
 template <typename T, int A2, bool kQuad>
 constexpr size_t smem_bytes() {
   using P = Patch<kQuad>;
-  return sizeof(T) * A2 * 16 * (P::kUStages * kBM + kVStages * kBP) +
+  return sizeof(T) * (A2 * 16 * (P::kUStages * kBM + kVStages * kBP) + kVStages * kVSkew) +
          size_t{4} * P::kStages * P::kStage + size_t{8} * P::kUStages;
 }
 
@@ -221,6 +237,67 @@ constexpr bool unit_transforms() {
   return true;
 }
 
+// Bit 4 i + j: BT(i, j) is not zero (neg false) or is negative (neg true).
+template <typename Mat>
+__host__ __device__ constexpr uint32_t bt_bits(bool neg) {
+  uint32_t bits = 0;
+  for (int i = 0; i < Mat::kAlpha; ++i)
+    for (int j = 0; j < Mat::kAlpha; ++j)
+      if (neg ? Mat::BT(i, j) < 0.0 : Mat::BT(i, j) != 0.0) bits |= 1u << (4 * i + j);
+  return bits;
+}
+
+// Where the transform's lanes read and write (the kernel's transform share): the rectangle
+// column of warp w's tile j of tile pair `pair` (kQuad: 2 apart, pairs 4 apart; else 4 apart,
+// pairs 1 apart: the banks of Patch); rel: words from a lane's first read (channel 2q, window
+// row t / 2, pair 0) to channel 8 i + 2 q + par, window row 2 hi + t / 2, pair `pair`; vrel:
+// values from a lane's first V store (point 2t, channels 8 i + 2q.., pair 0) to point
+// 8 h + 2 t + e of pair `pair`.
+template <bool kQuad>
+struct Transform {
+  using P = Patch<kQuad>;
+  static __host__ __device__ constexpr int col(int w, int pair, int j) {
+    return kQuad ? (w & 1) + 4 * pair + 2 * j : 2 * (w & 1) + pair + 4 * j;
+  }
+  static __host__ __device__ constexpr int rel(int i, int pair, int par, int hi) {
+    return (8 * i + par) * P::kChannel + (kQuad ? 16 * i : 0) + 2 * hi * P::kRow +
+           (col(0, pair, 0) - col(0, 0, 0));
+  }
+  static __host__ __device__ constexpr int vrel(int i, int pair, int h, int e) {
+    return vpoint<kQuad>(8 * h + e) +
+           (kQuad ? 64 * pair + 8 * (((i ^ pair) & 1) - (i & 1)) : 16 * pair);
+  }
+  // rel and vrel against the layouts for every lane, warp and group; the products' points
+  static __host__ __device__ constexpr bool ok() {
+    for (int w = 0; w < 8; ++w)
+      for (int j = 0; j < 2; ++j)
+        for (int q = 0; q < 4; ++q)
+          for (int t = 0; t < 4; ++t)
+            for (int i = 0; i < 2; ++i)
+              for (int pair = 0; pair < 2; ++pair) {
+                const int row = 2 * (w >> 1) + (t >> 1), c0 = col(w, 0, j), c = col(w, pair, j);
+                const int tile0 = kTC * (w >> 1) + c0, tile = kTC * (w >> 1) + c;
+                for (int par = 0; par < 2; ++par)
+                  for (int hi = 0; hi < 2; ++hi)
+                    if (P::word(8 * i + 2 * q + par, row + 2 * hi, c) - P::word(2 * q, row, c0) !=
+                        rel(i, pair, par, hi))
+                      return false;
+                for (int h = 0; h < 2; ++h)
+                  for (int e = 0; e < 2; ++e)
+                    if (vpoint<kQuad>(8 * h + 2 * t + e) + swz(tile, 8 * i + 2 * q) -
+                            (vpoint<kQuad>(2 * t) + swz(tile0, 8 * i + 2 * q)) !=
+                        vrel(i, pair, h, e))
+                      return false;
+              }
+    for (int pa = 0; pa < 4; ++pa)
+      for (int b = 0; b < 4; ++b)
+        if (vpoint<kQuad>(4 * pa + b) != vpoint<kQuad>(4 * pa) + vpoint<kQuad>(b)) return false;
+    for (int p = 0; p + 1 < 16; ++p)  // the points' rows do not overlap
+      if (vpoint<kQuad>(p + 1) < vpoint<kQuad>(p) + kBP * 16) return false;
+    return true;
+  }
+};
+
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
 // column, 2 tx0 - ox, has the parity of ox; the patch starts at an even column at or before).
 // kQuad: the patch's layout and copies (Patch).
@@ -228,10 +305,12 @@ template <typename T, typename Mat, int kXoff, bool kQuad>
 __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   using P = Patch<kQuad>;
   constexpr int kAhead = P::kAhead, kUStages = P::kUStages, kPatchStages = P::kStages;
-  constexpr int kPatchStage = P::kStage, kPatchChannel = P::kChannel, kPatchRow = P::kRow;
+  constexpr int kPatchStage = P::kStage;
   constexpr int A = Mat::kAlpha, A2 = A * A;
   static_assert(A == 4, "F(2x2, 3x3): 4x4 windows, 2x2 tiles at stride 2");
-  constexpr int kUStage = A2 * kBM * 16, kVStage = A2 * kBP * 16;
+  constexpr int kUStage = A2 * kBM * 16, kVStage = A2 * kBP * 16 + kVSkew;
+  static_assert(vpoint<kQuad>(A2 - 1) + kBP * 16 <= kVStage && kVStage % 8 == 0,
+                "a V stage holds its points' rows; 16-byte rows");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Us = reinterpret_cast<T*>(smem_raw);
   T* Vs = Us + kUStages * kUStage;
@@ -344,59 +423,80 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
     }
   };
 
-  // The transform's share: tile tl in channels 2 cp and 2 cp + 1 (a warp: 4 tiles x 8 pairs),
-  // its window rows read as 32-bit words (2 words, or 3 where the windows start odd).
-  const int cp = lane & 7, tl = 4 * warp + (lane >> 3);
-  const uint32_t* const t_src = Ps + P::word(2 * cp, (tl / kTC) * 2, tl % kTC);
-  static_assert(P::word(2, 0, 0) - P::word(1, 0, 0) == kPatchChannel &&
-                    P::word(9, 0, 0) - P::word(8, 0, 0) == kPatchChannel,
-                "channel 2 cp + 1 is kPatchChannel words after 2 cp");
+  // The transform's share (Transform): warp w, the tiles of row w / 2 of the rectangle in
+  // columns Transform::col(w, pair, j), pair and j = 0, 1, all 16 channels, as four groups
+  // (channels 8 i.., tile pair) of two mma: V = W Bc, A = W the group's 16 windows (row g:
+  // channel 8 i + 2 q of tile j, row g + 8: channel 8 i + 2 q + 1, for q = g % 4, j = g / 4),
+  // columns k their 16 values; B = Bc, k x 8 points (the mma h: points 8 h..), Bc(k, p) =
+  // BT(p / 4, r) BT(p % 4, c) for window value (r, c) = (k / 4, col(k % 4)). Lane (g, t) reads
+  // window rows t / 2 (a[0], a[1]) and 2 + t / 2 (a[2], a[3]): word t % 2 where the windows
+  // start even (col(m) = m); else columns 1, 2 (t even: a word) or 0, 3 (t odd: the high half of
+  // word 0 and the low half of word 2), so col = 1, 2, 0, 3. D's rows g and g + 8 are channels
+  // 2q and 2q + 1 of one tile: each 32-bit store to V is a channel pair at a point. The sums
+  // (at most 4 nonzero terms, each a value or its negation) are rounded once to T; the tensor
+  // cores' float32 sums are exact but where the terms' magnitudes lie far apart, so a value may
+  // differ from two_sided's in its last place.
+  constexpr bool kOdd = kXoff != 0;
+  using TX = Transform<kQuad>;
+  static_assert(TX::ok(), "Transform's offsets are the layouts'");
+  const int xg = lane >> 2, xt = lane & 3, xq = xg & 3, xj = xg >> 2, xs = xt & 1;
+  const int x_tile = kTC * (warp >> 1) + TX::col(warp, 0, xj);
+  const uint32_t* const t_src = Ps + P::word(2 * xq, 2 * (warp >> 1) + (xt >> 1), x_tile % kTC) +
+                                (kOdd ? (xs ? 0 : 1) : xs);
+  const int t_ydelta = kOdd && xs ? 2 : 0;       // words from a lane's first read to its second
+  const uint32_t t_sel = xs ? 0x5432u : 0x3210u;  // the two values' halves (odd starts)
+  T* const t_dst[2] = {Vs + vpoint<kQuad>(2 * xt) + swz(x_tile, 2 * xq),
+                       Vs + vpoint<kQuad>(2 * xt) + swz(x_tile, 8 + 2 * xq)};
+  uint32_t t_bc[2][2];  // Bc's fragments: [h][k 2t.. or 2t + 8..], point 8 h + g
+  {
+    auto bt = [](int i, int j) {  // BT(i, j) for runtime i, j (every entry 0 or +-1)
+      constexpr uint32_t nz = bt_bits<Mat>(false), neg = bt_bits<Mat>(true);
+      const int bit = 4 * i + j;
+      return (nz >> bit) & 1u ? ((neg >> bit) & 1u ? -1.f : 1.f) : 0.f;
+    };
+    auto bc = [&](int k, int p) {
+      const int m = k & 3, c = kOdd ? (m == 2 ? 0 : m == 3 ? 3 : m + 1) : m;
+      return bt(p >> 2, k >> 2) * bt(p & 3, c);
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        t_bc[h][r] =
+            Pack<T>::two(bc(2 * xt + 8 * r, 8 * h + xg), bc(2 * xt + 8 * r + 1, 8 * h + xg));
+  }
+  static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
   // kQuad: the windows' first word in a patch row, which starts at the multiple of 8 at or before
   // the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same for every
   // item, 2 tx0 being a multiple of 16.
-  static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
   const int woff = kQuad ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
-  T* const t_dst = Vs + swz(tl, 2 * cp);
+  // All four groups' reads, then their products and stores: independent chains for the
+  // latencies to overlap.
   auto transform = [&](int pst, int vst) {
-    float tv[2][A][A];
+    const uint32_t* const w0 = t_src + pst * kPatchStage + woff;
+    uint32_t a[2][2][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const uint32_t* w = t_src + pst * kPatchStage + j * kPatchChannel + woff;
-      float d[A][A];
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int u = 0; u < A; ++u) {
-        const uint32_t w0 = w[u * kPatchRow], w1 = w[u * kPatchRow + 1];
-        if (kXoff == 0) {
-          d[u][0] = Pack<T>::lo(w0); d[u][1] = Pack<T>::hi(w0);
-          d[u][2] = Pack<T>::lo(w1); d[u][3] = Pack<T>::hi(w1);
-        } else {
-          const uint32_t w2 = w[u * kPatchRow + 2];
-          d[u][0] = Pack<T>::hi(w0); d[u][1] = Pack<T>::lo(w1);
-          d[u][2] = Pack<T>::hi(w1); d[u][3] = Pack<T>::lo(w2);
+      for (int pair = 0; pair < 2; ++pair)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
+          a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
         }
-      }
-      // B^T d B
-      float t[A][A];
 #pragma unroll
-      for (int a = 0; a < A; ++a)
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int v = 0; v < A; ++v)
-          t[a][v] = sum_nonzero<A>([&](int k) { return Mat::BT(a, k); },
-                                   [&](int k) { return d[k][v]; });
+      for (int pair = 0; pair < 2; ++pair)
 #pragma unroll
-      for (int a = 0; a < A; ++a)
+        for (int h = 0; h < 2; ++h) {
+          float d[4] = {0.f, 0.f, 0.f, 0.f};
+          mma16816(d, a[i][pair], t_bc[h], T{});
 #pragma unroll
-        for (int bb = 0; bb < A; ++bb)
-          tv[j][a][bb] = sum_nonzero<A>([&](int k) { return Mat::BT(bb, k); },
-                                        [&](int k) { return t[a][k]; });
-    }
-    T* vs = t_dst + vst * kVStage;
-#pragma unroll
-    for (int a = 0; a < A; ++a)
-#pragma unroll
-      for (int bb = 0; bb < A; ++bb)
-        *reinterpret_cast<uint32_t*>(vs + (a * A + bb) * kBP * 16) =
-            Pack<T>::two(tv[0][a][bb], tv[1][a][bb]);
+          for (int e = 0; e < 2; ++e)
+            *reinterpret_cast<uint32_t*>(t_dst[i] + vst * kVStage + TX::vrel(i, pair, h, e)) =
+                Pack<T>::two(d[e], d[2 + e]);
+        }
   };
 
   // The products' share: warp w multiplies the points of row pa = w / 2 (xi = 4 pa + b) for
@@ -406,7 +506,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const T* const a_src =
       Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16;
   const T* const b_src =
-      Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + pa * A * kBP * 16;
+      Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kQuad>(A * pa);
   static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
   float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
 #pragma unroll
@@ -556,7 +656,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + b * kBP * 16 + h * 256);
+      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kQuad>(b) + h * 256);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
