@@ -28,6 +28,7 @@
 
 #include "../common/async_copy.cuh"
 #include "../common/check.h"
+#include "../common/fast_div.h"
 #include "../common/launch.cuh"
 #include "../common/mma.cuh"
 #include "../common/storage.h"
@@ -153,7 +154,8 @@ struct Args {
   FusedDims f;
   TileSource src;
   TileTarget dst;
-  int blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
+  FastDiv blocks_m;        // result-channel blocks (Mo_pad / kBM)
+  FastDiv blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
   int items;               // (result-channel block, rectangle) pairs
   bool async_patch;        // not kQuad: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
   bool pair_store;         // a tile row's two results by one 32-bit store: ow even, out 4-aligned
@@ -167,14 +169,13 @@ struct Item {
 };
 template <typename T>
 __device__ __forceinline__ Item item_of(const Args<T>& g, int it) {
-  const int nkb = static_cast<int>(g.f.Mo_pad / kBM);
+  const uint32_t u = static_cast<uint32_t>(it), q1 = g.blocks_m.div(u), q2 = g.blocks_x.div(q1),
+                 q3 = g.blocks_y.div(q2);
   Item r;
-  r.m0 = (it % nkb) * kBM;
-  it /= nkb;
-  r.tx0 = (it % g.blocks_x) * kTC;
-  it /= g.blocks_x;
-  r.ty0 = (it % g.blocks_y) * kTR;
-  r.s = it / g.blocks_y;
+  r.m0 = static_cast<int>(u - q1 * g.blocks_m.d) * kBM;
+  r.tx0 = static_cast<int>(q1 - q2 * g.blocks_x.d) * kTC;
+  r.ty0 = static_cast<int>(q2 - q3 * g.blocks_y.d) * kTR;
+  r.s = static_cast<int>(q3);
   return r;
 }
 
@@ -714,8 +715,9 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
                         (f.Mo_pad / fused::kBM);
   if (items > int64_t{0x7fffffff})
     throw std::invalid_argument("fastlayers: too many tiles for the fused Winograd kernel");
-  g.blocks_x = static_cast<int>(ceil_div(t.tw, fused::kTC));
-  g.blocks_y = static_cast<int>(ceil_div(t.th, fused::kTR));
+  g.blocks_m = FastDiv(static_cast<uint32_t>(f.Mo_pad / fused::kBM));
+  g.blocks_x = FastDiv(static_cast<uint32_t>(ceil_div(t.tw, fused::kTC)));
+  g.blocks_y = FastDiv(static_cast<uint32_t>(ceil_div(t.th, fused::kTR)));
   g.items = static_cast<int>(items);
   g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
   g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
