@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 #ifdef __CUDACC__
 #define FL_FAST_DIV_HD __host__ __device__
@@ -20,6 +21,7 @@ struct FastDiv {
   int p = 31;
   FastDiv() = default;
   explicit FastDiv(uint32_t divisor) : d(divisor) {
+    if (d == 0 || d > 0x7fffffffu) throw std::invalid_argument("fastlayers: FastDiv divisor");
     int l = 0;
     while ((uint64_t{1} << l) < d) ++l;
     p = 31 + l;

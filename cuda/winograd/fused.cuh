@@ -58,7 +58,8 @@ constexpr int kVStages = 2;
 // - otherwise a row starts at the even column at or before the windows' first (kPatchWords
 //   words by 4-byte copies, or value by value for odd widths); a channel takes 100 words.
 // Either way each 32-bit read of the transform (Transform) falls in 32 distinct banks: its lanes
-// read words {0, 1, kRow, kRow + 1} of 8 windows whose first words are 8 distinct even values
+// read words {0, 1, kRow, kRow + 1} (odd starts: also {1, 2, kRow + 1, kRow + 2}) of 8 windows
+// whose first words are 8 distinct even values
 // modulo 16 (kQuad: channels 2q, q = 0..3, at 4 q modulo 16 by the skew, x 2 tiles 2 words
 // apart) or the 8 multiples of 4 modulo 32 (channels 2q at 8 q x 2 tiles 4 words apart). The
 // copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
@@ -77,7 +78,12 @@ struct Patch {
     return c * kChannel + skew(c) + row * kRow + w;
   }
   static constexpr int kStage = word(kFusedChunk, 0, 0);  // words
-  static_assert(kPatchRows * kRow <= kChannel && skew(7) <= skew(8), "a channel's rows");
+  static constexpr bool rows_apart() {  // no channel's rows reach the next channel's
+    for (int c = 0; c + 1 < kFusedChunk; ++c)
+      if (word(c, kPatchRows, 0) > word(c + 1, 0, 0)) return false;
+    return true;
+  }
+  static_assert(rows_apart(), "a channel's rows");
   static_assert(kQuad ? kRow == 16 && kChannel % 32 == 0 && kStage % 4 == 0
                       : kRow == 10 && kChannel % 32 == 4,
                 "patch banks (and 16-byte rows)");
@@ -88,9 +94,9 @@ static_assert(kPatchWords < 32, "a bit a patch word");
 
 // sum_k c(k) x(k) over the k < N whose constant c(k) is not zero, started from the first such
 // term: a sum started from 0 keeps an add the compiler may not drop (0 + x is not x for x = -0).
-// Where every c(k) is 0 or +-1, as in F(2x2, 3x3)'s B^T and A^T, each step is one exact negation
-// or rounded add, so the values are those of two_sided's sums from 0 (transforms.cuh) but for
-// the sign of an exact zero (-0 + -0 here, +0 there).
+// Where every c(k) is 0 or +-1, as in F(2x2, 3x3)'s A^T (the inverse transform's sums), each
+// step is one exact negation or rounded add, so the values are those of two_sided's sums from 0
+// (transforms.cuh) but for the sign of an exact zero (-0 + -0 here, +0 there).
 template <int N, typename Coef, typename Val>
 __device__ __forceinline__ float sum_nonzero(Coef c, Val x) {
   float acc = 0.f;
@@ -108,7 +114,7 @@ __device__ __forceinline__ float sum_nonzero(Coef c, Val x) {
 
 // Offset of value (row, k) in shared rows of 16 values (32 bytes, no padding): the two 16-byte
 // halves of a row swap places in rows 4..7 of every 8, so the eight 16-byte rows an ldmatrix
-// reads, and the 4 rows x 8 words a warp of the transform writes, fall in 32 distinct banks.
+// reads fall in 32 distinct banks (the transform's stores: vpoint).
 __host__ __device__ constexpr int swz(int row, int k) {
   return row * 16 + ((((k >> 3) ^ (row >> 2)) & 1) << 3) + (k & 7);
 }
@@ -226,7 +232,8 @@ struct Pack<__nv_bfloat16> {
   }
 };
 
-// Every entry of B^T and A^T is 0 or +-1 (sum_nonzero's sums are then two_sided's).
+// Every entry of B^T and A^T is 0 or +-1: bt_bits encodes B^T so, and sum_nonzero's sums of
+// A^T are then two_sided's.
 template <typename Mat>
 constexpr bool unit_transforms() {
   for (int i = 0; i < Mat::kAlpha; ++i)
@@ -436,7 +443,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   // 2q and 2q + 1 of one tile: each 32-bit store to V is a channel pair at a point. The sums
   // (at most 4 nonzero terms, each a value or its negation) are rounded once to T; the tensor
   // cores' float32 sums are exact but where the terms' magnitudes lie far apart, so a value may
-  // differ from two_sided's in its last place.
+  // differ from two_sided's in its last place. Bc's zeros multiply too: a NaN or inf in a window
+  // makes all 16 of its points NaN, so the whole output tiles that read it (docs/tuner.md).
   constexpr bool kOdd = kXoff != 0;
   using TX = Transform<kQuad>;
   static_assert(TX::ok(), "Transform's offsets are the layouts'");
@@ -688,7 +696,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
                void* workspace, size_t workspace_size, cudaStream_t stream) {
   using Mat = Matrices<2, 3>;
   constexpr int A2 = Mat::kAlpha * Mat::kAlpha;
-  static_assert(fused::unit_transforms<Mat>(), "the kernel's transform sums are two_sided's");
+  static_assert(fused::unit_transforms<Mat>(), "B^T and A^T of 0 and +-1 (bt_bits, sum_nonzero)");
   if (!fused_ok(pass, s.tile))
     throw std::invalid_argument("fastlayers: the fused Winograd kernel takes F(2x2,3x3) for the "
                                 "forward and the input gradient");
@@ -713,6 +721,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.dst = TileTarget{s.S, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
   const int64_t items = s.S * ceil_div(t.th, fused::kTR) * ceil_div(t.tw, fused::kTC) *
                         (f.Mo_pad / fused::kBM);
+  if (items == 0) return;  // an empty result
   if (items > int64_t{0x7fffffff})
     throw std::invalid_argument("fastlayers: too many tiles for the fused Winograd kernel");
   g.blocks_m = FastDiv(static_cast<uint32_t>(f.Mo_pad / fused::kBM));

@@ -174,6 +174,35 @@ def test_fused_reads_no_channel_past_its_operand():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bad", (float("inf"), float("nan")), ids=("inf", "nan"))
+def test_fused_nonfinite_stays_in_its_tiles(bad):
+    """One inf or NaN in the data operand makes non-finite at most the 2x2 result tiles whose 4x4
+    windows hold it (Winograd's spread, docs/tuner.md), and some of them; every other result is
+    the clean run's, bitwise. Both passes, on each copy path (data widths 16, 10, and 9 or 7)."""
+    for shape in ((2, 20, 24, 9, 16, 1, 1), (1, 17, 70, 10, 10, 1, 1), (2, 16, 16, 7, 9, 2, 0)):
+        x, w, b, gy = tensors(shape, torch.float16, "cuda")
+        ph, pw = shape[5:]
+        for pass_ in (0, 1):
+            data = (x if pass_ == 0 else gy).clone()
+            oy, ox = (ph, pw) if pass_ == 0 else (2 - ph, 2 - pw)
+            s, c, py, px = data.shape[0] - 1, data.shape[1] // 2, data.shape[2] // 2, 1
+            clean = fused_pass(pass_, x, w, b, gy, [ph, pw])
+            data[s, c, py, px] = bad
+            out = fused_pass(pass_, data if pass_ == 0 else x, w, b,
+                             data if pass_ == 1 else gy, [ph, pw])
+            # result rows 2t, 2t + 1 of the tiles t whose window rows 2t - oy .. + 3 hold py
+            rows = torch.arange(out.shape[2], device="cuda") // 2 * 2
+            cols = torch.arange(out.shape[3], device="cuda") // 2 * 2
+            near = (((rows - oy <= py) & (py <= rows - oy + 3))[:, None] &
+                    ((cols - ox <= px) & (px <= cols - ox + 3))[None, :])
+            mask = torch.zeros(out.shape, dtype=torch.bool, device="cuda")
+            mask[s, :] = near
+            what = "%s pass %d" % (shape_id(shape), pass_)
+            assert torch.equal(out[~mask], clean[~mask]), what
+            assert out[mask].isfinite().logical_not().any(), what
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", ("forward", "input_grad"))
 def test_fused_opcheck(op):
     x, w, b, gy = tensors(SMALL_SHAPES[2], torch.float16, "cuda")
