@@ -59,10 +59,9 @@ constexpr int kVStages = 2;
 //   words by 4-byte copies, or value by value for odd widths); a channel takes 100 words.
 // Either way each 32-bit read of the transform (Transform) falls in 32 distinct banks: its lanes
 // read words {0, 1, kRow, kRow + 1} (odd starts: also {1, 2, kRow + 1, kRow + 2}) of 8 windows
-// whose first words are 8 distinct even values
-// modulo 16 (kQuad: channels 2q, q = 0..3, at 4 q modulo 16 by the skew, x 2 tiles 2 words
-// apart) or the 8 multiples of 4 modulo 32 (channels 2q at 8 q x 2 tiles 4 words apart). The
-// copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
+// whose first words are 8 distinct even values modulo 16 (kQuad: channels 2q, q = 0..3, at 4 q
+// modulo 16 by the skew, x 2 tiles 2 words apart) or the 8 multiples of 4 modulo 32 (channels
+// 2q at 8 q x 2 tiles 4 words apart). The copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
 // multiplied and those in flight), the patches kAhead (the one transformed and those in
 // flight); 4 stages of the wider rows leave no room for a fifth U stage, so kQuad runs 3 ahead.
 constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
@@ -206,18 +205,12 @@ constexpr size_t smem_bytes() {
 }
 
 template <typename T>
-struct Pack;  // two float values rounded into one 32-bit word (the first in the low half), and back
+struct Pack;  // two float values rounded into one 32-bit word (the first in the low half)
 template <>
 struct Pack<__half> {
   static __device__ __forceinline__ uint32_t two(float a, float b) {
     const __half2 h = __floats2half2_rn(a, b);
     return *reinterpret_cast<const uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ float lo(uint32_t w) {
-    return __low2float(*reinterpret_cast<const __half2*>(&w));
-  }
-  static __device__ __forceinline__ float hi(uint32_t w) {
-    return __high2float(*reinterpret_cast<const __half2*>(&w));
   }
 };
 template <>
@@ -225,10 +218,6 @@ struct Pack<__nv_bfloat16> {
   static __device__ __forceinline__ uint32_t two(float a, float b) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<const uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
-  static __device__ __forceinline__ float hi(uint32_t w) {
-    return __uint_as_float(w & 0xffff0000u);
   }
 };
 
