@@ -57,6 +57,18 @@ BLOCK_SHAPES = [
 MUTATED = {torch.float16: (0, 1)}
 
 
+def placed(t, k, tail=8, fill=None):
+    """t's values, contiguous, k elements past a 16-byte aligned start, in a buffer with `tail`
+    more elements after them (filled with `fill`, or left as they come)."""
+    n = k + t.numel() + tail
+    buf = (torch.empty(n, dtype=t.dtype, device=t.device) if fill is None else
+           torch.full((n,), fill, dtype=t.dtype, device=t.device))
+    v = buf[k:k + t.numel()].view(t.shape)
+    v.copy_(t)
+    assert v.data_ptr() % 16 == k * t.element_size()
+    return v
+
+
 def fused_pass(pass_, x, w, b, gy, padding):
     pad = list(padding)
     if pass_ == 0:
@@ -134,18 +146,10 @@ def test_fused_patch_copies_agree(dtype):
     shape = (3, 40, 72, 12, 40, 1, 1)
     x, w, b, gy = tensors(shape, dtype, "cuda")
     pad = list(shape[5:])
-
-    def at_offset(t, k):  # t's values, contiguous, k elements past a 256-byte aligned start
-        buf = torch.empty(t.numel() + 8, dtype=t.dtype, device=t.device)
-        v = buf[k:k + t.numel()].view(t.shape)
-        v.copy_(t)
-        assert v.data_ptr() % 16 == 2 * k
-        return v
-
     for pass_, data in ((0, x), (1, gy)):
         outs = []
         for k in (0, 2, 1):
-            d = at_offset(data, k)
+            d = placed(data, k)
             outs.append(fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy,
                                    pad))
         for k, out in zip((2, 1), outs[1:]):
@@ -165,10 +169,7 @@ def test_fused_reads_no_channel_past_its_operand():
         plane = data.shape[2] * data.shape[3]
         want = fused_pass(pass_, x, w, b, gy, pad)
         for k in (0, 2, 1):
-            buf = torch.full((k + data.numel() + 16 * plane,), float("nan"), dtype=data.dtype,
-                             device="cuda")
-            d = buf[k:k + data.numel()].view(data.shape)
-            d.copy_(data)
+            d = placed(data, k, tail=16 * plane, fill=float("nan"))
             out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy, pad)
             assert torch.equal(out, want), "pass %d, data at offset %d" % (pass_, k)
 
