@@ -436,15 +436,23 @@ def test_winograd_is_offered_on_both_devices():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_winograd_half_is_not_offered_on_cuda(dtype):
-    # The non-fused pipeline won alone and lost in whole AMP steps (docs/winograd.md): the
-    # tuner leaves it out on CUDA; pinned by hand it runs.
+def test_winograd_half_offers_only_the_fused_kernel_on_cuda(dtype):
+    # The non-fused pipeline won alone and lost in whole AMP steps (docs/winograd.md): on CUDA
+    # the tuner offers the fused kernel where it runs (forward, input gradient); a pinned
+    # non-fused label runs as asked.
     p = dataclasses.replace(problem(dtype=dtype), device_type="cuda")
     for pass_ in tuner.PASSES:
-        assert not [c for c in tuner.candidates_conv2d(p, pass_) if c.startswith("winograd")]
+        expected = [] if pass_ == "weight_grad" else ["winograd:2,fused"]
+        assert [c for c in tuner.candidates_conv2d(p, pass_) if c.startswith("winograd")] == \
+            expected
+        for label in expected:
+            assert algorithms.fits(label, p, pass_) is None
     assert algorithms.fits("winograd:2", p, "forward") is None
     assert [c for c in tuner.candidates_conv2d(dataclasses.replace(p, dtype="float32"),
-                                              "forward") if c.startswith("winograd")]
+                                              "forward") if c.startswith("winograd")] == \
+        ["winograd:2", "winograd:4", "winograd:6"]
+    cpu = dataclasses.replace(p, device_type="cpu")  # the fused kernel is CUDA's alone
+    assert "winograd:2,fused" not in tuner.candidates_conv2d(cpu, "forward")
 
 
 def test_winograd_float16_candidates_stop_at_alpha_6():

@@ -62,10 +62,11 @@ class Winograd(Family):
         if self._layer_fits(p) is not None:
             return []
         if p.device_type == "cuda" and p.dtype in HALF_DTYPES:
-            # Not offered to the tuner in float16 and bfloat16 on CUDA (forcing still runs it):
-            # alone, the non-fused pipeline won some gradient passes of 7x7 and 14x14 layers by
-            # 8-25%, and in the AMP steps of the networks holding them it lost (docs/winograd.md).
-            return []
+            # Only the fused kernel is offered in float16 and bfloat16 on CUDA (a pinned label
+            # runs as asked): alone, the non-fused pipeline won some gradient passes of 7x7 and
+            # 14x14 layers by 8-25%, and in the AMP steps of the networks holding them it lost
+            # (docs/winograd.md).
+            return [] if pass_ == "weight_grad" else [self.make(FUSED_TILE, fused=True)]
         tiles = _tiles(pass_)
         if p.dtype == "float16":
             # The transformed tiles are stored in float16: B^T d B grows a value by up to the
