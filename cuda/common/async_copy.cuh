@@ -1,6 +1,7 @@
 // Asynchronous copies into shared memory and the mbarriers they complete (sm_80 / sm_90 PTX),
 // for the hand-written kernels: cp.async of 4 and 16 bytes (with zero fill or without) and its
-// groups; mbarriers of one block (shared::cta) and the bulk copy that completes one by its bytes.
+// groups; mbarriers of one block (shared::cta) and the bulk copies (plain and of a tensor map's
+// box) that complete one by their bytes.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,18 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
       ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// The box at coordinates (x, y, z, w) of a 4-D tensor map (TMA; a __grid_constant__ parameter),
+// elements outside the tensor as zeros, completing mbarrier `bar` by its bytes; `dst` 128-byte
+// aligned.
+__device__ __forceinline__ void tensor_copy_4d(uint32_t dst, const void* tensor_map, int x, int y,
+                                               int z, int w, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(w),
+        "r"(bar)
       : "memory");
 }
 

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 
 #include "../common/async_copy.cuh"
 #include "../common/check.h"
@@ -32,6 +33,7 @@
 #include "../common/launch.cuh"
 #include "../common/mma.cuh"
 #include "../common/storage.h"
+#include "../common/tensor_map.h"
 #include "transforms.cuh"
 #include "winograd.h"
 
@@ -47,46 +49,46 @@ constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per ch
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
 constexpr int kVStages = 2;
 // A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns a channel, in rows of
-// 32-bit words, kBK channels, in one of two layouts (Patch<kQuad>):
-// - kQuad (the width a multiple of 8, the data 16-byte aligned): a row starts at the multiple of
-//   8 at or before the windows' first column and goes by four 16-byte copies, each in the image
-//   or not as a whole; a warp's copies are 8 whole rows, so a request reads whole sectors where
-//   4-byte copies, a lane a row, read one word of 32 rows. The windows start `woff` words into
-//   a row (0..3, the same for every item of a launch, tx0 being a multiple of 8), plus kXoff
-//   values. A row takes 16 words, a channel 160 (16-byte rows), plus skew(c) = 4 ((c / 2) % 4)
-//   + 16 (c / 8) words.
+// 32-bit words, kBK channels, in one of two layouts (Patch<kTma>):
+// - kTma (the width a multiple of 8, the data 16-byte aligned: a tensor map's strides): one TMA
+//   copy of a box of kTmaBox values x 2 kTR + 2 rows x kBK channels of one sample, from the
+//   multiple of 8 at or before the windows' first column (a box must start 16-byte aligned); the
+//   windows start `woff` words into a row (0..3, the same for every item of a launch, tx0 being
+//   a multiple of 8), plus kXoff values; the tensor map gives zeros outside the image and past
+//   the last channel. A row takes 16 words (64 bytes), a channel 176: the box is one row taller
+//   than the windows need (kTmaRows), and lands dense with the 64-byte swizzle (the 16-byte
+//   chunk j of a row at j ^ bits 7-8 of its shared address: Transform's reads undo it).
 // - otherwise a row starts at the even column at or before the windows' first (kPatchWords
 //   words by 4-byte copies, or value by value for odd widths); a channel takes 100 words.
-// Either way each 32-bit read of the transform (Transform) falls in 32 distinct banks: its lanes
-// read words {0, 1, kRow, kRow + 1} (odd starts: also {1, 2, kRow + 1, kRow + 2}) of 8 windows
-// whose first words are 8 distinct even values modulo 16 (kQuad: channels 2q, q = 0..3, at 4 q
-// modulo 16 by the skew, x 2 tiles 2 words apart) or the 8 multiples of 4 modulo 32 (channels
-// 2q at 8 q x 2 tiles 4 words apart). The copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1 stages (the one
-// multiplied and those in flight), the patches kAhead (the one transformed and those in
-// flight); 4 stages of the wider rows leave no room for a fifth U stage, so kQuad runs 3 ahead.
+// A 32-bit read of the transform (Transform): its lanes read words {0, 1, kRow, kRow + 1} (odd
+// starts: also {1, 2, kRow + 1, kRow + 2}) of 8 windows: otherwise, the first words are the 8
+// multiples of 4 modulo 32 (channels 2q at 8 q x 2 tiles 4 words apart), so every read falls in
+// 32 distinct banks; kTma, channels 2q at 352 q words, whose swizzles differ (352 q / 32 modulo
+// 4 = 0, 3, 2, 1), so 32 distinct banks as well (a dense 10-row box: 4 lanes a bank unswizzled,
+// 2 swizzled). The copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1
+// stages (the one multiplied and those in flight), the patches kAhead (the one transformed and
+// those in flight); kTma's 11 KB patch stages leave room for 3 ahead.
 constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
-template <bool kQuad>
+constexpr int kTmaBox = 32;  // values: the windows' 2 kTC + 2 columns from up to 7 in
+constexpr int kTmaRows = kPatchRows + 1;  // a channel's rows in the box (see above)
+template <bool kTma>
 struct Patch {
-  static constexpr int kAhead = kQuad ? 3 : 4, kUStages = kAhead + 1, kStages = kAhead;
-  static constexpr int kRow = kQuad ? 16 : kPatchWords;
-  static constexpr int kChannel = kQuad ? kPatchRows * kRow : 100;
-  static __host__ __device__ constexpr int skew(int c) {
-    return kQuad ? 4 * ((c >> 1) & 3) + 16 * (c >> 3) : 0;
-  }
+  static constexpr int kAhead = kTma ? 3 : 4, kUStages = kAhead + 1, kStages = kAhead;
+  static constexpr int kRow = kTma ? kTmaBox / 2 : kPatchWords;
+  static constexpr int kChannel = kTma ? kTmaRows * kRow : 100;
   static __host__ __device__ constexpr int word(int c, int row, int w) {
-    return c * kChannel + skew(c) + row * kRow + w;
+    return c * kChannel + row * kRow + w;
   }
   static constexpr int kStage = word(kFusedChunk, 0, 0);  // words
-  static constexpr bool rows_apart() {  // no channel's rows reach the next channel's
-    for (int c = 0; c + 1 < kFusedChunk; ++c)
-      if (word(c, kPatchRows, 0) > word(c + 1, 0, 0)) return false;
-    return true;
-  }
-  static_assert(rows_apart(), "a channel's rows");
-  static_assert(kQuad ? kRow == 16 && kChannel % 32 == 0 && kStage % 4 == 0
-                      : kRow == 10 && kChannel % 32 == 4,
-                "patch banks (and 16-byte rows)");
-  static_assert(kRow >= (kQuad ? 3 : 0) + kPatchWords, "a row holds the windows from any start");
+  static_assert(kPatchRows * kRow <= kChannel, "a channel's rows");
+  // kTma: a stage and 8 channels span whole 512-byte swizzle periods, so one lane's swizzled
+  // offsets serve every stage and both halves of a chunk's channels.
+  static_assert(kTma ? kRow == 16 && kChannel == 176 && kStage * 4 % 512 == 0 &&
+                           8 * kChannel * 4 % 512 == 0
+                     : kRow == 10 && kChannel % 32 == 4,
+                "patch banks (and the TMA box's swizzle periods)");
+  static_assert(kTma ? 2 * kRow >= 7 + 2 * kTC + 2 && kTmaBox * 2 % 16 == 0 : kRow == kPatchWords,
+                "a row holds the windows");
 };
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
@@ -162,7 +164,7 @@ struct Args {
   FastDiv blocks_m;        // result-channel blocks (Mo_pad / kBM)
   FastDiv blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
   int items;               // (result-channel block, rectangle) pairs
-  bool async_patch;        // not kQuad: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
+  bool async_patch;        // not kTma: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
   bool pair_store;         // a tile row's two results by one 32-bit store: ow even, out 4-aligned
 };
 
@@ -185,21 +187,23 @@ __device__ __forceinline__ Item item_of(const Args<T>& g, int it) {
 }
 
 // The transformed tiles' point p starts vpoint(p) values into a V stage: kBP rows of 16 values
-// a point, plus 4 or 8 words (kQuad or not) times (p / 2) % 4 + 4 (p / 8), so that a 32-bit
+// a point, plus 4 or 8 words (kTma or not) times (p / 2) % 4 + 4 (p / 8), so that a 32-bit
 // store of the transform (points 8 h + 2t + e, t = 0..3, of 8 channel pairs x tiles) falls in
 // 32 distinct banks.
-template <bool kQuad>
+template <bool kTma>
 __host__ __device__ constexpr int vpoint(int p) {
-  return p * kBP * 16 + (kQuad ? 8 : 16) * (((p >> 1) & 3) + 4 * (p >> 3));
+  return p * kBP * 16 + (kTma ? 8 : 16) * (((p >> 1) & 3) + 4 * (p >> 3));
 }
-constexpr int kVSkew = 112;  // values past the 16 points' rows: vpoint(15) - 15 kBP 16 at most
+// Values past the 16 points' rows (vpoint(15) - 15 kBP 16 at most), rounded up so that a V stage
+// is a multiple of 128 bytes (the patches after V: TMA destinations).
+constexpr int kVSkew = 128;
 
 // Shared memory of a block: U's chunks [kUStages][A2][kBM][16], the transformed tiles
 // [kVStages][A2 points at vpoint][kBP][16] (both rows swizzled by swz), the input patches
-// [kStages] of kStage words (Patch<kQuad>) and an mbarrier per U stage.
-template <typename T, int A2, bool kQuad>
+// [kStages] of kStage words (Patch<kTma>) and an mbarrier per U stage.
+template <typename T, int A2, bool kTma>
 constexpr size_t smem_bytes() {
-  using P = Patch<kQuad>;
+  using P = Patch<kTma>;
   return sizeof(T) * (A2 * 16 * (P::kUStages * kBM + kVStages * kBP) + kVStages * kVSkew) +
          size_t{4} * P::kStages * P::kStage + size_t{8} * P::kUStages;
 }
@@ -245,24 +249,24 @@ __host__ __device__ constexpr uint32_t bt_bits(bool neg) {
 }
 
 // Where the transform's lanes read and write (the kernel's transform share): the rectangle
-// column of warp w's tile j of tile pair `pair` (kQuad: 2 apart, pairs 4 apart; else 4 apart,
+// column of warp w's tile j of tile pair `pair` (kTma: 2 apart, pairs 4 apart; else 4 apart,
 // pairs 1 apart: the banks of Patch); rel: words from a lane's first read (channel 2q, window
 // row t / 2, pair 0) to channel 8 i + 2 q + par, window row 2 hi + t / 2, pair `pair`; vrel:
 // values from a lane's first V store (point 2t, channels 8 i + 2q.., pair 0) to point
 // 8 h + 2 t + e of pair `pair`.
-template <bool kQuad>
+template <bool kTma>
 struct Transform {
-  using P = Patch<kQuad>;
+  using P = Patch<kTma>;
   static __host__ __device__ constexpr int col(int w, int pair, int j) {
-    return kQuad ? (w & 1) + 4 * pair + 2 * j : 2 * (w & 1) + pair + 4 * j;
+    return kTma ? (w & 1) + 4 * pair + 2 * j : 2 * (w & 1) + pair + 4 * j;
   }
   static __host__ __device__ constexpr int rel(int i, int pair, int par, int hi) {
-    return (8 * i + par) * P::kChannel + (kQuad ? 16 * i : 0) + 2 * hi * P::kRow +
+    return (8 * i + par) * P::kChannel + 2 * hi * P::kRow +
            (col(0, pair, 0) - col(0, 0, 0));
   }
   static __host__ __device__ constexpr int vrel(int i, int pair, int h, int e) {
-    return vpoint<kQuad>(8 * h + e) +
-           (kQuad ? 64 * pair + 8 * (((i ^ pair) & 1) - (i & 1)) : 16 * pair);
+    return vpoint<kTma>(8 * h + e) +
+           (kTma ? 64 * pair + 8 * (((i ^ pair) & 1) - (i & 1)) : 16 * pair);
   }
   // rel and vrel against the layouts for every lane, warp and group; the products' points
   static __host__ __device__ constexpr bool ok() {
@@ -281,34 +285,35 @@ struct Transform {
                       return false;
                 for (int h = 0; h < 2; ++h)
                   for (int e = 0; e < 2; ++e)
-                    if (vpoint<kQuad>(8 * h + 2 * t + e) + swz(tile, 8 * i + 2 * q) -
-                            (vpoint<kQuad>(2 * t) + swz(tile0, 8 * i + 2 * q)) !=
+                    if (vpoint<kTma>(8 * h + 2 * t + e) + swz(tile, 8 * i + 2 * q) -
+                            (vpoint<kTma>(2 * t) + swz(tile0, 8 * i + 2 * q)) !=
                         vrel(i, pair, h, e))
                       return false;
               }
     for (int pa = 0; pa < 4; ++pa)
       for (int b = 0; b < 4; ++b)
-        if (vpoint<kQuad>(4 * pa + b) != vpoint<kQuad>(4 * pa) + vpoint<kQuad>(b)) return false;
+        if (vpoint<kTma>(4 * pa + b) != vpoint<kTma>(4 * pa) + vpoint<kTma>(b)) return false;
     for (int p = 0; p + 1 < 16; ++p)  // the points' rows do not overlap
-      if (vpoint<kQuad>(p + 1) < vpoint<kQuad>(p) + kBP * 16) return false;
+      if (vpoint<kTma>(p + 1) < vpoint<kTma>(p) + kBP * 16) return false;
     return true;
   }
 };
 
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
 // column, 2 tx0 - ox, has the parity of ox; the patch starts at an even column at or before).
-// kQuad: the patch's layout and copies (Patch).
-template <typename T, typename Mat, int kXoff, bool kQuad>
-__global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
-  using P = Patch<kQuad>;
+// kTma: the patch's layout and copies (Patch).
+template <typename T, typename Mat, int kXoff, bool kTma>
+__global__ void __launch_bounds__(kThreads)
+    kernel(Args<T> g, const __grid_constant__ CUtensorMap patch_map) {
+  using P = Patch<kTma>;
   constexpr int kAhead = P::kAhead, kUStages = P::kUStages, kPatchStages = P::kStages;
   constexpr int kPatchStage = P::kStage;
   constexpr int A = Mat::kAlpha, A2 = A * A;
   static_assert(A == 4, "F(2x2, 3x3): 4x4 windows, 2x2 tiles at stride 2");
   constexpr int kUStage = A2 * kBM * 16, kVStage = A2 * kBP * 16 + kVSkew;
-  static_assert(vpoint<kQuad>(A2 - 1) + kBP * 16 <= kVStage && kVStage % 8 == 0,
+  static_assert(vpoint<kTma>(A2 - 1) + kBP * 16 <= kVStage && kVStage % 8 == 0,
                 "a V stage holds its points' rows; 16-byte rows");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   T* Us = reinterpret_cast<T*>(smem_raw);
   T* Vs = Us + kUStages * kUStage;
   uint32_t* Ps = reinterpret_cast<uint32_t*>(Vs + kVStages * kVStage);
@@ -319,48 +324,39 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const int64_t plane_size = src.ih * src.iw;
 
   // Copies. U: thread 0 copies each chunk's contiguous block (filter_transform_padded's
-  // layout) by one bulk copy, completing the stage's mbarrier. Patch, kQuad: the 16-byte copies
-  // k = tid + kThreads j of a chunk (row (k / kPatchQuads) % kPatchRows of channel
-  // k / (kPatchQuads kPatchRows), quad k % kPatchQuads; a warp's lanes on 8 whole rows).
-  // async_patch: threads 0..159 copy row p_row of channel p_c, kPatchWords words. Either way
-  // the values in the image come from the data, zeros elsewhere.
-  constexpr int kPatchQuads = P::kRow / 4;  // 16-byte copies a row (kQuad)
-  static_assert(!kQuad || P::kRow % 4 == 0, "16-byte rows");
+  // layout) by one bulk copy, completing the stage's mbarrier. Patch, kTma: thread 0 copies the
+  // chunk's box (patch_map: the data as [samples][channels][ih][iw]) by TMA on the same
+  // mbarrier. async_patch: threads 0..159 copy row p_row of channel p_c, kPatchWords words.
+  // Either way the values in the image come from the data, zeros elsewhere.
   static_assert(kUStage == A2 * kBM * kBK, "U's chunk blocks are the stages' image");
   constexpr int kPatchCopiers = kBK * kPatchRows;
   static_assert(kPatchCopiers <= kThreads, "a patch row a thread");
-  constexpr int kQuads = kPatchCopiers * kPatchQuads, kQuadSlots = (kQuads - 1) / kThreads + 1;
-  static_assert(kQuadSlots <= 32, "a bit of in_image a 16-byte copy");
+  constexpr uint32_t kUBytes = kUStage * sizeof(T);
+  constexpr uint32_t kBoxBytes = kTmaBox * kTmaRows * kBK * sizeof(T);
+  static_assert(!kTma || kBoxBytes == kPatchStage * 4, "the box fills a patch stage");
   const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
   uint32_t* const p_dst = Ps + P::word(p_c, p_row, 0);
-  // The copy cursor's item: its U blocks; its patch's first row and column (kQuad: the
-  // multiple of 8 at or before), the bits of this thread's copies in the image (kQuad: a bit a
-  // 16-byte copy; else a bit a word of its row in channel p_c of chunk 0).
+  // The copy cursor's item: its U blocks; its patch's first row and column (kTma: the multiple
+  // of 8 at or before the windows' first; else the even column at or before), the bits of the words of this thread's row in
+  // channel p_c of chunk 0 in the image (4-byte copies).
   struct CopyItem {
     const T* u;
     const T* row;
     const T* sample;
     int64_t py, px;
     uint32_t in_image;
+    int s;
   };
   auto copy_item = [&](const Item& it) {
     CopyItem ci;
     ci.u = g.U + (it.m0 / kBM) * (g.f.R_pad / kBK) * kUStage;
     ci.py = 2 * int64_t{it.ty0} - src.oy;
     ci.px = 2 * int64_t{it.tx0} - src.ox - kXoff;
-    ci.sample = g.data + it.s * src.ch * plane_size;
+    if constexpr (kTma) ci.px &= ~int64_t{7};
+    ci.s = it.s;
     ci.in_image = 0;
-    if constexpr (kQuad) {
-      ci.px &= ~int64_t{7};
-      ci.row = ci.sample + ci.py * src.iw + ci.px;
-#pragma unroll
-      for (int j = 0; j < kQuadSlots; ++j) {
-        const int k = tid + kThreads * j;
-        const int64_t y = ci.py + (k / kPatchQuads) % kPatchRows, x = ci.px + 8 * (k % kPatchQuads);
-        if (k < kQuads && y >= 0 && y < src.ih && x >= 0 && x < src.iw) ci.in_image |= 1u << j;
-      }
-      return ci;
-    }
+    if constexpr (kTma) return ci;
+    ci.sample = g.data + it.s * src.ch * plane_size;
     const int64_t y = ci.py + p_row;
     ci.row = ci.sample + p_c * plane_size + y * src.iw + ci.px;
     if (y >= 0 && y < src.ih) {  // 0 <= px + 2 w < iw (px and iw even)
@@ -373,26 +369,18 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   };
   auto copy_chunk = [&](int ust, int pst, const CopyItem& ci, int64_t c0) {
     if (tid == 0) {
-      constexpr uint32_t kBytes = kUStage * sizeof(T);
-      // The stage may have been the exchange's E: its generic accesses before the async write.
+      // The stages may have been read (the patch, and U as the exchange's E) by generic
+      // accesses, which the block's barrier ordered before this: they go before the async writes.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      mbar_expect_tx(bars + 8 * ust, kBytes);
-      bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kBytes,
+      mbar_expect_tx(bars + 8 * ust, kUBytes + (kTma ? kBoxBytes : 0));
+      bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kUBytes,
                 bars + 8 * ust);
+      if constexpr (kTma)
+        tensor_copy_4d(smem_addr(Ps + pst * kPatchStage), &patch_map, static_cast<int>(ci.px),
+                       static_cast<int>(ci.py), static_cast<int>(c0), ci.s, bars + 8 * ust);
     }
-    if constexpr (kQuad) {
-#pragma unroll
-      for (int j = 0; j < kQuadSlots; ++j) {
-        const int k = tid + kThreads * j;
-        if (k >= kQuads) break;
-        const int c = k / (kPatchQuads * kPatchRows), row = (k / kPatchQuads) % kPatchRows,
-                  quad = k % kPatchQuads;
-        // A copy outside reads nothing (source size 0) from its address.
-        const bool in = (ci.in_image >> j) & 1u && c0 + c < g.f.R;
-        cp_async16(Ps + pst * kPatchStage + P::word(c, row, 4 * quad),
-                   ci.row + (c0 + c) * plane_size + row * src.iw + 8 * quad, in ? 16 : 0);
-      }
-    } else if (g.async_patch) {
+    if constexpr (kTma) return;  // thread 0's tensor copy above
+    if (g.async_patch) {
       if (tid < kPatchCopiers) {
         // A word outside reads nothing (source size 0) from its address, which may lie
         // outside the data.
@@ -435,7 +423,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   // differ from two_sided's in its last place. Bc's zeros multiply too: a NaN or inf in a window
   // makes all 16 of its points NaN, so the whole output tiles that read it (docs/tuner.md).
   constexpr bool kOdd = kXoff != 0;
-  using TX = Transform<kQuad>;
+  using TX = Transform<kTma>;
   static_assert(TX::ok(), "Transform's offsets are the layouts'");
   const int xg = lane >> 2, xt = lane & 3, xq = xg & 3, xj = xg >> 2, xs = xt & 1;
   const int x_tile = kTC * (warp >> 1) + TX::col(warp, 0, xj);
@@ -443,8 +431,8 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
                                 (kOdd ? (xs ? 0 : 1) : xs);
   const int t_ydelta = kOdd && xs ? 2 : 0;       // words from a lane's first read to its second
   const uint32_t t_sel = xs ? 0x5432u : 0x3210u;  // the two values' halves (odd starts)
-  T* const t_dst[2] = {Vs + vpoint<kQuad>(2 * xt) + swz(x_tile, 2 * xq),
-                       Vs + vpoint<kQuad>(2 * xt) + swz(x_tile, 8 + 2 * xq)};
+  T* const t_dst[2] = {Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 2 * xq),
+                       Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 8 + 2 * xq)};
   uint32_t t_bc[2][2];  // Bc's fragments: [h][k 2t.. or 2t + 8..], point 8 h + g
   {
     auto bt = [](int i, int j) {  // BT(i, j) for runtime i, j (every entry 0 or +-1)
@@ -464,14 +452,31 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
             Pack<T>::two(bc(2 * xt + 8 * r, 8 * h + xg), bc(2 * xt + 8 * r + 1, 8 * h + xg));
   }
   static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
-  // kQuad: the windows' first word in a patch row, which starts at the multiple of 8 at or before
+  // kTma: the windows' first word in a patch row, which starts at the multiple of 8 at or before
   // the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same for every
   // item, 2 tx0 being a multiple of 16.
-  const int woff = kQuad ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
+  const int woff = kTma ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
   // All four groups' reads, then their products and stores: independent chains for the
   // latencies to overlap.
+  // kTma: each read's word through the 64-byte swizzle, once here: byte offsets from Ps of
+  // [pair][r][the odd start's second read], good for every stage and i (Patch: whole periods).
+  uint32_t t_off[2][4][kOdd ? 2 : 1];
+  if constexpr (kTma) {
+    const uint32_t ps = smem_addr(Ps);
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int k = 0; k < (kOdd ? 2 : 1); ++k) {
+          const uint32_t at = ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
+                                                              TX::rel(0, pair, r & 1, r >> 1));
+          t_off[pair][r][k] = (at ^ (((at >> 7) & 3u) << 4)) - ps;
+        }
+  }
   auto transform = [&](int pst, int vst) {
-    const uint32_t* const w0 = t_src + pst * kPatchStage + woff;
+    const uint32_t* const w0 = t_src + pst * kPatchStage + woff;  // not kTma
+    const unsigned char* const pb = reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
     uint32_t a[2][2][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -479,8 +484,16 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       for (int pair = 0; pair < 2; ++pair)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
-          a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
+          if constexpr (kTma) {
+            auto word = [&](int k) {
+              return *reinterpret_cast<const uint32_t*>(pb + t_off[pair][r][k] +
+                                                        i * (8 * P::kChannel * 4));
+            };
+            a[i][pair][r] = kOdd ? __byte_perm(word(0), word(kOdd ? 1 : 0), t_sel) : word(0);
+          } else {
+            const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
+            a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
+          }
         }
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -504,7 +517,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   const T* const a_src =
       Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16;
   const T* const b_src =
-      Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kQuad>(A * pa);
+      Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kTma>(A * pa);
   static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
   float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
 #pragma unroll
@@ -640,7 +653,10 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
   int c = 0, item = blockIdx.x, ust = 0, tpst = 1 % kPatchStages, vst = 0;
   uint32_t u_parity = 0;  // of stage ust's mbarrier phase for chunk q
   Item it = item_of(g, item);
-  if (Q > 0) transform(0, 0);
+  if (Q > 0) {
+    if constexpr (kTma) mbar_wait(bars, 0);  // chunk 0's patch (and U)
+    transform(0, 0);
+  }
   for (int64_t q = 0; q < Q; ++q) {
     cp_async_wait<kAhead - 2>();
     __syncthreads();
@@ -654,7 +670,7 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kQuad>(b) + h * 256);
+      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -673,7 +689,10 @@ __global__ void __launch_bounds__(kThreads) kernel(Args<T> g) {
       u_parity ^= 1;
     }
     vst ^= 1;
-    if (q + 1 < Q) transform(tpst, vst);
+    if (q + 1 < Q) {
+      if constexpr (kTma) mbar_wait(bars + 8 * ust, u_parity);  // chunk q + 1's patch (and U)
+      transform(tpst, vst);
+    }
     tpst = tpst + 1 == kPatchStages ? 0 : tpst + 1;
   }
 }
@@ -719,13 +738,28 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.items = static_cast<int>(items);
   g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
   g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  const bool quad = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
-  constexpr size_t smem_quad = fused::smem_bytes<T, A2, true>();
+  // The patch by TMA where the data's strides are multiples of 16 bytes and its start 16-byte
+  // aligned (the tensor map's terms), else by cp.async: the same values either way.
+  CUtensorMap patch_map{};
+  bool tma = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  if (tma) {
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.data_w),
+                                static_cast<cuuint64_t>(t.data_h),
+                                static_cast<cuuint64_t>(t.data_ch), static_cast<cuuint64_t>(s.S)};
+    const cuuint64_t row = dims[0] * sizeof(T), strides[3] = {row, row * dims[1],
+                                                              row * dims[1] * dims[2]};
+    const cuuint32_t box[4] = {fused::kTmaBox, fused::kTmaRows, fused::kBK, 1};
+    tma = encode_tensor_map_4d(&patch_map,
+                               std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                               a, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B);
+  }
+  constexpr size_t smem_tma = fused::smem_bytes<T, A2, true>();
   constexpr size_t smem_words = fused::smem_bytes<T, A2, false>();
-  static_assert(smem_quad <= 227 * 1024 && smem_words <= 227 * 1024,
+  static_assert(smem_tma <= 227 * 1024 && smem_words <= 227 * 1024,
                 "an SM's shared memory (sm_90)");
-  const size_t smem = quad ? smem_quad : smem_words;
-  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (quad ? 2 : 0);
+  const size_t smem = tma ? smem_tma : smem_words;
+  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (tma ? 2 : 0);
   auto k = variant == 3   ? fused::kernel<T, Mat, 1, true>
            : variant == 2 ? fused::kernel<T, Mat, 0, true>
            : variant == 1 ? fused::kernel<T, Mat, 1, false>
@@ -745,7 +779,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   int sms = 0;
   FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(items, std::max(sms, 1))));
-  k<<<grid, fused::kThreads, smem, stream>>>(g);
+  k<<<grid, fused::kThreads, smem, stream>>>(g, patch_map);
   FL_LAUNCH_CHECK();
 }
 

@@ -20,7 +20,7 @@ HALF = [torch.float16, torch.bfloat16]
 # with windows at odd and at even patch columns. On an H100 (132 SMs) the 8x96x130 30x34 shape
 # gives both passes 192-288 items, so blocks take 2-3 items, up to 18 chunks: a U stage is used
 # three times and the stage an item's exchange used is refilled by the bulk copy. Data widths
-# that are multiples of 8 take the 16-byte patch copies, whose rows start woff = 0..3 words
+# that are multiples of 8 take the patch by TMA, whose rows start woff = 0..3 words
 # before the windows (then kXoff values): 12x40 p1x1 (both passes, woff 3 kXoff 1, 3 rectangles
 # a row, a first copy left of the image and copies right of it), 9x16 p3x4 (the forward, 2 0),
 # 9x16 p1x2 (the forward, 3 0), 9x16 p0x3 (the forward, 2 1), 9x18 p2x4 (the input gradient,
@@ -140,8 +140,8 @@ def test_fused_autograd_uses_the_fused_passes(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_fused_patch_copies_agree(dtype):
-    """The patch's three copy paths (16-byte copies for a 16-byte aligned operand whose width is
-    a multiple of 8, 4-byte copies for a 4-byte aligned one, values through registers else) read
+    """The patch's three copy paths (a TMA box for a 16-byte aligned operand whose width is a
+    multiple of 8, 4-byte copies for a 4-byte aligned one, values through registers else) read
     the same windows into the same arithmetic: bitwise equal results."""
     shape = (3, 40, 72, 12, 40, 1, 1)
     x, w, b, gy = tensors(shape, dtype, "cuda")

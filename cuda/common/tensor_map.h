@@ -1,0 +1,42 @@
+// Tensor maps for TMA copies (cp.async.bulk.tensor), encoded through the driver entry point the
+// runtime gives (no link to the driver library).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fastlayers {
+
+// A 4-D tiled tensor map of the tensor at `base` (dims innermost first, byte strides of dims
+// 1..3), boxes of `box` elements laid out in shared memory with `swizzle`, zeros outside the
+// tensor. False where the driver does not
+// give cuTensorMapEncodeTiled or refuses the arguments (the caller copies otherwise).
+inline bool encode_tensor_map_4d(CUtensorMap* map, CUtensorMapDataType type, const void* base,
+                                 const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
+                                 const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                              const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                              const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // not sticky: the caller goes on without
+      return static_cast<Encode>(nullptr);
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return false;
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  return encode(map, type, 4, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace fastlayers
