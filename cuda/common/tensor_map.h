@@ -23,10 +23,10 @@ inline bool encode_tensor_map_4d(CUtensorMap* map, CUtensorMapDataType type, con
   static const Encode encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &status) != cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();  // not sticky: the caller goes on without
+    const cudaError_t rc = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                            cudaEnableDefault, &status);
+    if (rc != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+      if (rc != cudaSuccess) (void)cudaGetLastError();  // this lookup's error alone: not sticky
       return static_cast<Encode>(nullptr);
     }
     return reinterpret_cast<Encode>(fn);

@@ -7,23 +7,24 @@
 // kernel (U in the workspace, laid out as the kernel's shared memory takes it).
 //
 // An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
-// points, reduced over the reduction channels in chunks of BK. The accumulators of an item fill
-// a block's registers, so one block runs an SM; the grid is one block an SM and each block takes
-// its items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by
-// one bulk copy on an mbarrier, and the chunk's input patch (the rectangle's windows,
-// overlapping, read once: 2 TR + 2 rows of at least 2 TC + 2 values a channel, zeros outside the
-// image by the copies' source size) by cp.async. While the warps multiply chunk k, they
-// transform (B^T d B) chunk k + 1 from the patch, also on tensor cores: a window's 16 values
-// times a constant 16 x 16 matrix (Transform below); one barrier a chunk. A warp multiplies one
-// row of 4 points for 32 result channels x all the item's tiles; at the item's end the rows'
-// reductions meet in shared memory for A^T M A (finish, below). Items of the same tiles and
-// other result channels are neighbours in the stream order, so the patch is read from memory
-// once and from L2 by the others.
+// points, reduced over the reduction channels in chunks of BK. The accumulators of an item fill a
+// block's registers, so one block runs an SM; the grid is one block an SM and each block takes its
+// items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by one bulk
+// copy on an mbarrier, and the chunk's input patch (the rectangle's windows, overlapping, read
+// once: 2 TR + 2 rows of at least 2 TC + 2 values a channel, zeros outside the image) by one TMA
+// copy on the same mbarrier where the data allow, else by cp.async. While the warps multiply chunk
+// k, they transform (B^T d B) chunk k + 1 from the patch, also on tensor cores: a window's 16
+// values times a constant 16 x 16 matrix (Transform below); one barrier a chunk. A warp multiplies
+// one row of 4 points for 32 result channels x all the item's tiles; at the item's end the rows'
+// reductions meet in shared memory for A^T M A (finish, below). Items of the same tiles and other
+// result channels are neighbours in the stream order, so the patch is read from memory once and
+// from L2 by the others.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <type_traits>
 
@@ -62,12 +63,13 @@ constexpr int kVStages = 2;
 //   words by 4-byte copies, or value by value for odd widths); a channel takes 100 words.
 // A 32-bit read of the transform (Transform): its lanes read words {0, 1, kRow, kRow + 1} (odd
 // starts: also {1, 2, kRow + 1, kRow + 2}) of 8 windows: otherwise, the first words are the 8
-// multiples of 4 modulo 32 (channels 2q at 8 q x 2 tiles 4 words apart), so every read falls in
-// 32 distinct banks; kTma, channels 2q at 352 q words, whose swizzles differ (352 q / 32 modulo
-// 4 = 0, 3, 2, 1), so 32 distinct banks as well (a dense 10-row box: 4 lanes a bank unswizzled,
-// 2 swizzled). The copies run kAhead chunks ahead of the products: U's chunks take kAhead + 1
-// stages (the one multiplied and those in flight), the patches kAhead (the one transformed and
-// those in flight); kTma's 11 KB patch stages leave room for 3 ahead.
+// multiples of 4 modulo 32 (channels 2q at 8 q x 2 tiles 4 words apart), so every read falls in 32
+// distinct banks; kTma, channels 2q at 352 q words, whose swizzles differ (352 q / 32 modulo 4 = 0,
+// 3, 2, 1, plus the same phase for all from where Ps lies), so 32 distinct banks as well (a dense
+// 10-row box: 4 lanes a bank unswizzled, 2 swizzled). The copies run kAhead chunks ahead of the
+// products: U's chunks take kAhead + 1 stages (the one multiplied and those in flight), the patches
+// kAhead (the one transformed and those in flight); kTma's 11 KB patch stages leave room for 3
+// ahead.
 constexpr int kPatchRows = 2 * kTR + 2, kPatchWords = kTC + 2;
 constexpr int kTmaBox = 32;  // values: the windows' 2 kTC + 2 columns from up to 7 in
 constexpr int kTmaRows = kPatchRows + 1;  // a channel's rows in the box (see above)
@@ -317,6 +319,8 @@ __global__ void __launch_bounds__(kThreads)
   T* Us = reinterpret_cast<T*>(smem_raw);
   T* Vs = Us + kUStages * kUStage;
   uint32_t* Ps = reinterpret_cast<uint32_t*>(Vs + kVStages * kVStage);
+  static_assert(!kTma || (kUStages * kUStage + kVStages * kVStage) * sizeof(T) % 128 == 0,
+                "the patch stages 128-byte aligned: TMA destinations");
   const uint32_t bars = smem_addr(Ps + kPatchStages * kPatchStage);  // 8 bytes a U stage
 
   const TileSource& src = g.src;
@@ -337,8 +341,8 @@ __global__ void __launch_bounds__(kThreads)
   const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
   uint32_t* const p_dst = Ps + P::word(p_c, p_row, 0);
   // The copy cursor's item: its U blocks; its patch's first row and column (kTma: the multiple
-  // of 8 at or before the windows' first; else the even column at or before), the bits of the words of this thread's row in
-  // channel p_c of chunk 0 in the image (4-byte copies).
+  // of 8 at or before the windows' first; else the even column at or before); not kTma, its
+  // sample, this thread's row in channel p_c of chunk 0 and the bits of its words in the image.
   struct CopyItem {
     const T* u;
     const T* row;
@@ -369,8 +373,8 @@ __global__ void __launch_bounds__(kThreads)
   };
   auto copy_chunk = [&](int ust, int pst, const CopyItem& ci, int64_t c0) {
     if (tid == 0) {
-      // The stages may have been read (the patch, and U as the exchange's E) by generic
-      // accesses, which the block's barrier ordered before this: they go before the async writes.
+      // Generic accesses to the stages (the patch's reads; U's as the exchange E, written and
+      // read), which the block's barrier ordered before this, go before the async writes.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       mbar_expect_tx(bars + 8 * ust, kUBytes + (kTma ? kBoxBytes : 0));
       bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kUBytes,
@@ -475,7 +479,6 @@ __global__ void __launch_bounds__(kThreads)
         }
   }
   auto transform = [&](int pst, int vst) {
-    const uint32_t* const w0 = t_src + pst * kPatchStage + woff;  // not kTma
     const unsigned char* const pb = reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
     uint32_t a[2][2][4];
 #pragma unroll
@@ -489,9 +492,12 @@ __global__ void __launch_bounds__(kThreads)
               return *reinterpret_cast<const uint32_t*>(pb + t_off[pair][r][k] +
                                                         i * (8 * P::kChannel * 4));
             };
-            a[i][pair][r] = kOdd ? __byte_perm(word(0), word(kOdd ? 1 : 0), t_sel) : word(0);
+            if constexpr (kOdd)
+              a[i][pair][r] = __byte_perm(word(0), word(1), t_sel);
+            else
+              a[i][pair][r] = word(0);
           } else {
-            const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
+            const uint32_t* w = t_src + pst * kPatchStage + woff + TX::rel(i, pair, r & 1, r >> 1);
             a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
           }
         }
@@ -617,7 +623,8 @@ __global__ void __launch_bounds__(kThreads)
   // The block takes items blockIdx.x, + gridDim.x, ... as one stream of chunks q = 0 .. Q - 1
   // (item q / chunks, reduction chunk q % chunks). Chunk q's copies are issued at iteration
   // q - kAhead (the first kAhead before the loop); at iteration q the warps multiply chunk q
-  // and transform chunk q + 1, whose copies they waited for at the top. That barrier also ends
+  // and transform chunk q + 1, whose copies they waited for (cp.async at the top; kTma, the
+  // patch by its stage's mbarrier just before the transform). The top's barrier also ends
   // iteration q - 1's reads of the buffers iteration q refills (U stage (q + kAhead) % kUStages,
   // patch stage q % kPatchStages, V stage (q + 1) % 2). A finished item's results go out from
   // registers while the copies of the next items' chunks are in flight.
@@ -741,7 +748,10 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   // The patch by TMA where the data's strides are multiples of 16 bytes and its start 16-byte
   // aligned (the tensor map's terms), else by cp.async: the same values either way.
   CUtensorMap patch_map{};
-  bool tma = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  // (The kernel's box coordinates are int: dimensions within int's range.)
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  bool tma = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
+             t.data_w <= kIntMax && t.data_h <= kIntMax && t.data_ch <= kIntMax && s.S <= kIntMax;
   if (tma) {
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.data_w),
                                 static_cast<cuuint64_t>(t.data_h),
