@@ -479,6 +479,7 @@ __global__ void __launch_bounds__(kThreads)
         }
   }
   auto transform = [&](int pst, int vst) {
+    const uint32_t* const w0 = t_src + pst * kPatchStage + woff;  // not kTma
     const unsigned char* const pb = reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
     uint32_t a[2][2][4];
 #pragma unroll
@@ -492,12 +493,10 @@ __global__ void __launch_bounds__(kThreads)
               return *reinterpret_cast<const uint32_t*>(pb + t_off[pair][r][k] +
                                                         i * (8 * P::kChannel * 4));
             };
-            if constexpr (kOdd)
-              a[i][pair][r] = __byte_perm(word(0), word(1), t_sel);
-            else
-              a[i][pair][r] = word(0);
+            // (kOdd ? 1 : 0: word(1) is out of t_off's range where not kOdd)
+            a[i][pair][r] = kOdd ? __byte_perm(word(0), word(kOdd ? 1 : 0), t_sel) : word(0);
           } else {
-            const uint32_t* w = t_src + pst * kPatchStage + woff + TX::rel(i, pair, r & 1, r >> 1);
+            const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
             a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
           }
         }
