@@ -270,6 +270,45 @@ struct Transform {
     return vpoint<kTma>(8 * h + e) +
            (kTma ? 64 * pair + 8 * (((i ^ pair) & 1) - (i & 1)) : 16 * pair);
   }
+  // Words from the patch stage's start to the first read of lane `lane` of warp w (odd: the
+  // windows start at an odd column; the TMA layout's woff not included): the kernel's t_src.
+  static __host__ __device__ constexpr int first_word(int w, int lane, bool odd) {
+    const int xt = lane & 3, xq = (lane >> 2) & 3, xj = lane >> 4, xs = xt & 1;
+    return P::word(2 * xq, 2 * (w >> 1) + (xt >> 1), col(w, 0, xj)) + (odd ? (xs ? 0 : 1) : xs);
+  }
+  // kTma: the kernel's reads through TMA's 64-byte swizzle (the 16-byte chunk j of a 64-byte row
+  // at j ^ bits 7-8 of its shared address) with the patch region at 128-byte phase `phase` of
+  // the swizzle's 512-byte period: for each woff and parity, the 32 lanes of every read (pair,
+  // r and the odd start's second; i and the stages move them by whole periods, Patch) read at
+  // most one word a bank.
+  static __host__ __device__ constexpr uint32_t swizzled(uint32_t at) {
+    return at ^ (((at >> 7) & 3u) << 4);
+  }
+  static __host__ __device__ constexpr bool swizzled_reads_apart(int phase) {
+    if constexpr (kTma) {
+      for (int odd = 0; odd < 2; ++odd)
+        for (int woff = 0; woff < 4; ++woff)
+          for (int w = 0; w < 8; ++w)
+            for (int pair = 0; pair < 2; ++pair)
+              for (int r = 0; r < 4; ++r)
+                for (int k = 0; k < 1 + odd; ++k) {
+                  uint32_t in_bank[32] = {};
+                  bool used[32] = {};
+                  for (int lane = 0; lane < 32; ++lane) {
+                    const int y = odd && (lane & 1) ? 2 : 0;
+                    const int at = first_word(w, lane, odd) + woff + k * y +
+                                   rel(0, pair, r & 1, r >> 1);
+                    const uint32_t word =
+                        swizzled(128u * phase + 4u * static_cast<uint32_t>(at)) >> 2;
+                    const uint32_t bank = word & 31u;
+                    if (used[bank] && in_bank[bank] != word) return false;
+                    used[bank] = true;
+                    in_bank[bank] = word;
+                  }
+                }
+    }
+    return true;
+  }
   // rel and vrel against the layouts for every lane, warp and group; the products' points
   static __host__ __device__ constexpr bool ok() {
     for (int w = 0; w < 8; ++w)
@@ -429,10 +468,12 @@ __global__ void __launch_bounds__(kThreads)
   constexpr bool kOdd = kXoff != 0;
   using TX = Transform<kTma>;
   static_assert(TX::ok(), "Transform's offsets are the layouts'");
+  static_assert(TX::swizzled_reads_apart(0) && TX::swizzled_reads_apart(1), "banks (TMA)");
+  static_assert(TX::swizzled_reads_apart(2) && TX::swizzled_reads_apart(3), "banks (TMA)");
   const int xg = lane >> 2, xt = lane & 3, xq = xg & 3, xj = xg >> 2, xs = xt & 1;
   const int x_tile = kTC * (warp >> 1) + TX::col(warp, 0, xj);
   const uint32_t* const t_src = Ps + P::word(2 * xq, 2 * (warp >> 1) + (xt >> 1), x_tile % kTC) +
-                                (kOdd ? (xs ? 0 : 1) : xs);
+                                (kOdd ? (xs ? 0 : 1) : xs);  // TX::first_word, as written there
   const int t_ydelta = kOdd && xs ? 2 : 0;       // words from a lane's first read to its second
   const uint32_t t_sel = xs ? 0x5432u : 0x3210u;  // the two values' halves (odd starts)
   T* const t_dst[2] = {Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 2 * xq),
