@@ -11,8 +11,8 @@ namespace fastlayers {
 
 // A 4-D tiled tensor map of the tensor at `base` (dims innermost first, byte strides of dims
 // 1..3), boxes of `box` elements laid out in shared memory with `swizzle`, zeros outside the
-// tensor. False where the driver does not
-// give cuTensorMapEncodeTiled or refuses the arguments (the caller copies otherwise).
+// tensor. False where the driver does not give cuTensorMapEncodeTiled or refuses the arguments
+// (the caller copies otherwise).
 inline bool encode_tensor_map_4d(CUtensorMap* map, CUtensorMapDataType type, const void* base,
                                  const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
                                  const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
