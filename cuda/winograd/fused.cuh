@@ -52,7 +52,7 @@ constexpr int kVStages = 2;
 // A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns a channel, in rows of
 // 32-bit words, kBK channels, in one of two layouts (Patch<kTma>):
 // - kTma (the width a multiple of 8, the data 16-byte aligned: a tensor map's strides): one TMA
-//   copy of a box of kTmaBox values x 2 kTR + 2 rows x kBK channels of one sample, from the
+//   copy of a box of kTmaBox values x kTmaRows rows x kBK channels of one sample, from the
 //   multiple of 8 at or before the windows' first column (a box must start 16-byte aligned); the
 //   windows start `woff` words into a row (0..3, the same for every item of a launch, tx0 being
 //   a multiple of 8), plus kXoff values; the tensor map gives zeros outside the image and past
