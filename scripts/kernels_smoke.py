@@ -188,7 +188,7 @@ def winograd_fused_cases(g):
     """The fused kernel (forward and input gradient, fp16 and bf16): partial blocks of result
     channels, tile rectangles and reduction chunks, padding 0..4, odd widths (patches through
     registers), even ones (by 4-byte cp.async, windows at odd and even columns) and multiples
-    of 8 (by 16-byte cp.async, windows 0..3 words into the rows), and on an H100
+    of 8 (by TMA, windows 0..3 words into the box's rows), and on an H100
     2-3 items a block (a stream that crosses items, reuses each U stage and refills the stage an
     exchange used)."""
     worst = 0.0

@@ -1,6 +1,6 @@
 // Asynchronous copies into shared memory and the mbarriers they complete (sm_80 / sm_90 PTX),
-// for the hand-written kernels: cp.async of 4 and 16 bytes (with zero fill or without) and its
-// groups; mbarriers of one block (shared::cta) and the bulk copies (plain and of a tensor map's
+// for the hand-written kernels: cp.async of 4 bytes (with zero fill or without) and 16 bytes, and
+// their groups; mbarriers of one block (shared::cta) and the bulk copies (plain and of a tensor map's
 // box) that complete one by their bytes.
 #pragma once
 
@@ -65,15 +65,9 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int byte
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(bytes));
 }
-// 16 bytes (both addresses 16-byte aligned) from gmem, through L2 only (cg) ...
+// 16 bytes (both addresses 16-byte aligned) from gmem, through L2 only (cg).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem)
-               : "memory");
-}
-// ... of which only the first `bytes` (0..16) come from gmem and the rest are zeros.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-               "l"(gmem), "r"(bytes)
                : "memory");
 }
 // The groups: commit this thread's copies issued since the last commit; wait until at most N

@@ -22,7 +22,7 @@ HALF = [torch.float16, torch.bfloat16]
 # three times and the stage an item's exchange used is refilled by the bulk copy. Data widths
 # that are multiples of 8 take the patch by TMA, whose rows start woff = 0..3 words
 # before the windows (then kXoff values): 12x40 p1x1 (both passes, woff 3 kXoff 1, 3 rectangles
-# a row, a first copy left of the image and copies right of it), 9x16 p3x4 (the forward, 2 0),
+# a row, a first box starting left of the image and boxes reaching past its right edge), 9x16 p3x4 (the forward, 2 0),
 # 9x16 p1x2 (the forward, 3 0), 9x16 p0x3 (the forward, 2 1), 9x18 p2x4 (the input gradient,
 # 1 0), 9x18 p1x0 (the input gradient, 3 0), 6x16 p2x5 (both, 1 1), 7x14 p1x2 (the input
 # gradient, 0 0), 8x24 p0x0 (the forward, 0 0); 30x32 with 96 channels (the forward: 192 items,
