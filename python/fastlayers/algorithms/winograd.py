@@ -66,7 +66,8 @@ class Winograd(Family):
             # runs as asked): alone, the non-fused pipeline won some gradient passes of 7x7 and
             # 14x14 layers by 8-25%, and in the AMP steps of the networks holding them it lost
             # (docs/winograd.md).
-            return [] if pass_ == "weight_grad" else [self.make(FUSED_TILE, fused=True)]
+            fused = self.make(FUSED_TILE, fused=True)
+            return [fused] if self.fits(fused, p, pass_) is None else []
         tiles = _tiles(pass_)
         if p.dtype == "float16":
             # The transformed tiles are stored in float16: B^T d B grows a value by up to the
