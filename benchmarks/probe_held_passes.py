@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Does a family's share of a network's passes pay in the whole step? (a diagnosis, not a result.)
+
+    python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold winograd]
+                                            [--steps 10] [--rounds 15] [--best-of 1]
+
+Per network and mode: the plain model, a converted one (tuned on a fresh cache), a second
+converted one whose passes that the tuner gave a label beginning with HOLD are pinned to PyTorch's
+path (its other passes pinned to the tuner's labels), and a second plain copy, all four timed as
+bench_networks times a step (STEPS steps back to back, wall clock) in one rotation round by round.
+Comparing two runs of bench_networks (one with the family offered, one without) leaves the
+run-to-run drift of a host-bound step in the comparison; here both converted models see the
+same rounds. Prints held / converted (> 1: the held passes pay), plain / converted, plain / held
+and plain / plain copy (the A/A), each the median of per-round ratios with its quartiles.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_networks as bn  # noqa: E402
+import common  # noqa: E402
+from common import log, torch  # noqa: E402
+
+import fastlayers  # noqa: E402
+from fastlayers import tuner  # noqa: E402
+
+
+def hold(converted, held, prefix):
+    """Pins `held`'s layers: each pass whose label in `converted` (its twin, tuned) begins with
+    `prefix` to native, the others to their tuned labels. Returns the passes held."""
+    n = 0
+    for c, h in zip(converted.modules(), held.modules()):
+        route = getattr(c, "_fl_route", None)
+        plan = getattr(route[1], "plan", None) if route is not None else None
+        if plan is None:
+            continue
+        labels = [ch.label for ch in plan.choices]
+        n += sum(v.startswith(prefix) for v in labels)
+        h.force_algorithms(*("native" if v.startswith(prefix) else v for v in labels))
+    return n
+
+
+def run(name, mode, prefix, args):
+    N, side = bn.NETWORKS[name]
+    common.set_precision("tf32" if mode == "tf32" else "fp32")
+    torch.manual_seed(0)
+    plain = bn.build(name)
+    conv = fastlayers.convert(copy.deepcopy(plain))
+    held = fastlayers.convert(copy.deepcopy(plain))
+    twin = copy.deepcopy(plain)
+    x = torch.randn(N, 3, side, side, device="cuda")
+    target = torch.randint(0, 1000, (N,), device="cuda")
+    models = {"plain": plain, "converted": conv, "held": held, "twin": twin}
+    steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
+    tuner.clear()
+    steps["converted"]()
+    n = hold(conv, held, prefix)
+    for k in ("converted", "held"):
+        models[k].load_state_dict(plain.state_dict())
+        chk = bn.check(plain, models[k], x, target, mode)
+        if not chk["ok"]:
+            log("  %s %s: %s outside tolerance: %s" % (name, mode, k, chk))
+            return
+    for s in steps.values():
+        for _ in range(2):
+            s()
+    per = common.rotating({k: common.back_to_back(s, args.steps) for k, s in steps.items()},
+                          lambda fn: fn(), args.rounds, args.best_of)
+
+    def show(a, b):
+        r = common.ratio_of(per[a], per[b])
+        return "%s/%s x%.3f (%.3f-%.3f)" % (a, b, r["ratio"], r["ratio_q1"], r["ratio_q3"])
+    log("  %s %s N=%d, %d passes held (%s): %s; %s; %s; A/A %s; plain %.2f ms" % (
+        name, mode, N, n, prefix, show("held", "converted"), show("plain", "converted"),
+        show("plain", "held"), show("plain", "twin"), common.ratio_of(per["plain"], per["plain"])["a_ms"]))
+
+
+def main() -> int:
+    ap = common.parser(__doc__, results=False)
+    ap.add_argument("--nets", default="resnet50")
+    ap.add_argument("--modes", default="bf16")
+    ap.add_argument("--hold", default="winograd", help="label prefix of the passes held back")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--best-of", type=int, default=1)
+    args = ap.parse_args()
+    if not common.require_cuda("whole-network training steps"):
+        return 0
+    os.environ["FASTLAYERS_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastlayers-probe-held-")
+    torch.backends.cudnn.benchmark = True
+    for name in args.nets.split(","):
+        for mode in args.modes.split(","):
+            run(name, mode, args.hold, args)
+            common.release()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
