@@ -345,6 +345,16 @@ def _spread(r: dict) -> str:
     return "%.3f (%.3f-%.3f)" % (r["ratio"], r["ratio_min"], r["ratio_max"])
 
 
+def _network_failure(r: dict) -> str:
+    """Why a network's row has no ratio: the checked outputs outside tolerance, each with its
+    error against the plain model's, or the recorded failure."""
+    chk = r.get("check") or {}
+    bad = ["%s error %.2e over the tolerance %.2e (the plain model's %.2e)" % (
+        k, v["converted_err"], v["tolerance"], v["plain_err"])
+        for k, v in chk.items() if isinstance(v, dict) and not v.get("ok", True)]
+    return "outside tolerance: " + "; ".join(bad) if bad else r["failed"][:160]
+
+
 def networks(doc: dict) -> str:
     out = ["| network | mode | N | step plain ms | converted ms | x (quartiles; min-max) "
            "| A/A x (quartiles; min-max) "
@@ -353,7 +363,7 @@ def networks(doc: dict) -> str:
     for r in doc.get("rows", []):
         head = "| %s | %s | %s |" % (r["network"], r["mode"], r.get("N", "-"))
         if "failed" in r:
-            out.append(head + " failed: %s | | | | | |" % r["failed"][:160])
+            out.append(head + " failed: %s | | | | | |" % _network_failure(r))
             continue
         ab, aa, fs = r["ab"], r["aa"], r["first_step_s"]
         out.append(head + " %.2f | %.2f | %s | %s | %.1f / %.1f | %d of %d |" % (
@@ -841,10 +851,14 @@ def summary(docs: dict) -> str:
         by_mode = {}
         for r in rs:
             by_mode.setdefault(r["mode"], []).append(r["ratio"])
+        bad = ["%s %s (%s)" % (r["network"], r["mode"], "outside tolerance" if
+                               (r.get("check") or {}).get("ok") is False else "failed")
+               for r in nw[1].get("rows", []) if "ratio" not in r]
         rows.append(("Training steps after `convert` (%s), over the plain model" % ", ".join(
-            dict.fromkeys(r["network"] for r in rs)),
+            dict.fromkeys(r["network"] for r in nw[1].get("rows", []))),
             "; ".join("%s %s" % (m, span(v)) + "x" for m, v in by_mode.items())
-            + " (target: none below 0.97x)"))
+            + " (target: none below 0.97x)"
+            + ("; no ratio: %s" % ", ".join(bad) if bad else "")))
     wg = docs.get("winograd")
     if wg:
         devices.append(wg[1]["device"]["name"])
