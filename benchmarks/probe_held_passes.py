@@ -5,9 +5,10 @@
                                             [--steps 10] [--rounds 15] [--best-of 1]
 
 Per network and mode: the plain model, a converted one (tuned on a fresh cache), a second
-converted one whose passes that the tuner gave a label beginning with HOLD are pinned to PyTorch's
-path (its other passes pinned to the tuner's labels), and a second plain copy, all four timed as
-bench_networks times a step (STEPS steps back to back, wall clock) in one rotation round by round.
+converted one whose passes that the tuner gave a label beginning with HOLD are pinned to
+PyTorch's path (the other passes of those layers pinned to the tuner's labels, other layers as
+tuned), and a second plain copy, all four timed as bench_networks times a step (STEPS steps back
+to back, wall clock) in one rotation round by round.
 Comparing two runs of bench_networks (one with the family offered, one without) leaves the
 run-to-run drift of a host-bound step in the comparison; here both converted models see the
 same rounds. Prints held / converted (> 1: the held passes pay), plain / converted, plain / held
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
+import statistics
 import sys
 import tempfile
 
@@ -30,8 +32,9 @@ from fastlayers import tuner  # noqa: E402
 
 
 def hold(converted, held, prefix):
-    """Pins `held`'s layers: each pass whose label in `converted` (its twin, tuned) begins with
-    `prefix` to native, the others to their tuned labels. Returns the passes held."""
+    """Pins the layers of `held` that have a pass whose label in `converted` (its twin, tuned)
+    begins with `prefix`: those passes to native, the layer's others to their tuned labels.
+    Returns the passes held."""
     n = 0
     for c, h in zip(converted.modules(), held.modules()):
         route = getattr(c, "_fl_route", None)
@@ -39,8 +42,10 @@ def hold(converted, held, prefix):
         if plan is None:
             continue
         labels = [ch.label for ch in plan.choices]
-        n += sum(v.startswith(prefix) for v in labels)
-        h.force_algorithms(*("native" if v.startswith(prefix) else v for v in labels))
+        held = sum(v.startswith(prefix) for v in labels)
+        if held:  # (a layer with none decides as its twin did: the same cache)
+            n += held
+            h.force_algorithms(*("native" if v.startswith(prefix) else v for v in labels))
     return n
 
 
@@ -76,7 +81,7 @@ def run(name, mode, prefix, args):
         return "%s/%s x%.3f (%.3f-%.3f)" % (a, b, r["ratio"], r["ratio_q1"], r["ratio_q3"])
     log("  %s %s N=%d, %d passes held (%s): %s; %s; %s; A/A %s; plain %.2f ms" % (
         name, mode, N, n, prefix, show("held", "converted"), show("plain", "converted"),
-        show("plain", "held"), show("plain", "twin"), common.ratio_of(per["plain"], per["plain"])["a_ms"]))
+        show("plain", "held"), show("plain", "twin"), statistics.median(per["plain"])))
 
 
 def main() -> int:
