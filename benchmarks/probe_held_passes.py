@@ -7,8 +7,10 @@
 Per network and mode: the plain model, a converted one (tuned on a fresh cache), a second
 converted one whose passes that the tuner gave a label beginning with HOLD are pinned to
 PyTorch's path (the other passes of those layers pinned to the tuner's labels, other layers as
-tuned), and a second plain copy, all four timed as bench_networks times a step (STEPS steps back
-to back, wall clock) in one rotation round by round.
+tuned), and a second plain copy. Both converted models' logits and first-layer weight gradients
+are checked against a float64 copy as bench_networks checks them, their errors printed beside
+the plain model's (which passes raise the error), then all four are timed as bench_networks
+times a step (STEPS steps back to back, wall clock) in one rotation round by round.
 Comparing two runs of bench_networks (one with the family offered, one without) leaves the
 run-to-run drift of a host-bound step in the comparison; here both converted models see the
 same rounds. Prints held / converted (> 1: the held passes pay), plain / converted, plain / held
@@ -67,8 +69,11 @@ def run(name, mode, prefix, args):
     for k in ("converted", "held"):
         models[k].load_state_dict(plain.state_dict())
         chk = bn.check(plain, models[k], x, target, mode)
+        log("  %s %s %s: errors against float64 (the plain model's), %s" % (
+            name, mode, k, ", ".join("%s %.2e (%.2e)" % (what, v["converted_err"], v["plain_err"])
+                                     for what, v in chk.items() if isinstance(v, dict))))
         if not chk["ok"]:
-            log("  %s %s: %s outside tolerance: %s" % (name, mode, k, chk))
+            log("  %s %s: %s outside tolerance" % (name, mode, k))
             return
     for s in steps.values():
         for _ in range(2):
