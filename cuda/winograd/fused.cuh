@@ -814,13 +814,14 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
            : variant == 2 ? fused::kernel<T, Mat, 0, true>
            : variant == 1 ? fused::kernel<T, Mat, 1, false>
                           : fused::kernel<T, Mat, 0, false>;
-  // The shared-memory opt-in once per device (a per-call attribute set costs host time).
+  // The shared-memory opt-in once per device (a per-call attribute set costs host time); the
+  // bits remember devices 0..63, any other opts in on every call.
   static std::atomic<uint64_t> opted[4]{};
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t{1} << (dev & 63);
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
   std::atomic<uint64_t>& k_opted = opted[variant];
-  if ((k_opted.load(std::memory_order_acquire) & bit) == 0) {
+  if (bit == 0 || (k_opted.load(std::memory_order_acquire) & bit) == 0) {
     FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     k_opted.fetch_or(bit, std::memory_order_acq_rel);
