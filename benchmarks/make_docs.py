@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -980,6 +981,75 @@ def plot_table4(doc: dict, path: Path):
     return path
 
 
+def plot_winograd(doc: dict, path: Path):
+    """cuDNN time / the fastest Winograd candidate's within tolerance, a panel per mode and
+    pass: bars per layer and batch (hatched where the fused kernel was the fastest), the
+    network's total last; the 1.0 line and the issue's target."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
+    except ImportError:
+        return None
+    cfg = doc.get("config", {})
+    rows = [r for r in doc.get("speed", []) if "pass" in r and r.get("best") and r.get("ratio")]
+    modes = [m for m in cfg.get("modes", []) if any(r["mode"] == m for r in rows)]
+    batches = [n for n in cfg.get("batches", []) if any(r["N"] == n for r in rows)]
+    passes = [p for p in PASS_NAMES if any(r["pass"] == p for r in rows)]
+    layers = [lay["layer"] for lay in cfg.get("layers", [])]
+    if not (modes and batches and passes and layers):
+        return None
+    totals = {(t["mode"], t["N"], t["pass"]): t for t in doc.get("totals", [])}
+    groups = layers + ["network"]
+    fig, axes = plt.subplots(len(modes), len(passes), figsize=(5.2 * len(passes), 2.9 * len(modes)),
+                             sharey=True, squeeze=False)
+    width = 0.8 / len(batches)
+    ys = []
+    for i, mode in enumerate(modes):
+        by = {(r["layer"], r["N"], r["pass"]): r for r in rows if r["mode"] == mode}
+        for j, pass_ in enumerate(passes):
+            ax = axes[i][j]
+            for b, n in enumerate(batches):
+                for g, name in enumerate(groups):
+                    if name == "network":
+                        t = totals.get((mode, n, pass_))
+                        y, fused = (t or {}).get("ratio"), False
+                    else:
+                        r = by.get((name, n, pass_))
+                        y = r["ratio"] if r else None
+                        fused = bool(r) and r["best"].endswith(",fused")
+                    if not y:
+                        continue
+                    ys.append(y)
+                    ax.bar(g + (b - (len(batches) - 1) / 2) * width, y, width, color="C%d" % b,
+                           hatch="//" if fused else None, edgecolor="white" if fused else None,
+                           linewidth=0, label="N=%d" % n if g == 0 else None)
+            ax.axhline(1.0, color="black", linewidth=1)
+            for tv in (2.0, 1.5) if mode == "fp32" else (1.2,):  # the gradients' likewise
+                ax.axhline(tv, color="red", linewidth=0.8, linestyle="--")
+            ax.set_xticks(range(len(groups)))
+            ax.set_xticklabels([x.replace("conv", "") for x in groups], fontsize=7)
+            ax.set_title("%s %s" % (mode, pass_), fontsize=9)
+            ax.grid(axis="y", alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("cuDNN / Winograd")
+    ax0 = axes[0][0]
+    ax0.set_yscale("log")
+    lo, hi = min([0.5] + [y / 1.2 for y in ys]), max([2.0] + [y * 1.2 for y in ys])
+    ax0.set_ylim(lo, hi)
+    ax0.yaxis.set_major_locator(FixedLocator([0.25, 0.5, 1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 6.0]))
+    ax0.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax0.yaxis.set_minor_locator(NullLocator())
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.suptitle("Winograd vs cuDNN, VGG-E 3x3 layers (hatched: the fused kernel; dashed: the "
+                 "targets), %s" % doc.get("device", {}).get("name", ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 def plot_networks(doc: dict, path: Path):
     try:
         import matplotlib
@@ -987,17 +1057,23 @@ def plot_networks(doc: dict, path: Path):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rows = [r for r in doc.get("rows", []) if "ratio" in r]
-    nets = list(dict.fromkeys(r["network"] for r in rows))
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    every = doc.get("rows", [])
+    rows = [r for r in every if "ratio" in r]
+    nets = list(dict.fromkeys(r["network"] for r in every))
+    modes = list(dict.fromkeys(r["mode"] for r in every))
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(modes)
     for i, mode in enumerate(modes):
         for g, net in enumerate(nets):
-            r = next((r for r in rows if r["network"] == net and r["mode"] == mode), None)
+            r = next((r for r in every if r["network"] == net and r["mode"] == mode), None)
             if r is None:
+                continue
+            if "ratio" not in r:  # failed its check or its run: no ratio, said so
+                ax.text(g + (i - (len(modes) - 1) / 2) * width, 0.05, "%s: no ratio (%s)" % (
+                    mode, "outside tolerance" if (r.get("check") or {}).get("ok") is False
+                    else "failed"), rotation=90, ha="center", va="bottom", fontsize=7)
                 continue
             xv = g + (i - (len(modes) - 1) / 2) * width
             ax.bar(xv, r["ratio"], width, color="C%d" % i, label=mode if g == 0 else None)
@@ -1041,7 +1117,7 @@ def load(results: Path) -> dict:
     return docs
 
 
-def render_doc(docs: dict) -> str:
+def render_doc(docs: dict, results: Path = RESULTS) -> str:
     out = ["# Benchmarks", "",
            "Generated by `benchmarks/make_docs.py` from the JSON in `benchmarks/results/`; do not edit "
            "by hand. How to run them: [the method](#method).", ""]
@@ -1051,6 +1127,9 @@ def render_doc(docs: dict) -> str:
         name, doc = docs[kind]
         title, intro = TITLES[kind]
         out += ["## %s" % title, "", intro, "", provenance(doc, name), "", RENDER[kind](doc), ""]
+        png = results / name.replace(".json", ".png")
+        if png.exists():  # (plot_*, written beside the JSON)
+            out += ["![%s](%s)" % (title, Path(os.path.relpath(png, DOC.parent)).as_posix()), ""]
     out += ["## Method", "",
             "- One process per benchmark, every ratio against the PyTorch (or cuFFT) path measured "
             "beside it in the same run; `benchmarks/common.py` holds the timers and rules every "
@@ -1104,7 +1183,15 @@ def main(argv=None) -> int:
         print("make_docs: refusing results that are not from a clean commit: %s (--allow-dirty "
               "publishes them, marked)" % ", ".join(unclean), file=sys.stderr)
         return 2
-    page = render_doc(docs)
+    if not args.check:  # the plots first: the page links those that exist
+        for kind, plot in (("table4", plot_table4), ("networks", plot_networks),
+                           ("winograd", plot_winograd)):
+            if kind in docs:
+                name, doc = docs[kind]
+                png = plot(doc, results / name.replace(".json", ".png"))
+                if png:
+                    print("wrote %s" % png)
+    page = render_doc(docs, results)
     readme = README.read_text()
     if BEGIN not in readme or END not in readme:
         print("make_docs: README.md has no results markers", file=sys.stderr)
@@ -1122,12 +1209,6 @@ def main(argv=None) -> int:
     DOC.write_text(page)
     README.write_text(new_readme)
     print("wrote %s and the results block of %s" % (DOC, README))
-    for kind, plot in (("table4", plot_table4), ("networks", plot_networks)):
-        if kind in docs:
-            name, doc = docs[kind]
-            png = plot(doc, results / name.replace(".json", ".png"))
-            if png:
-                print("wrote %s" % png)
     return 0
 
 
