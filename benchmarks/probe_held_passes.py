@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Does a family's share of a network's passes pay in the whole step? (a diagnosis, not a result.)
 
-    python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold winograd]
+    python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold 'winograd*']
                                             [--steps 10] [--rounds 15] [--best-of 1]
 
 Per network and mode: the plain model, a converted one (tuned on a fresh cache), a second
-converted one whose passes that the tuner gave a label beginning with HOLD are pinned to
+converted one whose passes that the tuner gave a label matching HOLD (fnmatch) are pinned to
 PyTorch's path (the other passes of those layers pinned to the tuner's labels, other layers as
 tuned), and a second plain copy. Both converted models' logits and first-layer weight gradients
 are checked against a float64 copy as bench_networks checks them, their errors printed beside
-the plain model's (which passes raise the error), then all four are timed as bench_networks
-times a step (STEPS steps back to back, wall clock) in one rotation round by round.
+the plain model's (which passes raise the error: --hold 'fbfft*', --hold 'winograd*'), then all
+four are timed as bench_networks times a step (STEPS steps back to back, wall clock) in one
+rotation round by round.
 Comparing two runs of bench_networks (one with the family offered, one without) leaves the
 run-to-run drift of a host-bound step in the comparison; here both converted models see the
 same rounds. Prints held / converted (> 1: the held passes pay), plain / converted, plain / held
@@ -19,6 +20,7 @@ and plain / plain copy (the A/A), each the median of per-round ratios with its q
 from __future__ import annotations
 
 import copy
+import fnmatch
 import os
 import statistics
 import sys
@@ -33,10 +35,10 @@ import fastlayers  # noqa: E402
 from fastlayers import tuner  # noqa: E402
 
 
-def hold(converted, held, prefix):
+def hold(converted, held, pattern):
     """Pins the layers of `held` that have a pass whose label in `converted` (its twin, tuned)
-    begins with `prefix`: those passes to native, the layer's others to their tuned labels.
-    Returns the passes held."""
+    matches `pattern` (fnmatch): those passes to native, the layer's others to their tuned
+    labels. Returns the passes held."""
     n = 0
     for c, h in zip(converted.modules(), held.modules()):
         route = getattr(c, "_fl_route", None)
@@ -44,14 +46,15 @@ def hold(converted, held, prefix):
         if plan is None:
             continue
         labels = [ch.label for ch in plan.choices]
-        held = sum(v.startswith(prefix) for v in labels)
+        match = [fnmatch.fnmatchcase(v, pattern) for v in labels]
+        held = sum(match)
         if held:  # (a layer with none decides as its twin did: the same cache)
             n += held
-            h.force_algorithms(*("native" if v.startswith(prefix) else v for v in labels))
+            h.force_algorithms(*("native" if mv else v for v, mv in zip(labels, match)))
     return n
 
 
-def run(name, mode, prefix, args):
+def run(name, mode, pattern, args):
     N, side = bn.NETWORKS[name]
     common.set_precision("tf32" if mode == "tf32" else "fp32")
     torch.manual_seed(0)
@@ -65,7 +68,7 @@ def run(name, mode, prefix, args):
     steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
     tuner.clear()
     steps["converted"]()
-    n = hold(conv, held, prefix)
+    n = hold(conv, held, pattern)
     for k in ("converted", "held"):
         models[k].load_state_dict(plain.state_dict())
         chk = bn.check(plain, models[k], x, target, mode)
@@ -85,7 +88,7 @@ def run(name, mode, prefix, args):
         r = common.ratio_of(per[a], per[b])
         return "%s/%s x%.3f (%.3f-%.3f)" % (a, b, r["ratio"], r["ratio_q1"], r["ratio_q3"])
     log("  %s %s N=%d, %d passes held (%s): %s; %s; %s; A/A %s; plain %.2f ms" % (
-        name, mode, N, n, prefix, show("held", "converted"), show("plain", "converted"),
+        name, mode, N, n, pattern, show("held", "converted"), show("plain", "converted"),
         show("plain", "held"), show("plain", "twin"), statistics.median(per["plain"])))
 
 
@@ -93,7 +96,8 @@ def main() -> int:
     ap = common.parser(__doc__, results=False)
     ap.add_argument("--nets", default="resnet50")
     ap.add_argument("--modes", default="bf16")
-    ap.add_argument("--hold", default="winograd", help="label prefix of the passes held back")
+    ap.add_argument("--hold", default="winograd*",
+                    help="fnmatch pattern of the labels held back (winograd:? the non-fused)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--best-of", type=int, default=1)
