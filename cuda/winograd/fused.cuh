@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < (kOdd ? 2 : 1); ++k) {
           const uint32_t at = ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
                                                               TX::rel(0, pair, r & 1, r >> 1));
-          t_off[pair][r][k] = (at ^ (((at >> 7) & 3u) << 4)) - ps;
+          t_off[pair][r][k] = TX::swizzled(at) - ps;  // (swizzled_reads_apart's function)
         }
   }
   auto transform = [&](int pst, int vst) {

@@ -15,20 +15,20 @@ fl = torch.ops.fastlayers
 HALF = [torch.float16, torch.bfloat16]
 # Items (64 result channels x a rectangle of 4 x 8 tiles, chunks of 16 reduction channels): K or C
 # of 64 + 1 and 16 + 1 (a partial block and a partial chunk), partial rectangles both ways, more
-# than one each way; padding 3 (input-gradient windows start inside grad_output, at an odd
-# column of an even width for 7x12 p3x3); odd widths (patches through registers) and even ones
-# with windows at odd and at even patch columns. On an H100 (132 SMs) the 8x96x130 30x34 shape
-# gives both passes 192-288 items, so blocks take 2-3 items, up to 18 chunks: a U stage is used
-# three times and the stage an item's exchange used is refilled by the bulk copy. Data widths
-# that are multiples of 8 take the patch by TMA, whose rows start woff = 0..3 words
-# before the windows (then kXoff values): 12x40 p1x1 (both passes, woff 3 kXoff 1, 3 rectangles
-# a row, a first box starting left of the image and boxes reaching past its right edge), 9x16 p3x4 (the forward, 2 0),
-# 9x16 p1x2 (the forward, 3 0), 9x16 p0x3 (the forward, 2 1), 9x18 p2x4 (the input gradient,
-# 1 0), 9x18 p1x0 (the input gradient, 3 0), 6x16 p2x5 (both, 1 1), 7x14 p1x2 (the input
-# gradient, 0 0), 8x24 p0x0 (the forward, 0 0); 30x32 with 96 channels (the forward: 192 items,
-# blocks take 1-2, up to 12 chunks, each stage of the 3-ahead stream reused and the exchange's
-# refilled) and 12x130x130 30x32 (both passes: 288 items, blocks take 2-3, 9 chunks an item with
-# a partial last one).
+# than one each way; padding 3 (input-gradient windows start inside grad_output, at an odd column
+# of an even width for 7x12 p3x3); odd widths (patches through registers) and even ones with
+# windows at odd and at even patch columns. On an H100 (132 SMs) the 8x96x130 30x34 shape gives
+# both passes 192-288 items, so blocks take 2-3 items, up to 18 chunks: a U stage is used three
+# times and the stage an item's exchange used is refilled by the bulk copy. Data widths that are
+# multiples of 8 take the patch by TMA, whose rows start woff = 0..3 words before the windows
+# (then kXoff values): 12x40 p1x1 (both passes, woff 3 kXoff 1, 3 rectangles a row, a first box
+# starting left of the image and boxes reaching past its right edge), 9x16 p3x4 (the forward, 2
+# 0), 9x16 p1x2 (the forward, 3 0), 9x16 p0x3 (the forward, 2 1), 9x18 p2x4 (the input gradient, 1
+# 0), 9x18 p1x0 (the input gradient, 3 0), 6x16 p2x5 (both, 1 1), 7x14 p1x2 (the input gradient, 0
+# 0), 8x24 p0x0 (the forward, 0 0); 30x32 with 96 channels (the forward: 192 items, blocks take
+# 1-2, up to 12 chunks, each stage of the 3-ahead stream reused and the exchange's refilled) and
+# 12x130x130 30x32 (both passes: 288 items, blocks take 2-3, 9 chunks an item with a partial last
+# one).
 BLOCK_SHAPES = [
     (1, 17, 65, 10, 14, 1, 1),
     (3, 33, 130, 11, 9, 1, 1),
