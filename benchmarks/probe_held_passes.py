@@ -1,24 +1,27 @@
 #!/usr/bin/env python3
-"""Does a family's share of a network's passes pay in the whole step? (a diagnosis, not a result.)
+"""Does a family's share of a network's passes pay in the whole step, and what does it do to the
+network's error? (a diagnosis, not a result.)
 
-    python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold 'winograd*']
+    python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold 'winograd*']...
                                             [--steps 10] [--rounds 15] [--best-of 1]
 
-Per network and mode: the plain model, a converted one (tuned on a fresh cache), a second
-converted one whose passes that the tuner gave a label matching HOLD (fnmatch) are pinned to
-PyTorch's path (the other passes of those layers pinned to the tuner's labels, other layers as
-tuned), and a second plain copy. Both converted models' logits and first-layer weight gradients
-are checked against a float64 copy as bench_networks checks them, their errors printed beside
-the plain model's (which passes raise the error: --hold 'fbfft*', --hold 'winograd*'), then all
-four are timed as bench_networks times a step (STEPS steps back to back, wall clock) in one
-rotation round by round.
+Per network and mode: the plain model, a converted one (tuned on a fresh cache; the labels of its
+passes are counted), for each --hold pattern a converted twin whose passes that the tuner gave a
+label matching it (fnmatch) are pinned to PyTorch's path (the other passes of those layers pinned
+to the tuner's labels, other layers as tuned), and a second plain copy. The converted models'
+logits and first-layer weight gradients are checked against a float64 copy as bench_networks
+checks them, their errors printed beside the plain model's (which passes raise the error:
+--hold 'fbfft*' --hold 'winograd:4'); when all pass and ROUNDS > 0, all are timed as
+bench_networks times a step (STEPS steps back to back, wall clock) in one rotation round by round.
 Comparing two runs of bench_networks (one with the family offered, one without) leaves the
-run-to-run drift of a host-bound step in the comparison; here both converted models see the
-same rounds. Prints held / converted (> 1: the held passes pay), plain / converted, plain / held
-and plain / plain copy (the A/A), each the median of per-round ratios with its quartiles.
+run-to-run drift of a host-bound step in the comparison; here all converted models see the
+same rounds. Prints held / converted (> 1: the held passes pay) and plain / held per pattern,
+plain / converted and plain / plain copy (the A/A), each the median of per-round ratios with its
+quartiles.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import fnmatch
 import os
@@ -35,17 +38,21 @@ import fastlayers  # noqa: E402
 from fastlayers import tuner  # noqa: E402
 
 
+def plan_labels(module):
+    """The labels of a converted layer's tuned passes (forward, input and weight gradient), or
+    none for a module that is not one or has not decided."""
+    route = getattr(module, "_fl_route", None)
+    plan = getattr(route[1], "plan", None) if route is not None else None
+    return [ch.label for ch in plan.choices] if plan is not None else []
+
+
 def hold(converted, held, pattern):
     """Pins the layers of `held` that have a pass whose label in `converted` (its twin, tuned)
     matches `pattern` (fnmatch): those passes to native, the layer's others to their tuned
     labels. Returns the passes held."""
     n = 0
     for c, h in zip(converted.modules(), held.modules()):
-        route = getattr(c, "_fl_route", None)
-        plan = getattr(route[1], "plan", None) if route is not None else None
-        if plan is None:
-            continue
-        labels = [ch.label for ch in plan.choices]
+        labels = plan_labels(c)
         match = [fnmatch.fnmatchcase(v, pattern) for v in labels]
         held = sum(match)
         if held:  # (a layer with none decides as its twin did: the same cache)
@@ -54,30 +61,37 @@ def hold(converted, held, pattern):
     return n
 
 
-def run(name, mode, pattern, args):
+def run(name, mode, patterns, args):
     N, side = bn.NETWORKS[name]
     common.set_precision("tf32" if mode == "tf32" else "fp32")
     torch.manual_seed(0)
     plain = bn.build(name)
     conv = fastlayers.convert(copy.deepcopy(plain))
-    held = fastlayers.convert(copy.deepcopy(plain))
+    helds = {"held%d" % i: fastlayers.convert(copy.deepcopy(plain)) for i in range(len(patterns))}
     twin = copy.deepcopy(plain)
     x = torch.randn(N, 3, side, side, device="cuda")
     target = torch.randint(0, 1000, (N,), device="cuda")
-    models = {"plain": plain, "converted": conv, "held": held, "twin": twin}
+    models = {"plain": plain, "converted": conv, **helds, "twin": twin}
     steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
     tuner.clear()
     steps["converted"]()
-    n = hold(conv, held, pattern)
-    for k in ("converted", "held"):
+    labels = collections.Counter(lab for m in conv.modules() for lab in plan_labels(m))
+    log("  %s %s N=%d: the tuned passes' labels: %s" % (
+        name, mode, N, ", ".join("%s x%d" % kv for kv in sorted(labels.items()))))
+    n = {k: hold(conv, helds[k], pat) for k, pat in zip(helds, patterns)}
+    ok = True
+    for k in ("converted", *helds):
         models[k].load_state_dict(plain.state_dict())
         chk = bn.check(plain, models[k], x, target, mode)
-        log("  %s %s %s: errors against float64 (the plain model's), %s" % (
-            name, mode, k, ", ".join("%s %.2e (%.2e)" % (what, v["converted_err"], v["plain_err"])
-                                     for what, v in chk.items() if isinstance(v, dict))))
-        if not chk["ok"]:
-            log("  %s %s: %s outside tolerance" % (name, mode, k))
-            return
+        log("  %s %s %s%s: errors against float64 (the plain model's), %s%s" % (
+            name, mode, k, "" if k == "converted" else " (%s)" % patterns[int(k[4:])],
+            ", ".join("%s %.2e (%.2e, x%.2f)" % (what, v["converted_err"], v["plain_err"],
+                                                 v["converted_err"] / v["plain_err"])
+                      for what, v in chk.items() if isinstance(v, dict)),
+            "" if chk["ok"] else ": outside tolerance"))
+        ok = ok and chk["ok"]
+    if not ok or args.rounds == 0:
+        return
     for s in steps.values():
         for _ in range(2):
             s()
@@ -87,17 +101,22 @@ def run(name, mode, pattern, args):
     def show(a, b):
         r = common.ratio_of(per[a], per[b])
         return "%s/%s x%.3f (%.3f-%.3f)" % (a, b, r["ratio"], r["ratio_q1"], r["ratio_q3"])
-    log("  %s %s N=%d, %d passes held (%s): %s; %s; %s; A/A %s; plain %.2f ms" % (
-        name, mode, N, n, pattern, show("held", "converted"), show("plain", "converted"),
-        show("plain", "held"), show("plain", "twin"), statistics.median(per["plain"])))
+    for k, pat in zip(helds, patterns):
+        log("  %s %s N=%d, %d passes held (%s): %s; %s" % (
+            name, mode, N, n[k], pat, show(k, "converted"), show("plain", k)))
+    log("  %s %s N=%d: %s; A/A %s; plain %.2f ms" % (
+        name, mode, N, show("plain", "converted"), show("plain", "twin"),
+        statistics.median(per["plain"])))
 
 
 def main() -> int:
     ap = common.parser(__doc__, results=False)
     ap.add_argument("--nets", default="resnet50")
     ap.add_argument("--modes", default="bf16")
-    ap.add_argument("--hold", default="winograd*",
-                    help="fnmatch pattern of the labels held back (winograd:? the non-fused)")
+    ap.add_argument("--hold", action="append",
+                    help="fnmatch pattern of the labels held back (winograd:? the non-fused); "
+                         "repeated, one held model each, timed in the same rotation "
+                         "(default winograd*)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--best-of", type=int, default=1)
@@ -108,7 +127,7 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True
     for name in args.nets.split(","):
         for mode in args.modes.split(","):
-            run(name, mode, args.hold, args)
+            run(name, mode, args.hold or ["winograd*"], args)
             common.release()
     return 0
 
