@@ -78,7 +78,23 @@ def run(name, mode, patterns, args):
     labels = collections.Counter(lab for m in conv.modules() for lab in plan_labels(m))
     log("  %s %s N=%d: the tuned passes' labels: %s" % (
         name, mode, N, ", ".join("%s x%d" % kv for kv in sorted(labels.items()))))
+    ratios = collections.defaultdict(list)  # label -> its error / native's, per pass chosen
+    for d in tuner.decisions():
+        e = d["errors"]
+        if d["source"] == "tuned" and d["choice"] != "native" and e.get("native"):
+            ratios[d["choice"]].append(e[d["choice"]] / e["native"])
+    log("  %s %s: the chosen labels' errors over native's in the tuner's check: %s" % (
+        name, mode, ", ".join("%s median x%.2f max x%.2f" % (k, statistics.median(v), max(v))
+                              for k, v in sorted(ratios.items()))))
     n = {k: hold(conv, helds[k], pat) for k, pat in zip(helds, patterns)}
+    # The plain model's own error moves with cuDNN's algorithms: its error with the heuristics'
+    # choices (benchmark off) beside the benchmark's shows how much.
+    torch.backends.cudnn.benchmark = False
+    aa = bn.check(plain, twin, x, target, mode)
+    torch.backends.cudnn.benchmark = True
+    log("  %s %s: the plain model's errors with cuDNN's heuristic algorithms: %s" % (
+        name, mode, ", ".join("%s %.2e" % (what, v["plain_err"])
+                              for what, v in aa.items() if isinstance(v, dict))))
     ok = True
     for k in ("converted", *helds):
         models[k].load_state_dict(plain.state_dict())
