@@ -40,7 +40,10 @@ from fastlayers import tuner  # noqa: E402
 # name -> (batch, image side): BENCHMARKS.md's whole-step anchors.
 NETWORKS = {"vgg16": (16, 224), "resnet18": (64, 224), "resnet50": (32, 224), "alexnet": (128, 224)}
 MODES = ("fp32", "tf32", "bf16")
-FLOOR = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 1.6e-2}
+# The tuner's floors: a network's check is no looser than a layer's.
+FLOOR = {"fp32": tuner.error_floor(torch.float32, False),
+         "tf32": tuner.error_floor(torch.float32, True),
+         "bf16": tuner.error_floor(torch.bfloat16, False)}
 
 
 def build(name: str):
