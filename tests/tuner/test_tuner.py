@@ -116,6 +116,28 @@ def test_tuning_decides_every_pass_once(tune_cpu, device, monkeypatch):
     assert {r["source"] for r in tuner.decisions()} == {"file"}
 
 
+def test_error_floors_are_a_few_units_of_each_dtypes_rounding():
+    # A floor far above PyTorch's own error would let in what is less precise than the layer
+    # replaced; each floor is about four units of its dtype's rounding, TF32's float16's.
+    for dtype, unit in ((torch.float32, 2.0**-24), (torch.float16, 2.0**-11),
+                        (torch.bfloat16, 2.0**-8)):
+        assert 3 * unit <= tuner.error_floor(dtype, False) <= 5 * unit, dtype
+    assert tuner.error_floor(torch.float32, True) == tuner.error_floor(torch.float16, False)
+
+
+def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device):
+    # In float32 twice PyTorch's error decides: F(4x4,3x3) and F(6x6,3x3) (2.4-7 and 7-20 times
+    # cuDNN's error on VGG-E's layers; 5 and 15 times PyTorch's at this shape on the CPU) are
+    # skipped, F(2x2,3x3) (1.2 times) is measured.
+    p = problem(S=2, C=64, K=64, H=28, W=28, device=device)
+    tuner.choose_conv2d(p, "forward")
+    row = by_key()[p.key("forward")]
+    assert row["errors"]["native"] < 1e-6
+    for label in ("winograd:4", "winograd:6"):
+        assert row["skipped"][label].startswith("error "), row["skipped"]
+    assert "winograd:2" in row["times_ms"], row["skipped"]
+
+
 @pytest.mark.parametrize("shape", [(7, 9, 3, 3, 1, 1), (8, 8, 5, 3, 0, 2), (6, 7, 3, 5, 4, 3),
                                    (4, 9, 1, 7, 2, 6), (3, 3, 3, 3, 5, 1)])
 @pytest.mark.parametrize("pass_", tuner.PASSES)
