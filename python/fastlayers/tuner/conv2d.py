@@ -147,7 +147,7 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
     # Python above it, every fastlayers op would enter its Python autograd kernel first, host
     # time a step does not pay.
     with torch.no_grad(), torch.autocast(device.type, enabled=False), \
-            torch._C._AutoDispatchBelowAutograd():
+            torch._C._AutoDispatchBelowAutograd(), _problem_precision(p):
         # The float64 reference runs with cudnn.benchmark off: under it cuDNN would first time
         # every float64 algorithm of this extra shape, minutes for large kernels. The checks
         # run at the problem's shape with the user's setting, so PyTorch's error is that of the
@@ -194,6 +194,23 @@ def reference(pass_: str, pad, x, w, gy) -> torch.Tensor:
     qh, qw = kh - 1 - pad[0], kw - 1 - pad[1]
     g = F.pad(gy, (min(qw, 0), min(qw, 0), min(qh, 0), min(qh, 0)))
     return F.conv2d(g, w.transpose(0, 1).flip(2, 3), None, 1, (max(qh, 0), max(qw, 0)))
+
+
+@contextlib.contextmanager
+def _problem_precision(p: ConvProblem):
+    """PyTorch's TF32 switch for convolution set to the problem's while it is measured: the key
+    names the problem's precision, so PyTorch's candidate (and its error, the tolerance's
+    yardstick) must run at it, whatever the process's switch says. A module's problems take
+    the switch itself, so for them nothing changes."""
+    if p.device_type != "cuda" or conv_tf32_allowed() == p.tf32:
+        yield
+        return
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = p.tf32
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
 
 
 @contextlib.contextmanager
@@ -372,7 +389,7 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     walls = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
     ratios = {k: [] for k in names[1:]}
-    with torch.autocast(device.type, enabled=False), torch.enable_grad():
+    with torch.autocast(device.type, enabled=False), torch.enable_grad(), _problem_precision(p):
         for fn in steps.values():
             fn()  # warm-up
         first = max(run(fn, (), 2)[0] for fn in steps.values())
