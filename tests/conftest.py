@@ -1,4 +1,3 @@
-import os
 import random
 
 import pytest
@@ -9,14 +8,6 @@ import fastlayers
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
-        # A test of device timings needs the GPU to itself: the other workers of a parallel run
-        # share it and stretch its kernels, not its host time. scripts/gpu-check runs them alone.
-        if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-            alone = pytest.mark.skip(reason="times the device: needs the GPU to itself, not "
-                                            "shared with other test workers (run it alone)")
-            for item in items:
-                if "device_alone" in item.keywords and "gpu" in item.keywords:
-                    item.add_marker(alone)
         return
     skip = pytest.mark.skip(reason="CUDA device not available")
     for item in items:
