@@ -124,17 +124,8 @@ def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
     del x, w
     lose, win = "timed:spin=%.3f" % (0.65 * W), "timed:spin=%.3f" % (0.25 * W)
     family = timed(lose)
-    # The premise of the loss: PyTorch's figure near W. A device shared with other work (a
-    # parallel test run: 27.3 ms against W = 3.5 ms, H100, 15 workers) stretches it and not the
-    # spin, which has no device work; such a measurement is taken again, up to 3 times, and the
-    # premise asserted before the choice.
-    for _ in range(3):
-        choice = tuner.choose_conv2d(p, "forward")
-        if row_of(p)["times_ms"]["native"] < 1.5 * W:
-            break
-        tuner.clear(file=True)
+    choice = tuner.choose_conv2d(p, "forward")
     row = row_of(p)
-    assert row["times_ms"]["native"] < 1.5 * W, (W, tuner.report())
     assert row["host_ms"]["native"] < 0.2 * W, (W, tuner.report())  # the premise: device-bound
     assert row["host_ms"][lose] >= 0.6 * W, (W, tuner.report())
     assert choice == "native", (W, tuner.report())
