@@ -142,6 +142,42 @@ def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, monke
     assert "winograd:2" in row["times_ms"], row["skipped"]
 
 
+@pytest.fixture
+def cudnn_precision():
+    """cuDNN's precision settings as they were, put back after the test."""
+    c = torch.backends.cudnn
+    old = c.fp32_precision, c.conv.fp32_precision, c.rnn.fp32_precision
+    yield c
+    c.fp32_precision, c.conv.fp32_precision, c.rnn.fp32_precision = old
+
+
+def test_a_problem_is_measured_at_its_own_precision(cudnn_precision):
+    # The tuner sets cuDNN's TF32 switch for convolution to a float32 CUDA problem's while it
+    # measures it and puts it back, also past an exception and after the per-operation API was
+    # used (where the legacy getter raises); other dtypes' problems leave it alone.
+    from types import SimpleNamespace
+    from fastlayers._common import conv_tf32_allowed
+    problem_of = lambda dtype, tf32: SimpleNamespace(  # noqa: E731
+        device_type="cuda", dtype=dtype, tf32=tf32)
+    cudnn_precision.allow_tf32 = True
+    with tuner_conv2d._problem_precision(problem_of("float32", False)):
+        assert not conv_tf32_allowed()
+    assert conv_tf32_allowed()
+    with pytest.raises(KeyError):
+        with tuner_conv2d._problem_precision(problem_of("float32", False)):
+            raise KeyError("inside")
+    assert conv_tf32_allowed()
+    with tuner_conv2d._problem_precision(problem_of("float16", False)):
+        assert conv_tf32_allowed()
+    cudnn_precision.conv.fp32_precision = "ieee"
+    with tuner_conv2d._problem_precision(problem_of("float32", True)):
+        assert conv_tf32_allowed()
+    assert not conv_tf32_allowed() and cudnn_precision.conv.fp32_precision == "ieee"
+    with tuner.measure.cudnn_tf32("rnn", False):
+        assert cudnn_precision.rnn.fp32_precision == "ieee"
+    assert cudnn_precision.rnn.fp32_precision != "ieee"
+
+
 @pytest.mark.parametrize("shape", [(7, 9, 3, 3, 1, 1), (8, 8, 5, 3, 0, 2), (6, 7, 3, 5, 4, 3),
                                    (4, 9, 1, 7, 2, 6), (3, 3, 3, 3, 5, 1)])
 @pytest.mark.parametrize("pass_", tuner.PASSES)

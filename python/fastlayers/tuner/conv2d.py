@@ -17,7 +17,8 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import WIN_MARGIN, error_floor, measure_candidates, step_cost, step_timer
+from .measure import (WIN_MARGIN, cudnn_tf32, error_floor, measure_candidates, step_cost,
+                      step_timer)
 from .state import transforms_allowed
 
 
@@ -196,21 +197,15 @@ def reference(pass_: str, pad, x, w, gy) -> torch.Tensor:
     return F.conv2d(g, w.transpose(0, 1).flip(2, 3), None, 1, (max(qh, 0), max(qw, 0)))
 
 
-@contextlib.contextmanager
 def _problem_precision(p: ConvProblem):
-    """PyTorch's TF32 switch for convolution set to the problem's while it is measured: the key
-    names the problem's precision, so PyTorch's candidate (and its error, the tolerance's
-    yardstick) must run at it, whatever the process's switch says. A module's problems take
-    the switch itself, so for them nothing changes."""
-    if p.device_type != "cuda" or conv_tf32_allowed() == p.tf32:
-        yield
-        return
-    old = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = p.tf32
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = old
+    """PyTorch's TF32 switch for convolution set to a float32 problem's while it is measured: the
+    key names the problem's precision, so PyTorch's candidate (and its error, the tolerance's
+    yardstick) must run at it, whatever the process's switch says. A module's problems take the
+    switch itself, so for them nothing changes; nor for other dtypes, whose results TF32 does
+    not touch (and whose cuDNN benchmark choices PyTorch keys by the switch too)."""
+    if p.device_type != "cuda" or p.dtype != "float32" or conv_tf32_allowed() == p.tf32:
+        return contextlib.nullcontext()
+    return cudnn_tf32("conv", p.tf32)
 
 
 @contextlib.contextmanager

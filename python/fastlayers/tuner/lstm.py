@@ -15,7 +15,7 @@ from ..algorithms import LSTM_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import error_floor, measure_candidates
+from .measure import cudnn_tf32, error_floor, measure_candidates
 
 
 @dataclass(frozen=True)
@@ -157,26 +157,21 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
     n = _check_samples(p, pass_, [c.label for c in choices], device)
     xc = x.detach()[:, :n].clone().requires_grad_(pass_ == "training")
     modules = {NATIVE.label: ref, **ours}
-    old_tf32 = torch.backends.cudnn.allow_tf32
-    try:
-        with torch.autocast(device.type, enabled=False):
-            ref64 = copy.deepcopy(ref).double()
-            x64 = xc.detach().double().requires_grad_(pass_ == "training")
-            torch.backends.cudnn.allow_tf32 = False
+    with torch.autocast(device.type, enabled=False):
+        ref64 = copy.deepcopy(ref).double()
+        x64 = xc.detach().double().requires_grad_(pass_ == "training")
+        with cudnn_tf32("rnn", False):
             ref_out = _step(ref64, p, pass_)(x64).detach()
-            torch.backends.cudnn.allow_tf32 = p.tf32
-            grad = torch.enable_grad() if pass_ == "training" else torch.no_grad()
-            with grad:
-                # Two warm-up calls: the ops' step loops run directly at a shape's first call
-                # and record their CUDA graph at its second (cuda/common/step_graph.h), which
-                # took 20 ms of a 4 ms fp32 training step at 512/64/100 and dropped fused from
-                # the race on its first figure.
-                return measure_candidates(
-                    choices, call=lambda c: _step(modules[c.label], p, pass_),
-                    workspace=lambda c: 0, args=(x,), check_args=(xc,), ref=ref_out,
-                    device=device, floor=error_floor(p.torch_dtype, p.tf32), warmups=2)
-    finally:
-        torch.backends.cudnn.allow_tf32 = old_tf32
+        grad = torch.enable_grad() if pass_ == "training" else torch.no_grad()
+        with grad, cudnn_tf32("rnn", p.tf32):
+            # Two warm-up calls: the ops' step loops run directly at a shape's first call and
+            # record their CUDA graph at its second (cuda/common/step_graph.h), which took 20 ms
+            # of a 4 ms fp32 training step at 512/64/100 and dropped fused from the race on its
+            # first figure.
+            return measure_candidates(
+                choices, call=lambda c: _step(modules[c.label], p, pass_),
+                workspace=lambda c: 0, args=(x,), check_args=(xc,), ref=ref_out,
+                device=device, floor=error_floor(p.torch_dtype, p.tf32), warmups=2)
 
 
 def choose_lstm(p: LstmProblem, pass_: str, device: Optional[torch.device] = None) -> str:

@@ -16,8 +16,10 @@ more rounds, and a round times fewer calls of a slow candidate than of a fast on
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
+import threading
 import time
 from typing import Callable, Dict, List, Sequence
 
@@ -59,6 +61,28 @@ def error_floor(dtype: torch.dtype, tf32: bool) -> float:
     if dtype == torch.float32 and tf32:
         return ERROR_FLOOR[torch.float16]
     return ERROR_FLOOR.get(dtype, 1e-5)
+
+
+# Held while a measurement has cuDNN's TF32 switch changed: two at once would put it back in the
+# wrong order.
+_precision_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def cudnn_tf32(op: str, on: bool):
+    """cuDNN's TF32 switch for `op` ("conv" or "rnn") set to `on` while the block runs, then put
+    back: PyTorch's per-operation setting (torch.backends.cudnn.<op>.fp32_precision), which
+    takes either API's prior state. The legacy `torch.backends.cudnn.allow_tf32` would not do:
+    its getter raises once the per-operation API has been used, and its setter changes both
+    operations. The switch is the process's: other threads' calls see it meanwhile."""
+    backend = getattr(torch.backends.cudnn, op)
+    with _precision_lock:
+        old = backend.fp32_precision
+        backend.fp32_precision = "tf32" if on else "ieee"
+        try:
+            yield
+        finally:
+            backend.fp32_precision = old
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
