@@ -116,6 +116,15 @@ def test_tuning_decides_every_pass_once(tune_cpu, device, monkeypatch):
     assert {r["source"] for r in tuner.decisions()} == {"file"}
 
 
+@pytest.fixture
+def cudnn_precision():
+    """cuDNN's precision settings as they were, put back after the test."""
+    c = torch.backends.cudnn
+    old = c.fp32_precision, c.conv.fp32_precision, c.rnn.fp32_precision
+    yield c
+    c.fp32_precision, c.conv.fp32_precision, c.rnn.fp32_precision = old
+
+
 def test_error_floors_are_a_few_units_of_each_dtypes_rounding():
     # A floor far above PyTorch's own error would let in what is less precise than the layer
     # replaced; each floor is about four units of its dtype's rounding, TF32's float16's.
@@ -125,13 +134,13 @@ def test_error_floors_are_a_few_units_of_each_dtypes_rounding():
     assert tuner.error_floor(torch.float32, True) == tuner.error_floor(torch.float16, False)
 
 
-def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, monkeypatch):
+def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, cudnn_precision):
     # In float32 twice PyTorch's error decides: F(4x4,3x3) and F(6x6,3x3) (2.4-7 and 7-20 times
     # cuDNN's error on VGG-E's layers; 5 and 15 times PyTorch's at this shape on the CPU) are
     # skipped, F(2x2,3x3) (1.2 times) is measured. The problem's precision, not the process's
     # TF32 switch (on here), is what PyTorch's candidate runs at: measured in TF32, its error
     # (3e-4 on an H100) would admit every tile.
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    cudnn_precision.conv.fp32_precision = "tf32"
     p = problem(S=2, C=64, K=64, H=28, W=28, device=device)
     assert not p.tf32
     tuner.choose_conv2d(p, "forward")
@@ -140,15 +149,6 @@ def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, monke
     for label in ("winograd:4", "winograd:6"):
         assert row["skipped"][label].startswith("error "), row["skipped"]
     assert "winograd:2" in row["times_ms"], row["skipped"]
-
-
-@pytest.fixture
-def cudnn_precision():
-    """cuDNN's precision settings as they were, put back after the test."""
-    c = torch.backends.cudnn
-    old = c.fp32_precision, c.conv.fp32_precision, c.rnn.fp32_precision
-    yield c
-    c.fp32_precision, c.conv.fp32_precision, c.rnn.fp32_precision = old
 
 
 def test_a_problem_is_measured_at_its_own_precision(cudnn_precision):
