@@ -115,7 +115,8 @@ def table4(doc: dict) -> str:
     out += ["", "ms per call (effective TFLOP/s = 2 S f f' kh kw oh ow / time); x = cuDNN time / FFT "
             "time. \"x of the fp32 FFT\": where cuDNN's TF32-mode result was as accurate as fp32 "
             "(error below 1e-5, bench_table4.FP32_ACCURATE), cuDNN's time against the fastest FFT "
-            "candidate with TF32 off; \"same accuracy\" is the tf32 geomean with those passes taken at that figure. "
+            "candidate with TF32 off; \"same accuracy\" is the tf32 geomean with those passes taken "
+            "at that figure. "
             "Targets: geomean >= %s fp32, >= %s tf32." % (
                 f(s32.get("target"), ".1f") + "x", f(s16.get("target"), ".1f") + "x")]
     failed = ["%s %s %s %s: %s" % (r["layer"], r["pass"], r["mode"], lb, m["failed"])

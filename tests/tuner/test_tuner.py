@@ -151,31 +151,60 @@ def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, cudnn
     assert "winograd:2" in row["times_ms"], row["skipped"]
 
 
-def test_a_problem_is_measured_at_its_own_precision(cudnn_precision):
+def test_a_problem_is_measured_at_its_own_precision(cudnn_precision, monkeypatch):
     # The tuner sets cuDNN's TF32 switch for convolution to a float32 CUDA problem's while it
-    # measures it and puts it back, also past an exception and after the per-operation API was
-    # used (where the legacy getter raises); other dtypes' problems leave it alone.
+    # measures it and puts it back: past an exception, after the per-operation API was used
+    # (where the legacy getter raises), inheriting where it inherited; other dtypes' problems
+    # and problems that agree with the switch leave it alone; a thread that finds it held
+    # changed gives up after a while rather than wait on a backward that may need its thread.
     from types import SimpleNamespace
     from fastlayers._common import conv_tf32_allowed
+    from fastlayers.tuner import measure as tuner_measure
     problem_of = lambda dtype, tf32: SimpleNamespace(  # noqa: E731
         device_type="cuda", dtype=dtype, tf32=tf32)
-    cudnn_precision.allow_tf32 = True
+    c = cudnn_precision
+    c.fp32_precision, c.conv.fp32_precision = "tf32", "none"  # conv inherits TF32
     with tuner_conv2d._problem_precision(problem_of("float32", False)):
         assert not conv_tf32_allowed()
     assert conv_tf32_allowed()
+    c.fp32_precision = "ieee"  # still inheriting
+    assert not conv_tf32_allowed()
+    c.fp32_precision = "tf32"
     with pytest.raises(KeyError):
         with tuner_conv2d._problem_precision(problem_of("float32", False)):
             raise KeyError("inside")
     assert conv_tf32_allowed()
     with tuner_conv2d._problem_precision(problem_of("float16", False)):
         assert conv_tf32_allowed()
-    cudnn_precision.conv.fp32_precision = "ieee"
     with tuner_conv2d._problem_precision(problem_of("float32", True)):
         assert conv_tf32_allowed()
-    assert not conv_tf32_allowed() and cudnn_precision.conv.fp32_precision == "ieee"
-    with tuner.measure.cudnn_tf32("rnn", False):
-        assert cudnn_precision.rnn.fp32_precision == "ieee"
-    assert cudnn_precision.rnn.fp32_precision != "ieee"
+    c.conv.fp32_precision = "ieee"  # set explicitly: comes back explicit
+    with tuner_conv2d._problem_precision(problem_of("float32", True)):
+        assert conv_tf32_allowed()
+    assert not conv_tf32_allowed() and c.conv.fp32_precision == "ieee"
+    rnn = c.rnn.fp32_precision
+    with tuner_measure.cudnn_tf32("rnn", rnn != "tf32"):
+        assert (c.rnn.fp32_precision == "tf32") == (rnn != "tf32")
+    assert c.rnn.fp32_precision == rnn
+
+    monkeypatch.setattr(tuner_measure, "LOCK_WAIT_S", 0.05)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with tuner_measure.cudnn_tf32("conv", True):
+            held.set()
+            release.wait(10)
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(RuntimeError, match="held changed by another thread"):
+            with tuner_measure.cudnn_tf32("conv", False):
+                pass
+    finally:
+        release.set()
+        t.join()
+    assert not conv_tf32_allowed()
 
 
 @pytest.mark.parametrize("shape", [(7, 9, 3, 3, 1, 1), (8, 8, 5, 3, 0, 2), (6, 7, 3, 5, 4, 3),

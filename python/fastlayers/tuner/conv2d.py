@@ -198,12 +198,12 @@ def reference(pass_: str, pad, x, w, gy) -> torch.Tensor:
 
 
 def _problem_precision(p: ConvProblem):
-    """PyTorch's TF32 switch for convolution set to a float32 problem's while it is measured: the
+    """PyTorch's TF32 switch for convolution as a float32 problem says while it is measured: the
     key names the problem's precision, so PyTorch's candidate (and its error, the tolerance's
-    yardstick) must run at it, whatever the process's switch says. A module's problems take the
-    switch itself, so for them nothing changes; nor for other dtypes, whose results TF32 does
-    not touch (and whose cuDNN benchmark choices PyTorch keys by the switch too)."""
-    if p.device_type != "cuda" or p.dtype != "float32" or conv_tf32_allowed() == p.tf32:
+    yardstick) must run at it, whatever the process's switch says. A module's problems read the
+    switch, so for them nothing changes; nor for other dtypes, whose results TF32 does not
+    touch (and whose cuDNN benchmark choices PyTorch keys by the switch too)."""
+    if p.device_type != "cuda" or p.dtype != "float32":
         return contextlib.nullcontext()
     return cudnn_tf32("conv", p.tf32)
 

@@ -4,6 +4,7 @@ the recurrence as one kernel), its measuring inputs and float64 reference, and t
 pass (``forward`` alone, or ``training``: forward and backward)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional
@@ -160,10 +161,11 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
     with torch.autocast(device.type, enabled=False):
         ref64 = copy.deepcopy(ref).double()
         x64 = xc.detach().double().requires_grad_(pass_ == "training")
-        with cudnn_tf32("rnn", False):
-            ref_out = _step(ref64, p, pass_)(x64).detach()
+        ref_out = _step(ref64, p, pass_)(x64).detach()
         grad = torch.enable_grad() if pass_ == "training" else torch.no_grad()
-        with grad, cudnn_tf32("rnn", p.tf32):
+        precision = (cudnn_tf32("rnn", p.tf32) if device.type == "cuda" and p.dtype == "float32"
+                     else contextlib.nullcontext())
+        with grad, precision:
             # Two warm-up calls: the ops' step loops run directly at a shape's first call and
             # record their CUDA graph at its second (cuda/common/step_graph.h), which took 20 ms
             # of a 4 ms fp32 training step at 512/64/100 and dropped fused from the race on its

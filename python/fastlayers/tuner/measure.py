@@ -64,25 +64,50 @@ def error_floor(dtype: torch.dtype, tf32: bool) -> float:
 
 
 # Held while a measurement has cuDNN's TF32 switch changed: two at once would put it back in the
-# wrong order.
+# wrong order. Waited for at most LOCK_WAIT_S: a measurement on autograd's device thread (a
+# gradient pass) must not wait forever on one whose backward needs that thread.
 _precision_lock = threading.RLock()
+LOCK_WAIT_S = 30.0
+
+
+def _tf32_allowed(op: str) -> bool:
+    from .._common import conv_tf32_allowed
+    from ..lstm import rnn_tf32_allowed
+    return conv_tf32_allowed() if op == "conv" else rnn_tf32_allowed()
 
 
 @contextlib.contextmanager
 def cudnn_tf32(op: str, on: bool):
-    """cuDNN's TF32 switch for `op` ("conv" or "rnn") set to `on` while the block runs, then put
-    back: PyTorch's per-operation setting (torch.backends.cudnn.<op>.fp32_precision), which
-    takes either API's prior state. The legacy `torch.backends.cudnn.allow_tf32` would not do:
-    its getter raises once the per-operation API has been used, and its setter changes both
-    operations. The switch is the process's: other threads' calls see it meanwhile."""
-    backend = getattr(torch.backends.cudnn, op)
-    with _precision_lock:
-        old = backend.fp32_precision
-        backend.fp32_precision = "tf32" if on else "ieee"
+    """cuDNN's TF32 switch for `op` ("conv" or "rnn") as `on` while the block runs: a problem is
+    measured at its own precision. Where the switch already says so (a module's problems, which
+    read it), nothing is touched. Otherwise PyTorch's per-operation setting
+    (torch.backends.cudnn.<op>.fp32_precision) is set and then put back, as "none" where it
+    inherited its value (an explicit setting equal to the inherited one comes back inheriting).
+    The legacy `allow_tf32` is not used: its setter changes both operations and its getter
+    raises where they disagree. The switch is the process's: other threads' calls see it
+    meanwhile. RuntimeError where another thread holds it changed past LOCK_WAIT_S (the tuner
+    then leaves that shape on PyTorch's path)."""
+    if _tf32_allowed(op) == on:
+        yield
+        return
+    if not _precision_lock.acquire(timeout=LOCK_WAIT_S):
+        raise RuntimeError("cuDNN's TF32 switch for %s is held changed by another thread's "
+                           "measurement" % op)
+    try:
+        if _tf32_allowed(op) == on:  # that thread's change, now undone
+            yield
+            return
+        setting = getattr(torch.backends.cudnn, op)
+        old = setting.fp32_precision
+        setting.fp32_precision = "none"
+        inherited = setting.fp32_precision == old
+        setting.fp32_precision = "tf32" if on else "ieee"
         try:
             yield
         finally:
-            backend.fp32_precision = old
+            setting.fp32_precision = "none" if inherited else old
+    finally:
+        _precision_lock.release()
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
