@@ -70,8 +70,8 @@ def labels(model):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("how", ["forced", "tuned"])
-def test_captured_training_step_replays_like_eager(how):
-    torch.backends.cudnn.allow_tf32 = False
+def test_captured_training_step_replays_like_eager(how, monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # put back after the test
     torch.manual_seed(0)
     ref = cnn()
     model = fastlayers.convert(copy.deepcopy(ref))
@@ -109,12 +109,12 @@ class _Tagger(nn.Module):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["stack", "bidirectional"])
-def test_captured_lstm_training_step_replays_like_eager(bidirectional):
+def test_captured_lstm_training_step_replays_like_eager(bidirectional, monkeypatch):
     # The fused LSTM inside a user's graph: lstm_stack's wavefront (unidirectional), or the two
     # directions on two streams (bidirectional: a graph keeps only the order the streams state,
     # so a missing wait of the side stream for the layer below shows here every time); their
     # loops are recorded into the capture.
-    torch.backends.cudnn.allow_tf32 = False
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.manual_seed(0)
     model = fastlayers.convert(_Tagger(bidirectional).cuda())
     model.lstm.force_algorithm("fused")
