@@ -164,22 +164,22 @@ def test_a_problem_is_measured_at_its_own_precision(cudnn_precision, monkeypatch
         device_type="cuda", dtype=dtype, tf32=tf32)
     c = cudnn_precision
     c.fp32_precision, c.conv.fp32_precision = "tf32", "none"  # conv inherits TF32
-    with tuner_conv2d._problem_precision(problem_of("float32", False)):
+    with tuner_measure.problem_precision("conv", problem_of("float32", False)):
         assert not conv_tf32_allowed()
     assert conv_tf32_allowed()
     c.fp32_precision = "ieee"  # still inheriting
     assert not conv_tf32_allowed()
     c.fp32_precision = "tf32"
     with pytest.raises(KeyError):
-        with tuner_conv2d._problem_precision(problem_of("float32", False)):
+        with tuner_measure.problem_precision("conv", problem_of("float32", False)):
             raise KeyError("inside")
     assert conv_tf32_allowed()
-    with tuner_conv2d._problem_precision(problem_of("float16", False)):
+    with tuner_measure.problem_precision("conv", problem_of("float16", False)):
         assert conv_tf32_allowed()
-    with tuner_conv2d._problem_precision(problem_of("float32", True)):
+    with tuner_measure.problem_precision("conv", problem_of("float32", True)):
         assert conv_tf32_allowed()
     c.conv.fp32_precision = "ieee"  # set explicitly: comes back explicit
-    with tuner_conv2d._problem_precision(problem_of("float32", True)):
+    with tuner_measure.problem_precision("conv", problem_of("float32", True)):
         assert conv_tf32_allowed()
     assert not conv_tf32_allowed() and c.conv.fp32_precision == "ieee"
     rnn = c.rnn.fp32_precision

@@ -17,8 +17,8 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import (WIN_MARGIN, cudnn_tf32, error_floor, measure_candidates, step_cost,
-                      step_timer)
+from .measure import (WIN_MARGIN, error_floor, measure_candidates, problem_precision,
+                      step_cost, step_timer)
 from .state import transforms_allowed
 
 
@@ -148,7 +148,7 @@ def measure(p: ConvProblem, pass_: str, device: torch.device) -> decide.Decision
     # Python above it, every fastlayers op would enter its Python autograd kernel first, host
     # time a step does not pay.
     with torch.no_grad(), torch.autocast(device.type, enabled=False), \
-            torch._C._AutoDispatchBelowAutograd(), _problem_precision(p):
+            torch._C._AutoDispatchBelowAutograd(), problem_precision("conv", p):
         # The float64 reference runs with cudnn.benchmark off: under it cuDNN would first time
         # every float64 algorithm of this extra shape, minutes for large kernels. The checks
         # run at the problem's shape with the user's setting, so PyTorch's error is that of the
@@ -195,17 +195,6 @@ def reference(pass_: str, pad, x, w, gy) -> torch.Tensor:
     qh, qw = kh - 1 - pad[0], kw - 1 - pad[1]
     g = F.pad(gy, (min(qw, 0), min(qw, 0), min(qh, 0), min(qh, 0)))
     return F.conv2d(g, w.transpose(0, 1).flip(2, 3), None, 1, (max(qh, 0), max(qw, 0)))
-
-
-def _problem_precision(p: ConvProblem):
-    """PyTorch's TF32 switch for convolution as a float32 problem says while it is measured: the
-    key names the problem's precision, so PyTorch's candidate (and its error, the tolerance's
-    yardstick) must run at it, whatever the process's switch says. A module's problems read the
-    switch, so for them nothing changes; nor for other dtypes, whose results TF32 does not
-    touch (and whose cuDNN benchmark choices PyTorch keys by the switch too)."""
-    if p.device_type != "cuda" or p.dtype != "float32":
-        return contextlib.nullcontext()
-    return cudnn_tf32("conv", p.tf32)
 
 
 @contextlib.contextmanager
@@ -384,7 +373,7 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     walls = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
     ratios = {k: [] for k in names[1:]}
-    with torch.autocast(device.type, enabled=False), torch.enable_grad(), _problem_precision(p):
+    with torch.autocast(device.type, enabled=False), torch.enable_grad(), problem_precision("conv", p):
         for fn in steps.values():
             fn()  # warm-up
         first = max(run(fn, (), 2)[0] for fn in steps.values())

@@ -4,7 +4,6 @@ the recurrence as one kernel), its measuring inputs and float64 reference, and t
 pass (``forward`` alone, or ``training``: forward and backward)."""
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional
@@ -16,7 +15,7 @@ from ..algorithms import LSTM_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import cudnn_tf32, error_floor, measure_candidates
+from .measure import error_floor, measure_candidates, problem_precision
 
 
 @dataclass(frozen=True)
@@ -163,9 +162,7 @@ def measure(p: LstmProblem, pass_: str, device: torch.device) -> decide.Decision
         x64 = xc.detach().double().requires_grad_(pass_ == "training")
         ref_out = _step(ref64, p, pass_)(x64).detach()
         grad = torch.enable_grad() if pass_ == "training" else torch.no_grad()
-        precision = (cudnn_tf32("rnn", p.tf32) if device.type == "cuda" and p.dtype == "float32"
-                     else contextlib.nullcontext())
-        with grad, precision:
+        with grad, problem_precision("rnn", p):
             # Two warm-up calls: the ops' step loops run directly at a shape's first call and
             # record their CUDA graph at its second (cuda/common/step_graph.h), which took 20 ms
             # of a 4 ms fp32 training step at 512/64/100 and dropped fused from the race on its

@@ -60,7 +60,7 @@ def error_floor(dtype: torch.dtype, tf32: bool) -> float:
     mantissa, as float16's)."""
     if dtype == torch.float32 and tf32:
         return ERROR_FLOOR[torch.float16]
-    return ERROR_FLOOR.get(dtype, 1e-5)
+    return ERROR_FLOOR[dtype]
 
 
 # Held while a measurement has cuDNN's TF32 switch changed: two at once would put it back in the
@@ -108,6 +108,17 @@ def cudnn_tf32(op: str, on: bool):
             setting.fp32_precision = "none" if inherited else old
     finally:
         _precision_lock.release()
+
+
+def problem_precision(op: str, p):
+    """cudnn_tf32(op, p.tf32) for a float32 CUDA problem `p` (a ConvProblem, op "conv"; an
+    LstmProblem, op "rnn"): its key names its precision, so PyTorch's candidate (and its error,
+    the tolerance's yardstick) must run at it, whatever the process's switch says. Nothing for
+    other dtypes, whose results TF32 does not touch (and whose cuDNN benchmark choices PyTorch
+    keys by the switch too), nor on a CPU."""
+    if p.device_type != "cuda" or p.dtype != "float32":
+        return contextlib.nullcontext()
+    return cudnn_tf32(op, p.tf32)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
