@@ -54,9 +54,9 @@ def hold(converted, held, pattern):
     for c, h in zip(converted.modules(), held.modules()):
         labels = plan_labels(c)
         match = [fnmatch.fnmatchcase(v, pattern) for v in labels]
-        held = sum(match)
-        if held:  # (a layer with none decides as its twin did: the same cache)
-            n += held
+        n_held = sum(match)
+        if n_held:  # (a layer with none decides as its twin did: the same cache)
+            n += n_held
             h.force_algorithms(*("native" if mv else v for v, mv in zip(labels, match)))
     return n
 
