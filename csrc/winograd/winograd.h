@@ -22,10 +22,11 @@ constexpr int64_t kChunkBytes = int64_t{512} << 20;
 
 // Checks the arguments of one pass and derives its shape. `a`, `b` are the pass's two tensor
 // arguments in schema order: (input, weight), (grad_output, weight), (grad_output, input).
-// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16).
+// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16, or float32 with
+// `tf32` and data whose width is a multiple of 4).
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
-            bool fused = false);
+            bool fused = false, bool tf32 = false);
 
 // The forward's `transformed_weight`, where given: [alpha^2, K, C] of the checked shape `s`, the
 // dtype and device of `weight`, no gradient wanted of it, not with `fused`.
@@ -69,7 +70,7 @@ struct DeviceOps {
                         int64_t tile, bool tf32, int64_t chunk_bytes = kChunkBytes,
                         bool fused = false,
                         const std::optional<at::Tensor>& transformed = std::nullopt) {
-    const Shape s = check(pass, a, b, bias, padding, tile, fused);
+    const Shape s = check(pass, a, b, bias, padding, tile, fused, tf32);
     check_transformed(s, b, transformed, fused);
     if (s.S == 0 || s.C == 0 || s.K == 0) return empty_result(pass, s, a, bias);
     return Run(pass, s, a, b, bias, tf32, chunk_bytes, fused,

@@ -26,7 +26,7 @@ constexpr int64_t kMaxPlane = kConvMaxPlane;
 
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
-            bool fused) {
+            bool fused, bool tf32) {
   const char* op = op_name(pass);
   const char* an = pass == Pass::Forward ? "input" : "grad_output";
   const char* bn = pass == Pass::WeightGrad ? "input" : "weight";
@@ -49,9 +49,14 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
                 winograd::kFusedTile, " (the fused kernel computes F(2x2, 3x3)), got ", tile);
     TORCH_CHECK(a.is_cuda(), op, ": `fused` runs on CUDA tensors, got ", a.device(),
                 " (pass fused=False)");
-    TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16, op,
-                ": `fused` takes float16 and bfloat16 (tensor-core products), got ",
-                a.scalar_type(), " (pass fused=False)");
+    const bool f32 = a.scalar_type() == at::kFloat;
+    TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16 || (f32 && tf32),
+                op, ": `fused` takes float16 and bfloat16, or float32 with `tf32` (tensor-core "
+                "products), got ", a.scalar_type(), f32 ? " with tf32=False" : "",
+                " (pass fused=False)");
+    // float32's patch comes by TMA alone, whose rows are multiples of 16 bytes
+    TORCH_CHECK(!f32 || a.size(3) % 4 == 0, op, ": `fused` in float32 takes `", an,
+                "` of a width that is a multiple of 4, got ", a.size(3), " (pass fused=False)");
   }
   constexpr int64_t k = winograd::kKernel;
   Shape s{};

@@ -17,24 +17,32 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
                     const std::optional<at::Tensor>& bias_in, bool tf32, int64_t chunk_bytes,
                     bool fused, const at::Tensor* transformed_in) {
   c10::cuda::CUDAGuard guard(a_in.device());
-  const auto a = a_in.contiguous();
+  auto a = a_in.contiguous();
+  // The fused kernel reads float32 data by TMA alone, from a 16-byte aligned start (a view's
+  // may not be): such data is copied.
+  if (fused && a.scalar_type() == at::kFloat &&
+      reinterpret_cast<uintptr_t>(a.const_data_ptr()) % 16 != 0)
+    a = a.clone();
   const auto b = b_in.contiguous();
   at::Tensor bias, transformed;
   if (bias_in.has_value()) bias = bias_in->contiguous();
   if (transformed_in != nullptr) transformed = transformed_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
-  if (fused) {  // float16 or bfloat16 (check())
+  if (fused) {  // float16 or bfloat16, or float32 under TF32 (check())
     const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
     const c10::DataPtr ws = cuda_workspace(bytes);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    AT_DISPATCH_REDUCED_FLOATING_TYPES(a.scalar_type(), "winograd_fused", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "winograd_fused", [&] {
       using T = typename DeviceType<scalar_t>::type;
-      winograd::run_fused<T>(
-          pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
-          reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
-          bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
-          reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), bytes,
-          stream);
+      if constexpr (std::is_same<scalar_t, double>::value) {
+        TORCH_CHECK(false, "winograd: the fused kernel takes no float64 (check())");
+      } else {
+        winograd::run_fused<T>(
+            pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+            reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
+            bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
+            reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), bytes, stream);
+      }
     });
     return out;
   }

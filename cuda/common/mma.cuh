@@ -1,5 +1,5 @@
 // Tensor-core products of the hand-written kernels: PTX mma.sync m16n8k16 with float32
-// accumulation, for float16 and bfloat16 operands (sm_80 and later).
+// accumulation, for float16 and bfloat16 operands, and m16n8k8 for TF32 (sm_80 and later).
 //   a: A 16x16, row-major fragment (4 registers of 2 values); b: B 16x8, column-major (2);
 //   d: D 16x8 float (4), accumulated in place. Thread (g = lane / 4, t = lane % 4) holds
 //   a (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); b (k 2t.., n g), (k 2t+8.., n g);
@@ -28,6 +28,27 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// TF32: D += A B, A 16x8 and B 8x8 of float32 bit patterns whose low 13 bits the tensor cores
+// ignore (round them first: to_tf32). The fragments are m16n8k16's with one 32-bit value where
+// that has a pair: thread (g, t) holds a (g, t), (g+8, t), (g, t+4), (g+8, t+4); b (k t, n g),
+// (k t+4, n g); d as above. So ldmatrix's 8x8 matrices of 16-bit values, read as 8x4 of 32-bit
+// ones, load them at the addresses of the 16-bit fragments.
+__device__ __forceinline__ void mma1688_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// float32 -> TF32 (10 mantissa bits), rounded to nearest with ties away from zero, as a float32
+// bit pattern.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
 }
 
 // The A fragment of rows r0.., columns k0.. of a row-major operand in shared memory with row

@@ -1,13 +1,14 @@
-// The fused Winograd kernel: F(2x2, 3x3) forward or input gradient in float16 / bfloat16. The
-// data transform, the alpha^2 products on tensor cores (mma.sync m16n8k16, float32 accumulation)
-// and the inverse transform run in one kernel; the transformed tiles live in shared memory and
+// The fused Winograd kernel: F(2x2, 3x3) forward or input gradient in float16 / bfloat16, or in
+// float32 with TF32 products. The data transform, the alpha^2 products on tensor cores (mma.sync
+// m16n8k16, or m16n8k8 for TF32; float32 accumulation) and the inverse transform run in one kernel; the transformed tiles live in shared memory and
 // the products in registers, so no V or M buffer goes through global memory (the non-fused
 // pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2, 3x3), which
 // bounds it below cuDNN's implicit GEMM on tensor cores). The filter transform stays its own
 // kernel (U in the workspace, laid out as the kernel's shared memory takes it).
 //
 // An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
-// points, reduced over the reduction channels in chunks of BK. The accumulators of an item fill a
+// points, reduced over the reduction channels in chunks of 32 bytes a row (16 channels; 8 in
+// float32: the bytes, layouts and ldmatrix reads of U and V are the same, PatchF32). The accumulators of an item fill a
 // block's registers, so one block runs an SM; the grid is one block an SM and each block takes its
 // items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by one bulk
 // copy on an mbarrier, and the chunk's input patch (the rectangle's windows, overlapping, read
@@ -49,6 +50,10 @@ constexpr int kBP = kTR * kTC;   // 32 tiles
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
 constexpr int kVStages = 2;
+// Reduction channels a chunk: 32 bytes of values (float32 values go to the tensor cores as TF32).
+template <typename T>
+constexpr int kChunkOf = 32 / static_cast<int>(sizeof(T));
+static_assert(kChunkOf<__half> == kBK, "a chunk of 16-bit values is one m16n8k16 k-step");
 // A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns a channel, in rows of
 // 32-bit words, kBK channels, in one of two layouts (Patch<kTma>):
 // - kTma (the width a multiple of 8, the data 16-byte aligned: a tensor map's strides): one TMA
@@ -81,7 +86,7 @@ struct Patch {
   static __host__ __device__ constexpr int word(int c, int row, int w) {
     return c * kChannel + row * kRow + w;
   }
-  static constexpr int kStage = word(kFusedChunk, 0, 0);  // words
+  static constexpr int kStage = word(kBK, 0, 0);  // words
   static_assert(kPatchRows * kRow <= kChannel, "a channel's rows");
   // kTma: a stage and 8 channels span whole 512-byte swizzle periods, so one lane's swizzled
   // offsets serve every stage and both halves of a chunk's channels.
@@ -94,6 +99,25 @@ struct Patch {
 };
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
+// float32 (TF32 products): the patch by TMA alone (the width a multiple of 4, the data 16-byte
+// aligned), a box of kTmaBox values x kTmaRows rows x 8 channels from the multiple of 4 at or
+// before the windows' first column, so the windows start woff = -ox mod 4 values into a row
+// (the same for every item). A row takes 32 words (128 bytes), a channel kTmaRows rows, under the
+// 128-byte swizzle (the 16-byte chunk j of a row at j ^ bits 7-9 of its shared address): a
+// channel's rows start 3 c + row rows modulo 8 into the swizzle's period, and the transform's
+// reads pick channels so that this keeps them apart (the kernel, kF32). A stage is the 16-bit
+// layout's bytes (11 swizzle periods), so the shared memory and the copies' sizes are its.
+struct PatchF32 {
+  static constexpr int kAhead = 3, kUStages = kAhead + 1, kStages = kAhead;
+  static constexpr int kRow = kTmaBox, kChannel = kTmaRows * kRow;
+  static __host__ __device__ constexpr int word(int c, int row, int w) {
+    return c * kChannel + row * kRow + w;
+  }
+  static constexpr int kStage = kChunkOf<float> * kChannel;  // words
+  static_assert(kStage == Patch<true>::kStage && kStage * 4 % 1024 == 0,
+                "the 16-bit TMA layout's bytes; whole swizzle periods a stage");
+  static_assert(3 + 2 * kTC + 2 <= kRow, "a row holds the windows from up to 3 values in");
+};
 
 // sum_k c(k) x(k) over the k < N whose constant c(k) is not zero, started from the first such
 // term: a sum started from 0 keeps an add the compiler may not drop (0 + x is not x for x = -0).
@@ -124,14 +148,15 @@ __host__ __device__ constexpr int swz(int row, int k) {
 
 // U = (G g G^T) of filter g: w[o, r] (forward) or w[r, o] turned 180 degrees (input gradient);
 // zero in the padding. One thread per padded (o, r), r fastest. U is laid out as the kernel's
-// shared memory takes it, one contiguous block of A2 * kBM * kBK values per (result-channel
-// block, reduction chunk): [Mo_pad / kBM][R_pad / kBK][xi][kBM rows, swizzled by swz].
+// shared memory takes it, one contiguous block of A2 * kBM rows of 32 bytes per (result-channel
+// block, reduction chunk of kCh): [Mo_pad / kBM][R_pad / kCh][xi][kBM rows, swizzled by swz in
+// 16-bit units: value k of a float32 row is units 2 k, 2 k + 1]; float32 values rounded to TF32.
 template <typename T, typename Mat>
 __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FusedDims f,
                                         int64_t C, bool input_grad) {
   using F = compute_t<T>;
-  constexpr int A = Mat::kAlpha, R = Mat::kR;
-  const int64_t n = f.Mo_pad * f.R_pad, chunks = f.R_pad / kBK;
+  constexpr int A = Mat::kAlpha, R = Mat::kR, kCh = kChunkOf<T>, kUnits = 16 / kCh;
+  const int64_t n = f.Mo_pad * f.R_pad, chunks = f.R_pad / kCh;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = i / f.R_pad, r = i - o * f.R_pad;
@@ -145,12 +170,18 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
 #pragma unroll
         for (int b = 0; b < A; ++b) out[a][b] = F(0);
     }
-    T* u = U + ((o / kBM) * chunks + r / kBK) * (A * A * kBM * kBK) +
-           swz(static_cast<int>(o % kBM), static_cast<int>(r % kBK));
+    uint16_t* u = reinterpret_cast<uint16_t*>(U) + ((o / kBM) * chunks + r / kCh) * (A * A * kBM * 16) +
+                  swz(static_cast<int>(o % kBM), static_cast<int>(r % kCh) * kUnits);
 #pragma unroll
     for (int a = 0; a < A; ++a)
 #pragma unroll
-      for (int b = 0; b < A; ++b) u[(a * A + b) * kBM * kBK] = from_compute<T>(out[a][b]);
+      for (int b = 0; b < A; ++b) {
+        T* v = reinterpret_cast<T*>(u + (a * A + b) * kBM * 16);
+        if constexpr (std::is_same<T, float>::value)
+          *v = __uint_as_float(to_tf32(out[a][b]));
+        else
+          *v = from_compute<T>(out[a][b]);
+      }
   }
 }
 
@@ -200,13 +231,12 @@ __host__ __device__ constexpr int vpoint(int p) {
 // is a multiple of 128 bytes (the patches after V: TMA destinations).
 constexpr int kVSkew = 128;
 
-// Shared memory of a block: U's chunks [kUStages][A2][kBM][16], the transformed tiles
-// [kVStages][A2 points at vpoint][kBP][16] (both rows swizzled by swz), the input patches
-// [kStages] of kStage words (Patch<kTma>) and an mbarrier per U stage.
-template <typename T, int A2, bool kTma>
+// Shared memory of a block: U's chunks [kUStages][A2][kBM][16 units of 16 bits], the transformed
+// tiles [kVStages][A2 points at vpoint][kBP][16 units] (both rows swizzled by swz), the input
+// patches [kStages] of kStage words (P: Patch<kTma> or PatchF32) and an mbarrier per U stage.
+template <int A2, typename P>
 constexpr size_t smem_bytes() {
-  using P = Patch<kTma>;
-  return sizeof(T) * (A2 * 16 * (P::kUStages * kBM + kVStages * kBP) + kVStages * kVSkew) +
+  return size_t{2} * (A2 * 16 * (P::kUStages * kBM + kVStages * kBP) + kVStages * kVSkew) +
          size_t{4} * P::kStages * P::kStage + size_t{8} * P::kUStages;
 }
 
@@ -226,6 +256,15 @@ struct Pack<__nv_bfloat16> {
     return *reinterpret_cast<const uint32_t*>(&h);
   }
 };
+// Two results side by side by one store (q aligned to two values).
+template <typename T>
+__device__ __forceinline__ void store_pair(T* q, float a, float b) {
+  *reinterpret_cast<uint32_t*>(q) = Pack<T>::two(a, b);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(float* q, float a, float b) {
+  *reinterpret_cast<float2*>(q) = make_float2(a, b);
+}
 
 // Every entry of B^T and A^T is 0 or +-1: bt_bits encodes B^T so, and sum_nonzero's sums of
 // A^T are then two_sided's.
@@ -342,11 +381,16 @@ struct Transform {
 
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
 // column, 2 tx0 - ox, has the parity of ox; the patch starts at an even column at or before).
-// kTma: the patch's layout and copies (Patch).
+// kTma: the patch's layout and copies (Patch). T = float: TF32 products, the patch by TMA
+// (PatchF32; kXoff the parity of ox). U and V are addressed in 16-bit units (S) either way.
 template <typename T, typename Mat, int kXoff, bool kTma>
 __global__ void __launch_bounds__(kThreads)
     kernel(Args<T> g, const __grid_constant__ CUtensorMap patch_map) {
-  using P = Patch<kTma>;
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  static_assert(!kF32 || kTma, "float32's patch comes by TMA alone");
+  using P = std::conditional_t<kF32, PatchF32, Patch<kTma>>;
+  using S = std::conditional_t<kF32, uint16_t, T>;  // a 16-bit unit of U and V
+  constexpr int kCh = kChunkOf<T>;  // reduction channels a chunk
   constexpr int kAhead = P::kAhead, kUStages = P::kUStages, kPatchStages = P::kStages;
   constexpr int kPatchStage = P::kStage;
   constexpr int A = Mat::kAlpha, A2 = A * A;
@@ -355,10 +399,10 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(vpoint<kTma>(A2 - 1) + kBP * 16 <= kVStage && kVStage % 8 == 0,
                 "a V stage holds its points' rows; 16-byte rows");
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* Us = reinterpret_cast<T*>(smem_raw);
-  T* Vs = Us + kUStages * kUStage;
+  S* Us = reinterpret_cast<S*>(smem_raw);
+  S* Vs = Us + kUStages * kUStage;
   uint32_t* Ps = reinterpret_cast<uint32_t*>(Vs + kVStages * kVStage);
-  static_assert(!kTma || (kUStages * kUStage + kVStages * kVStage) * sizeof(T) % 128 == 0,
+  static_assert(!kTma || (kUStages * kUStage + kVStages * kVStage) * sizeof(S) % 128 == 0,
                 "the patch stages 128-byte aligned: TMA destinations");
   const uint32_t bars = smem_addr(Ps + kPatchStages * kPatchStage);  // 8 bytes a U stage
 
@@ -371,11 +415,11 @@ __global__ void __launch_bounds__(kThreads)
   // chunk's box (patch_map: the data as [samples][channels][ih][iw]) by TMA on the same
   // mbarrier. async_patch: threads 0..159 copy row p_row of channel p_c, kPatchWords words.
   // Either way the values in the image come from the data, zeros elsewhere.
-  static_assert(kUStage == A2 * kBM * kBK, "U's chunk blocks are the stages' image");
+  static_assert(kUStage == A2 * kBM * 16, "U's chunk blocks are the stages' image");
   constexpr int kPatchCopiers = kBK * kPatchRows;
   static_assert(kPatchCopiers <= kThreads, "a patch row a thread");
-  constexpr uint32_t kUBytes = kUStage * sizeof(T);
-  constexpr uint32_t kBoxBytes = kTmaBox * kTmaRows * kBK * sizeof(T);
+  constexpr uint32_t kUBytes = kUStage * sizeof(S);
+  constexpr uint32_t kBoxBytes = kTmaBox * kTmaRows * kCh * sizeof(T);
   static_assert(!kTma || kBoxBytes == kPatchStage * 4, "the box fills a patch stage");
   const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
   uint32_t* const p_dst = Ps + P::word(p_c, p_row, 0);
@@ -383,7 +427,7 @@ __global__ void __launch_bounds__(kThreads)
   // of 8 at or before the windows' first; else the even column at or before); not kTma, its
   // sample, this thread's row in channel p_c of chunk 0 and the bits of its words in the image.
   struct CopyItem {
-    const T* u;
+    const S* u;
     const T* row;
     const T* sample;
     int64_t py, px;
@@ -392,10 +436,10 @@ __global__ void __launch_bounds__(kThreads)
   };
   auto copy_item = [&](const Item& it) {
     CopyItem ci;
-    ci.u = g.U + (it.m0 / kBM) * (g.f.R_pad / kBK) * kUStage;
+    ci.u = reinterpret_cast<const S*>(g.U) + (it.m0 / kBM) * (g.f.R_pad / kCh) * kUStage;
     ci.py = 2 * int64_t{it.ty0} - src.oy;
-    ci.px = 2 * int64_t{it.tx0} - src.ox - kXoff;
-    if constexpr (kTma) ci.px &= ~int64_t{7};
+    ci.px = 2 * int64_t{it.tx0} - src.ox - (kF32 ? 0 : kXoff);
+    if constexpr (kTma) ci.px &= kF32 ? ~int64_t{3} : ~int64_t{7};
     ci.s = it.s;
     ci.in_image = 0;
     if constexpr (kTma) return ci;
@@ -416,7 +460,7 @@ __global__ void __launch_bounds__(kThreads)
       // read), which the block's barrier ordered before this, go before the async writes.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       mbar_expect_tx(bars + 8 * ust, kUBytes + (kTma ? kBoxBytes : 0));
-      bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kBK) * kUStage, kUBytes,
+      bulk_copy(smem_addr(Us + ust * kUStage), ci.u + (c0 / kCh) * kUStage, kUBytes,
                 bars + 8 * ust);
       if constexpr (kTma)
         tensor_copy_4d(smem_addr(Ps + pst * kPatchStage), &patch_map, static_cast<int>(ci.px),
@@ -466,103 +510,171 @@ __global__ void __launch_bounds__(kThreads)
   // differ from two_sided's in its last place. Bc's zeros multiply too: a NaN or inf in a window
   // makes all 16 of its points NaN, so the whole output tiles that read it (docs/tuner.md).
   constexpr bool kOdd = kXoff != 0;
-  using TX = Transform<kTma>;
-  static_assert(TX::ok(), "Transform's offsets are the layouts'");
-  static_assert(TX::swizzled_reads_apart(0) && TX::swizzled_reads_apart(1), "banks (TMA)");
-  static_assert(TX::swizzled_reads_apart(2) && TX::swizzled_reads_apart(3), "banks (TMA)");
-  const int xg = lane >> 2, xt = lane & 3, xq = xg & 3, xj = xg >> 2, xs = xt & 1;
-  const int x_tile = kTC * (warp >> 1) + TX::col(warp, 0, xj);
-  const uint32_t* const t_src = Ps + P::word(2 * xq, 2 * (warp >> 1) + (xt >> 1), x_tile % kTC) +
-                                (kOdd ? (xs ? 0 : 1) : xs);  // TX::first_word, as written there
-  const int t_ydelta = kOdd && xs ? 2 : 0;       // words from a lane's first read to its second
-  const uint32_t t_sel = xs ? 0x5432u : 0x3210u;  // the two values' halves (odd starts)
-  T* const t_dst[2] = {Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 2 * xq),
-                       Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 8 + 2 * xq)};
-  uint32_t t_bc[2][2];  // Bc's fragments: [h][k 2t.. or 2t + 8..], point 8 h + g
-  {
-    auto bt = [](int i, int j) {  // BT(i, j) for runtime i, j (every entry 0 or +-1)
-      constexpr uint32_t nz = bt_bits<Mat>(false), neg = bt_bits<Mat>(true);
-      const int bit = 4 * i + j;
-      return (nz >> bit) & 1u ? ((neg >> bit) & 1u ? -1.f : 1.f) : 0.f;
-    };
-    auto bc = [&](int k, int p) {
-      const int m = k & 3, c = kOdd ? (m == 2 ? 0 : m == 3 ? 3 : m + 1) : m;
-      return bt(p >> 2, k >> 2) * bt(p & 3, c);
-    };
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        t_bc[h][r] =
-            Pack<T>::two(bc(2 * xt + 8 * r, 8 * h + xg), bc(2 * xt + 8 * r + 1, 8 * h + xg));
-  }
-  static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
-  // kTma: the windows' first word in a patch row, which starts at the multiple of 8 at or before
-  // the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same for every
-  // item, 2 tx0 being a multiple of 16.
-  const int woff = kTma ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
-  // All four groups' reads, then their products and stores: independent chains for the
-  // latencies to overlap.
-  // kTma: each read's word through the 64-byte swizzle, once here: byte offsets from Ps of
-  // [pair][r][the odd start's second read], good for every stage and i (Patch: whole periods).
-  uint32_t t_off[2][4][kOdd ? 2 : 1];
-  if constexpr (kTma) {
-    const uint32_t ps = smem_addr(Ps);
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair)
+  auto transform = [&] {
+    if constexpr (kF32) {
+      // TF32: lane (j, c) of warp w transforms the window of the tile in row w / 2, column
+      // 4 (w % 2) + j of the rectangle, channel c (j = lane / 4 % 4, c = 2 (lane % 4) + lane / 16),
+      // in float32 adds: B^T d B by sum_nonzero (the non-fused float32 pipeline's sums), each
+      // point rounded to TF32 and stored as one 32-bit word, so that a warp's store of a point
+      // fills 4 whole V rows (tiles) x 8 channels, 128 contiguous bytes. A window row is read as
+      // two 64-bit pairs (woff odd: a word, a pair, a word); the 16 lanes of a half-warp read 4
+      // channels of one parity, whose rows' swizzles (3 c + row modulo 8, PatchF32) are 4
+      // distinct values of one parity, so their 16-byte chunks differ.
+      const int j = (lane >> 2) & 3, c = 2 * (lane & 3) + (lane >> 4);
+      const int tcol = 4 * (warp & 1) + j;
+      const int woff = static_cast<int>(-src.ox & 3);  // the windows' first column in a box row
+      constexpr int kReads = kOdd ? 3 : 2;
+      // Byte offsets from Ps, through the swizzle, of row r's reads: good for every stage
+      // (PatchF32: whole swizzle periods).
+      uint32_t off[4][kReads];
+      const uint32_t ps = smem_addr(Ps);
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int k = 0; k < (kOdd ? 2 : 1); ++k) {
-          const uint32_t at = ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
-                                                              TX::rel(0, pair, r & 1, r >> 1));
-          t_off[pair][r][k] = TX::swizzled(at) - ps;  // (swizzled_reads_apart's function)
+        for (int k = 0; k < kReads; ++k) {
+          const int col = 2 * tcol + woff + (kOdd ? (k == 0 ? 0 : 2 * k - 1) : 2 * k);
+          const uint32_t at =
+              ps + 4u * static_cast<uint32_t>(P::word(c, 2 * (warp >> 1) + r, col));
+          off[r][k] = (at ^ (((at >> 7) & 7u) << 4)) - ps;
         }
-  }
-  auto transform = [&](int pst, int vst) {
-    const uint32_t* const w0 = t_src + pst * kPatchStage + woff;  // not kTma
-    const unsigned char* const pb = reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
-    uint32_t a[2][2][4];
+      S* const dst = Vs + swz(kTC * (warp >> 1) + tcol, 2 * c);
+      return [=](int pst, int vst) {
+        const unsigned char* const pb =
+            reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
+        float d[A][A];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int pair = 0; pair < 2; ++pair)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          if constexpr (kTma) {
-            auto word = [&](int k) {
-              return *reinterpret_cast<const uint32_t*>(pb + t_off[pair][r][k] +
-                                                        i * (8 * P::kChannel * 4));
-            };
-            // (kOdd ? 1 : 0: word(1) is out of t_off's range where not kOdd)
-            a[i][pair][r] = kOdd ? __byte_perm(word(0), word(kOdd ? 1 : 0), t_sel) : word(0);
+        for (int r = 0; r < A; ++r) {
+          if constexpr (kOdd) {
+            const float2 mid = *reinterpret_cast<const float2*>(pb + off[r][1]);
+            d[r][0] = *reinterpret_cast<const float*>(pb + off[r][0]);
+            d[r][1] = mid.x;
+            d[r][2] = mid.y;
+            d[r][3] = *reinterpret_cast<const float*>(pb + off[r][kReads - 1]);
           } else {
-            const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
-            a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
+            const float2 lo = *reinterpret_cast<const float2*>(pb + off[r][0]);
+            const float2 hi = *reinterpret_cast<const float2*>(pb + off[r][1]);
+            d[r][0] = lo.x;
+            d[r][1] = lo.y;
+            d[r][2] = hi.x;
+            d[r][3] = hi.y;
           }
         }
+        float t[A][A];  // B^T d
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < A; ++i)
 #pragma unroll
-      for (int pair = 0; pair < 2; ++pair)
+          for (int x = 0; x < A; ++x)
+            t[i][x] = sum_nonzero<A>([&](int k) { return Mat::BT(i, k); },
+                                     [&](int k) { return d[k][x]; });
+        S* const v = dst + vst * kVStage;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float d[4] = {0.f, 0.f, 0.f, 0.f};
-          mma16816(d, a[i][pair], t_bc[h], T{});
+        for (int i = 0; i < A; ++i)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            *reinterpret_cast<uint32_t*>(t_dst[i] + vst * kVStage + TX::vrel(i, pair, h, e)) =
-                Pack<T>::two(d[e], d[2 + e]);
-        }
-  };
+          for (int x = 0; x < A; ++x)
+            *reinterpret_cast<uint32_t*>(v + vpoint<kTma>(A * i + x)) =
+                to_tf32(sum_nonzero<A>([&](int k) { return Mat::BT(x, k); },
+                                       [&](int k) { return t[i][k]; }));
+      };
+    } else {
+      using TX = Transform<kTma>;
+      static_assert(TX::ok(), "Transform's offsets are the layouts'");
+      static_assert(TX::swizzled_reads_apart(0) && TX::swizzled_reads_apart(1), "banks (TMA)");
+      static_assert(TX::swizzled_reads_apart(2) && TX::swizzled_reads_apart(3), "banks (TMA)");
+      const int xg = lane >> 2, xt = lane & 3, xq = xg & 3, xj = xg >> 2, xs = xt & 1;
+      const int x_tile = kTC * (warp >> 1) + TX::col(warp, 0, xj);
+      const uint32_t* const t_src = Ps + P::word(2 * xq, 2 * (warp >> 1) + (xt >> 1), x_tile % kTC) +
+                                    (kOdd ? (xs ? 0 : 1) : xs);  // TX::first_word, as written there
+      const int t_ydelta = kOdd && xs ? 2 : 0;       // words from a lane's first read to its second
+      const uint32_t t_sel = xs ? 0x5432u : 0x3210u;  // the two values' halves (odd starts)
+      T* const t_dst[2] = {Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 2 * xq),
+                           Vs + vpoint<kTma>(2 * xt) + swz(x_tile, 8 + 2 * xq)};
+      uint32_t t_bc[2][2];  // Bc's fragments: [h][k 2t.. or 2t + 8..], point 8 h + g
+      {
+        auto bt = [](int i, int j) {  // BT(i, j) for runtime i, j (every entry 0 or +-1)
+          constexpr uint32_t nz = bt_bits<Mat>(false), neg = bt_bits<Mat>(true);
+          const int bit = 4 * i + j;
+          return (nz >> bit) & 1u ? ((neg >> bit) & 1u ? -1.f : 1.f) : 0.f;
+        };
+        auto bc = [&](int k, int p) {
+          const int m = k & 3, c = kOdd ? (m == 2 ? 0 : m == 3 ? 3 : m + 1) : m;
+          return bt(p >> 2, k >> 2) * bt(p & 3, c);
+        };
+    #pragma unroll
+        for (int h = 0; h < 2; ++h)
+    #pragma unroll
+          for (int r = 0; r < 2; ++r)
+            t_bc[h][r] =
+                Pack<T>::two(bc(2 * xt + 8 * r, 8 * h + xg), bc(2 * xt + 8 * r + 1, 8 * h + xg));
+      }
+      static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
+      // kTma: the windows' first word in a patch row, which starts at the multiple of 8 at or before
+      // the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same for every
+      // item, 2 tx0 being a multiple of 16.
+      const int woff = kTma ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
+      // All four groups' reads, then their products and stores: independent chains for the
+      // latencies to overlap.
+      // kTma: each read's word through the 64-byte swizzle, once here: byte offsets from Ps of
+      // [pair][r][the odd start's second read], good for every stage and i (Patch: whole periods).
+      uint32_t t_off[2][4][kOdd ? 2 : 1] = {};
+      if constexpr (kTma) {
+        const uint32_t ps = smem_addr(Ps);
+    #pragma unroll
+        for (int pair = 0; pair < 2; ++pair)
+    #pragma unroll
+          for (int r = 0; r < 4; ++r)
+    #pragma unroll
+            for (int k = 0; k < (kOdd ? 2 : 1); ++k) {
+              const uint32_t at = ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
+                                                                  TX::rel(0, pair, r & 1, r >> 1));
+              t_off[pair][r][k] = TX::swizzled(at) - ps;  // (swizzled_reads_apart's function)
+            }
+      }
+      return [=](int pst, int vst) {
+        const uint32_t* const w0 = t_src + pst * kPatchStage + woff;  // not kTma
+        const unsigned char* const pb = reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
+        uint32_t a[2][2][4];
+    #pragma unroll
+        for (int i = 0; i < 2; ++i)
+    #pragma unroll
+          for (int pair = 0; pair < 2; ++pair)
+    #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              if constexpr (kTma) {
+                auto word = [&](int k) {
+                  return *reinterpret_cast<const uint32_t*>(pb + t_off[pair][r][k] +
+                                                            i * (8 * P::kChannel * 4));
+                };
+                // (kOdd ? 1 : 0: word(1) is out of t_off's range where not kOdd)
+                a[i][pair][r] = kOdd ? __byte_perm(word(0), word(kOdd ? 1 : 0), t_sel) : word(0);
+              } else {
+                const uint32_t* w = w0 + TX::rel(i, pair, r & 1, r >> 1);
+                a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
+              }
+            }
+    #pragma unroll
+        for (int i = 0; i < 2; ++i)
+    #pragma unroll
+          for (int pair = 0; pair < 2; ++pair)
+    #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float d[4] = {0.f, 0.f, 0.f, 0.f};
+              mma16816(d, a[i][pair], t_bc[h], T{});
+    #pragma unroll
+              for (int e = 0; e < 2; ++e)
+                *reinterpret_cast<uint32_t*>(t_dst[i] + vst * kVStage + TX::vrel(i, pair, h, e)) =
+                    Pack<T>::two(d[e], d[2 + e]);
+            }
+      };
+    }
+  }();
 
   // The products' share: warp w multiplies the points of row pa = w / 2 (xi = 4 pa + b) for
   // result channels 32 mh.. (mh = w % 2, two m-tiles of 16) x all 32 tiles (four n-tiles of 8):
   // 32 x 32 a point: a chunk's fragments are half the bytes of 16 x 16 tiles at all 16 points.
   const int pa = warp >> 1, mh = warp & 1;
-  const T* const a_src =
+  const S* const a_src =
       Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16;
-  const T* const b_src =
+  const S* const b_src =
       Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kTma>(A * pa);
   static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
   float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
@@ -585,7 +697,7 @@ __global__ void __launch_bounds__(kThreads)
   // channels warp + 8 k) applies Y = A^T Z, adds the bias, clips and stores its 2x2 tiles (a
   // row's two values by one 32-bit store where the result's width is even).
   constexpr int m = Mat::kM;
-  static_assert(m == 2 && A * m * 32 * 32 * sizeof(float) <= kUStage * sizeof(T),
+  static_assert(m == 2 && A * m * 32 * 32 * sizeof(float) <= kUStage * sizeof(S),
                 "an exchange phase fits a U stage");
   const TileTarget& dst = g.dst;
   const int gr = lane >> 2, tq = lane & 3;
@@ -650,7 +762,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < m; ++i, q += dst.ow) {
           if (i > 0 && !row1) break;
           if (g.pair_store && col1) {
-            *reinterpret_cast<uint32_t*>(q) = Pack<T>::two(v[i][0], v[i][1]);
+            store_pair(q, v[i][0], v[i][1]);
           } else {
             q[0] = from_compute<T>(v[i][0]);
             if (col1) q[1] = from_compute<T>(v[i][1]);
@@ -668,7 +780,7 @@ __global__ void __launch_bounds__(kThreads)
   // iteration q - 1's reads of the buffers iteration q refills (U stage (q + kAhead) % kUStages,
   // patch stage q % kPatchStages, V stage (q + 1) % 2). A finished item's results go out from
   // registers while the copies of the next items' chunks are in flight.
-  const int chunks = static_cast<int>(g.f.R_pad / kBK);
+  const int chunks = static_cast<int>(g.f.R_pad / kCh);
   const int my_items = g.items > static_cast<int>(blockIdx.x)
                            ? (g.items - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1
                            : 0;
@@ -679,7 +791,7 @@ __global__ void __launch_bounds__(kThreads)
   CopyItem l_ci = copy_item(item_of(g, l_item));
   auto copy_next = [&]() {
     if (lq < Q) {
-      copy_chunk(l_ust, l_pst, l_ci, int64_t{l_c} * kBK);
+      copy_chunk(l_ust, l_pst, l_ci, int64_t{l_c} * kCh);
       ++lq;
       l_ust = l_ust + 1 == kUStages ? 0 : l_ust + 1;
       l_pst = l_pst + 1 == kPatchStages ? 0 : l_pst + 1;
@@ -709,8 +821,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     copy_next();
     mbar_wait(bars + 8 * ust, u_parity);
-    const T* us = a_src + ust * kUStage;
-    const T* vs = b_src + vst * kVStage;
+    const S* us = a_src + ust * kUStage;
+    const S* vs = b_src + vst * kVStage;
 #pragma unroll
     for (int b = 0; b < A; ++b) {
       uint32_t af[2][4], bf[2][4];
@@ -721,9 +833,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          mma16816(acc[b][i][j], af[i], {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]},
-                   T{});
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
+          if constexpr (kF32)
+            mma1688_tf32(acc[b][i][j], af[i], bj);
+          else
+            mma16816(acc[b][i][j], af[i], bj, T{});
+        }
     }
     if (++c == chunks) {
       finish(it, reinterpret_cast<float*>(Us + ust * kUStage));
@@ -760,7 +876,8 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)  // U's blocks go by bulk copies
     throw std::invalid_argument("fastlayers: fused Winograd workspace not 16-byte aligned");
   const Tiling t = tiling(pass, s);
-  const FusedDims f = fused_dims(pass, s);
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  const FusedDims f = fused_dims(pass, s, sizeof(T));
   T* U = static_cast<T*>(workspace);
   fused::filter_transform_padded<T, Mat><<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(
       b, U, f, s.C, pass == Pass::InputGrad);
@@ -784,36 +901,50 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.blocks_y = FastDiv(static_cast<uint32_t>(ceil_div(t.th, fused::kTR)));
   g.items = static_cast<int>(items);
   g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
-  g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(T)) == 0;
   // The patch by TMA where the data's strides are multiples of 16 bytes and its start 16-byte
-  // aligned (the tensor map's terms), else by cp.async: the same values either way.
+  // aligned (the tensor map's terms), else by cp.async: the same values either way. float32
+  // takes TMA alone (the callers check its terms: winograd_host::check, run_cuda).
   CUtensorMap patch_map{};
   // (The kernel's box coordinates are int: dimensions within int's range.)
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  bool tma = t.data_w % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
+  bool tma = t.data_w % (16 / sizeof(T)) == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
              t.data_w <= kIntMax && t.data_h <= kIntMax && t.data_ch <= kIntMax && s.S <= kIntMax;
+  if (kF32 && !tma)
+    throw std::invalid_argument("fastlayers: the fused Winograd kernel takes float32 data whose "
+                                "width is a multiple of 4, 16-byte aligned");
   if (tma) {
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.data_w),
                                 static_cast<cuuint64_t>(t.data_h),
                                 static_cast<cuuint64_t>(t.data_ch), static_cast<cuuint64_t>(s.S)};
     const cuuint64_t row = dims[0] * sizeof(T), strides[3] = {row, row * dims[1],
                                                               row * dims[1] * dims[2]};
-    const cuuint32_t box[4] = {fused::kTmaBox, fused::kTmaRows, fused::kBK, 1};
+    const cuuint32_t box[4] = {fused::kTmaBox, fused::kTmaRows,
+                               static_cast<cuuint32_t>(fused::kChunkOf<T>), 1};
     tma = encode_tensor_map_4d(&patch_map,
-                               std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                               a, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B);
+                               kF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                               : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                               a, dims, strides, box,
+                               kF32 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+    if (kF32 && !tma)
+      throw std::runtime_error("fastlayers: the fused Winograd kernel's tensor map was refused");
   }
-  constexpr size_t smem_tma = fused::smem_bytes<T, A2, true>();
-  constexpr size_t smem_words = fused::smem_bytes<T, A2, false>();
+  using PatchTma = std::conditional_t<kF32, fused::PatchF32, fused::Patch<true>>;
+  constexpr size_t smem_tma = fused::smem_bytes<A2, PatchTma>();
+  constexpr size_t smem_words = fused::smem_bytes<A2, fused::Patch<false>>();
   static_assert(smem_tma <= 227 * 1024 && smem_words <= 227 * 1024,
                 "an SM's shared memory (sm_90)");
   const size_t smem = tma ? smem_tma : smem_words;
   const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (tma ? 2 : 0);
-  auto k = variant == 3   ? fused::kernel<T, Mat, 1, true>
-           : variant == 2 ? fused::kernel<T, Mat, 0, true>
-           : variant == 1 ? fused::kernel<T, Mat, 1, false>
-                          : fused::kernel<T, Mat, 0, false>;
+  decltype(&fused::kernel<T, Mat, 0, true>) k;
+  if constexpr (kF32)
+    k = variant == 3 ? fused::kernel<T, Mat, 1, true> : fused::kernel<T, Mat, 0, true>;
+  else
+    k = variant == 3   ? fused::kernel<T, Mat, 1, true>
+        : variant == 2 ? fused::kernel<T, Mat, 0, true>
+        : variant == 1 ? fused::kernel<T, Mat, 1, false>
+                       : fused::kernel<T, Mat, 0, false>;
   // The shared-memory opt-in once per device (a per-call attribute set costs host time); the
   // bits remember devices 0..63, any other opts in on every call.
   static std::atomic<uint64_t> opted[4]{};

@@ -32,7 +32,8 @@ inline bool tile_ok(Pass pass, int64_t tile) {
   return pass == Pass::WeightGrad ? weight_tile_ok(tile) : forward_tile_ok(tile);
 }
 
-// The fused kernel (fused.cuh): F(2x2, 3x3), forward and input gradient (float16, bfloat16).
+// The fused kernel (fused.cuh): F(2x2, 3x3), forward and input gradient (float16, bfloat16;
+// float32 with TF32 products).
 constexpr int64_t kFusedTile = 2;
 inline bool fused_ok(Pass pass, int64_t tile) {
   return pass != Pass::WeightGrad && tile == kFusedTile;
@@ -126,8 +127,10 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
   return b;
 }
 
-// The fused kernel's items (fused.cuh): result channels an item, reduction channels a chunk.
+// The fused kernel's items (fused.cuh): result channels an item, reduction channels a chunk
+// (32 bytes of values: 16 in float16 and bfloat16, 8 in float32).
 constexpr int64_t kFusedBlockChannels = 64, kFusedChunk = 16;
+inline int64_t fused_chunk(int store_bytes) { return 32 / store_bytes; }
 
 // Its padded sizes: result channels Mo rounded up to whole blocks, reduction channels R to whole
 // chunks. U holds alpha^2 x Mo_pad x R_pad values, a block per (channel block, chunk) in the
@@ -135,16 +138,17 @@ constexpr int64_t kFusedBlockChannels = 64, kFusedChunk = 16;
 struct FusedDims {
   int64_t Mo, R, Mo_pad, R_pad;
 };
-inline FusedDims fused_dims(Pass pass, const Shape& s) {
+inline FusedDims fused_dims(Pass pass, const Shape& s, int store_bytes) {
   const int64_t Mo = pass == Pass::Forward ? s.K : s.C, R = pass == Pass::Forward ? s.C : s.K;
+  const int64_t chunk = fused_chunk(store_bytes);
   return {Mo, R, ceil_div(Mo, kFusedBlockChannels) * kFusedBlockChannels,
-          ceil_div(R, kFusedChunk) * kFusedChunk};
+          ceil_div(R, chunk) * chunk};
 }
 
 // Workspace of the fused kernel: the transformed filters U alone.
 inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
   const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
-  const FusedDims f = fused_dims(pass, s);
+  const FusedDims f = fused_dims(pass, s, store_bytes);
   return alpha * alpha * static_cast<size_t>(f.Mo_pad) * static_cast<size_t>(f.R_pad) *
          store_bytes;
 }

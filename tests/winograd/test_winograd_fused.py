@@ -1,18 +1,20 @@
-"""The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient, float16 and
-bfloat16 on CUDA) against PyTorch in float64 within the tolerance rule of conv_samples, as the
-non-fused ops are (test_winograd_values.py), on the shape matrix and on shapes that cross the
-kernel's items (64 result channels x 4 x 8 tiles, chunks of 16 reduction channels) at every edge;
-its autograd, opcheck, and the errors for what it does not take."""
+"""The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient on CUDA, float16
+and bfloat16, and float32 under TF32) against PyTorch in float64 within the tolerance rule of
+conv_samples, as the non-fused ops are (test_winograd_values.py), on the shape matrix and on shapes
+that cross the kernel's items (64 result channels x 4 x 8 tiles, chunks of 16 reduction channels,
+8 in float32) at every edge; its autograd, opcheck, and the errors for what it does not take."""
 import pytest
 import torch
 
-from conv_samples import (assert_mutation_rejected, assert_within_bound, cudnn_tf32, rel_err,
-                          torch_passes)
+from conv_samples import (DTYPES, assert_mutation_rejected, assert_within_bound, cudnn_tf32,
+                          rel_err, torch_passes)
 from winograd_samples import (PASS_NAMES, SHAPES, SMALL_SHAPES, float64_passes, run_pass,
                               shape_id, tensors, winograd_reference)
 
 fl = torch.ops.fastlayers
 HALF = [torch.float16, torch.bfloat16]
+# The fused kernel's precisions: its float32 products are TF32 (float32 data with tf32=True).
+FUSED = ["float16", "bfloat16", "tf32"]
 # Items (64 result channels x a rectangle of 4 x 8 tiles, chunks of 16 reduction channels): K or C
 # of 64 + 1 and 16 + 1 (a partial block and a partial chunk), partial rectangles both ways, more
 # than one each way; padding 3 (input-gradient windows start inside grad_output, at an odd column
@@ -28,7 +30,12 @@ HALF = [torch.float16, torch.bfloat16]
 # 0), 8x24 p0x0 (the forward, 0 0); 30x32 with 96 channels (the forward: 192 items, blocks take
 # 1-2, up to 12 chunks, each stage of the 3-ahead stream reused and the exchange's refilled) and
 # 12x130x130 30x32 (both passes: 288 items, blocks take 2-3, 9 chunks an item with a partial last
-# one).
+# one). float32 takes the patch by TMA alone, for data widths that are multiples of 4 (tf32_takes),
+# whose rows start woff = -ox mod 4 values before the windows: the shapes give the forward woff 0
+# (8x8 p0x0, 9x16 p3x4, 8x24 p0x0), 1 (7x12 p3x3, 9x16 p0x3), 2 (7x12 p3x2, 9x16 p1x2) and 3
+# (padding 1), the input gradient 0 (16x18 p2x2, 7x14 p1x2), 1 (7x12 p3x3, 9x16 p0x3), 2 (9x18
+# p2x4, p1x0) and 3 (padding 1); reduction channels 3, 4, 12, 17, 20, 130 leave partial chunks
+# of 8, and 8x96x130 30x32 and 12x130x130 30x32 give blocks 2-3 items.
 BLOCK_SHAPES = [
     (1, 17, 65, 10, 14, 1, 1),
     (3, 33, 130, 11, 9, 1, 1),
@@ -69,31 +76,41 @@ def placed(t, k, tail=8, fill=None):
     return v
 
 
-def fused_pass(pass_, x, w, b, gy, padding):
+def fused_pass(pass_, x, w, b, gy, padding, tf32=False):
     pad = list(padding)
     if pass_ == 0:
-        return fl.winograd_conv2d(x, w, b, pad, 2, False, True)
-    return fl.winograd_conv2d_input_grad(gy, w, pad, 2, False, True)
+        return fl.winograd_conv2d(x, w, b, pad, 2, tf32, True)
+    return fl.winograd_conv2d_input_grad(gy, w, pad, 2, tf32, True)
+
+
+def tf32_takes(shape, pass_):
+    """float32's fused kernel takes data whose width is a multiple of 4: `input`'s in the forward,
+    `grad_output`'s in the input gradient."""
+    W, pw = shape[4], shape[6]
+    return (W if pass_ == 0 else W + 2 * pw - 2) % 4 == 0
+
+
+VALUE_CASES = [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1)
+               for shape in SHAPES + BLOCK_SHAPES if prec != "tf32" or tf32_takes(shape, pass_)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("pass_", (0, 1), ids=lambda p: PASS_NAMES[p])
-@pytest.mark.parametrize("shape", SHAPES + BLOCK_SHAPES, ids=shape_id)
-def test_fused_matches_pytorch_within_its_error(shape, pass_, dtype):
+@pytest.mark.parametrize("shape,pass_,prec", VALUE_CASES,
+                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q) for s, p, q in VALUE_CASES])
+def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
+    dtype, tf32 = DTYPES[prec], prec == "tf32"
     x, w, b, gy = tensors(shape, dtype, "cuda")
     padding = shape[5:]
-    out = fused_pass(pass_, x, w, b, gy, padding)
+    out = fused_pass(pass_, x, w, b, gy, padding, tf32)
     assert out.device == x.device and out.dtype == dtype
     ref = float64_passes(x, w, b, gy, padding)[pass_].cpu()
-    with cudnn_tf32(False):
+    with cudnn_tf32(tf32):
         native = torch_passes(x, w, b, gy, padding)[pass_].cpu()
-    same = winograd_reference(pass_, x, w, b, gy, padding, 2, kernels="cuda").cpu()
+    same = winograd_reference(pass_, x, w, b, gy, padding, 2, tf32, kernels="cuda").cpu()
     what = "%s %s fused" % (shape_id(shape), PASS_NAMES[pass_])
-    bound = assert_within_bound(out.cpu(), ref, native, same, str(dtype).replace("torch.", ""),
-                                what=what)
+    bound = assert_within_bound(out.cpu(), ref, native, same, prec, what=what)
     if pass_ in MUTATED.get(dtype, ()):
-        assert_mutation_rejected(out.cpu(), ref, bound, str(dtype).replace("torch.", ""), what)
+        assert_mutation_rejected(out.cpu(), ref, bound, prec, what)
 
 
 @pytest.mark.gpu
@@ -111,30 +128,41 @@ def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
         assert gap < 0.5 * err, (PASS_NAMES[pass_], gap, err)
 
 
+# (precision, shape): float32's input gradient runs fused where grad_output's width is a multiple
+# of 4 (12 at padding 1), and falls back to the non-fused pipeline where not (10 at padding 0).
+AUTOGRAD_CASES = [("float16", (2, 24, 40, 9, 10, 1, 1)), ("bfloat16", (2, 24, 40, 9, 10, 1, 1)),
+                  ("tf32", (2, 24, 40, 9, 12, 1, 1)), ("tf32", (2, 24, 40, 9, 12, 0, 0))]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_fused_autograd_uses_the_fused_passes(dtype):
-    """Backward of a fused forward: the input gradient fused, the weight gradient by its own op;
-    the gradients match PyTorch's within the rule."""
+@pytest.mark.parametrize("prec,shape", AUTOGRAD_CASES,
+                         ids=["%s-%s" % (q, shape_id(s)) for q, s in AUTOGRAD_CASES])
+def test_fused_autograd_uses_the_fused_passes(prec, shape):
+    """Backward of a fused forward: the input gradient fused where the kernel takes it, the
+    weight gradient by its own op; the gradients match PyTorch's within the rule."""
     from conv_samples import RecordOps
-    shape = (2, 24, 40, 9, 10, 1, 1)
+    dtype, tf32 = DTYPES[prec], prec == "tf32"
     x, w, b, gy = tensors(shape, dtype, "cuda")
+    pad = list(shape[5:])
     leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
     with RecordOps() as rec:
-        y = fl.winograd_conv2d(*leaves, [1, 1], 2, False, True)
+        y = fl.winograd_conv2d(*leaves, pad, 2, tf32, True)
         y.backward(gy)
     calls = [(name, args) for name, args in rec.calls if name.startswith("winograd")]
     names = [name for name, _ in calls]
     assert names == ["winograd_conv2d", "winograd_conv2d_input_grad",
                      "winograd_conv2d_weight_grad"], names
-    assert calls[1][1][-1] is True, calls[1]  # the input gradient ran fused
-    ref = float64_passes(x, w, b, gy, (1, 1))
-    with cudnn_tf32(False):
-        native = torch_passes(x, w, b, gy, (1, 1))
+    # the input gradient ran fused, or not where float32's kernel does not take grad_output
+    # (RecordOps leaves out trailing default arguments: `fused` is the sixth)
+    args = calls[1][1]
+    assert (len(args) > 5 and args[5]) is (not tf32 or tf32_takes(shape, 1)), args[2:]
+    ref = float64_passes(x, w, b, gy, pad)
+    with cudnn_tf32(tf32):
+        native = torch_passes(x, w, b, gy, pad)
     for i, leaf in ((1, leaves[0]), (2, leaves[1])):
-        same = winograd_reference(i, x, w, b, gy, (1, 1), 2, kernels="cuda").cpu()
+        same = winograd_reference(i, x, w, b, gy, pad, 2, tf32, kernels="cuda").cpu()
         assert_within_bound(leaf.grad.cpu(), ref[i].cpu(), native[i].cpu(), same,
-                            precision=str(dtype).replace("torch.", ""), what=PASS_NAMES[i])
+                            precision=prec, what=PASS_NAMES[i])
 
 
 @pytest.mark.gpu
@@ -157,40 +185,64 @@ def test_fused_patch_copies_agree(dtype):
 
 
 @pytest.mark.gpu
+def test_fused_float32_data_anywhere_gives_the_same_results():
+    """float32 data at a start that is not 16-byte aligned (the TMA box's term) is copied to one
+    that is: the same results, bitwise, at offsets of 1, 2 and 3 values."""
+    shape = (3, 40, 72, 12, 40, 1, 1)
+    x, w, b, gy = tensors(shape, torch.float32, "cuda")
+    pad = list(shape[5:])
+    for pass_, data in ((0, x), (1, gy)):
+        want = fused_pass(pass_, x, w, b, gy, pad, True)
+        for k in (1, 2, 3):
+            d = placed(data, k)
+            out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy, pad,
+                             True)
+            assert torch.equal(out, want), "pass %d: data at offset %d differs" % (pass_, k)
+
+
+@pytest.mark.gpu
 def test_fused_reads_no_channel_past_its_operand():
     """A partial last chunk (R = 20 reduction channels, chunks of 16) reads no channel at or past
     R: the operand sits at the start of a buffer whose rest is NaN, so a channel of the next
     sample would be finite but one past the last sample NaN (times U's zero rows: NaN), on each
-    of the three copy paths (data at offsets 0, 4 and 2 bytes)."""
+    of the three copy paths (data at offsets 0, 4 and 2 bytes); and in float32 (chunks of 8: the
+    last reads channels 16..23 of 20), by TMA."""
     shape = (2, 20, 20, 9, 16, 1, 1)
-    x, w, b, gy = tensors(shape, torch.float16, "cuda")
-    pad = list(shape[5:])
-    for pass_, data in ((0, x), (1, gy)):
-        plane = data.shape[2] * data.shape[3]
-        want = fused_pass(pass_, x, w, b, gy, pad)
-        for k in (0, 2, 1):
-            d = placed(data, k, tail=16 * plane, fill=float("nan"))
-            out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy, pad)
-            assert torch.equal(out, want), "pass %d, data at offset %d" % (pass_, k)
+    for dtype, tf32, offsets in ((torch.float16, False, (0, 2, 1)), (torch.float32, True, (0,))):
+        x, w, b, gy = tensors(shape, dtype, "cuda")
+        pad = list(shape[5:])
+        for pass_, data in ((0, x), (1, gy)):
+            plane = data.shape[2] * data.shape[3]
+            want = fused_pass(pass_, x, w, b, gy, pad, tf32)
+            for k in offsets:
+                d = placed(data, k, tail=16 * plane, fill=float("nan"))
+                out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy,
+                                 pad, tf32)
+                assert torch.equal(out, want), "%s pass %d, data at offset %d" % (dtype, pass_, k)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("prec", ("float16", "tf32"))
 @pytest.mark.parametrize("bad", (float("inf"), float("nan")), ids=("inf", "nan"))
-def test_fused_nonfinite_stays_in_its_tiles(bad):
+def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
     """One inf or NaN in the data operand makes non-finite at most the 2x2 result tiles whose 4x4
     windows hold it (Winograd's spread, docs/tuner.md), and some of them; every other result is
-    the clean run's, bitwise. Both passes, on each copy path (data widths 16, 10, and 9 or 7)."""
-    for shape in ((2, 20, 24, 9, 16, 1, 1), (1, 17, 70, 10, 10, 1, 1), (2, 16, 16, 7, 9, 2, 0)):
-        x, w, b, gy = tensors(shape, torch.float16, "cuda")
+    the clean run's, bitwise. Both passes, on each copy path (data widths 16, 10, and 9 or 7;
+    float32: 16, by TMA)."""
+    tf32 = prec == "tf32"
+    shapes = ((2, 20, 24, 9, 16, 1, 1),) if tf32 else (
+        (2, 20, 24, 9, 16, 1, 1), (1, 17, 70, 10, 10, 1, 1), (2, 16, 16, 7, 9, 2, 0))
+    for shape in shapes:
+        x, w, b, gy = tensors(shape, DTYPES[prec], "cuda")
         ph, pw = shape[5:]
         for pass_ in (0, 1):
             data = (x if pass_ == 0 else gy).clone()
             oy, ox = (ph, pw) if pass_ == 0 else (2 - ph, 2 - pw)
             s, c, py, px = data.shape[0] - 1, data.shape[1] // 2, data.shape[2] // 2, 1
-            clean = fused_pass(pass_, x, w, b, gy, [ph, pw])
+            clean = fused_pass(pass_, x, w, b, gy, [ph, pw], tf32)
             data[s, c, py, px] = bad
             out = fused_pass(pass_, data if pass_ == 0 else x, w, b,
-                             data if pass_ == 1 else gy, [ph, pw])
+                             data if pass_ == 1 else gy, [ph, pw], tf32)
             # result rows 2t, 2t + 1 of the tiles t whose window rows 2t - oy .. + 3 hold py
             rows = torch.arange(out.shape[2], device="cuda") // 2 * 2
             cols = torch.arange(out.shape[3], device="cuda") // 2 * 2
@@ -204,16 +256,18 @@ def test_fused_nonfinite_stays_in_its_tiles(bad):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("prec", ("float16", "tf32"))
 @pytest.mark.parametrize("op", ("forward", "input_grad"))
-def test_fused_opcheck(op):
-    x, w, b, gy = tensors(SMALL_SHAPES[2], torch.float16, "cuda")
-    pad = list(SMALL_SHAPES[2][5:])
+def test_fused_opcheck(op, prec):
+    # (4x4 at padding 3, 1: the forward's width 4, grad_output's 4)
+    x, w, b, gy = tensors(SMALL_SHAPES[2], DTYPES[prec], "cuda")
+    pad, tf32 = list(SMALL_SHAPES[2][5:]), prec == "tf32"
     for t in (x, w, b, gy):
         t.requires_grad_()
     if op == "forward":
-        torch.library.opcheck(fl.winograd_conv2d.default, (x, w, b, pad, 2, False, True))
+        torch.library.opcheck(fl.winograd_conv2d.default, (x, w, b, pad, 2, tf32, True))
     else:
-        torch.library.opcheck(fl.winograd_conv2d_input_grad.default, (gy, w, pad, 2, False, True))
+        torch.library.opcheck(fl.winograd_conv2d_input_grad.default, (gy, w, pad, 2, tf32, True))
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -230,8 +284,20 @@ def test_fused_refuses_what_it_does_not_take(device):
     with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` takes `tile` 2 .*got 4"):
         fl.winograd_conv2d(x, w, b, [1, 1], 4, False, True)
     if device == "cuda":
-        with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16.*Float"):
+        with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16, or float32 "
+                                               r"with `tf32`.*got Float with tf32=False"):
             fl.winograd_conv2d(x32, w32, None, [1, 1], 2, False, True)
+        with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16.*got Double"):
+            fl.winograd_conv2d(x.double(), w.double(), None, [1, 1], 2, True, True)
+        # float32's data widths: multiples of 4 (input 10 wide; grad_output 10 wide)
+        x10, gy10 = tensors((2, 3, 4, 8, 10, 1, 1), torch.float32, device)[::3]
+        with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` in float32 takes "
+                                               r"`input` of a width that is a multiple of 4, got 10"):
+            fl.winograd_conv2d(x10, w32, None, [1, 1], 2, True, True)
+        with pytest.raises(RuntimeError, match=r"winograd_conv2d_input_grad: `fused` in float32 "
+                                               r"takes `grad_output` of a width that is a multiple "
+                                               r"of 4, got 10"):
+            fl.winograd_conv2d_input_grad(gy10, w32, [1, 1], 2, True, True)
     # The weight gradient has no fused kernel: its schema takes no `fused`.
     with pytest.raises(RuntimeError, match="expected at most 5 argument"):
         fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 2, False, True)
@@ -249,29 +315,62 @@ def test_fused_label():
     p = _problem(dtype="float16", device_type="cuda")
     assert FAMILY.fits(c, p, "forward") is None and FAMILY.fits(c, p, "input_grad") is None
     assert "forward and the input gradient" in FAMILY.fits(c, p, "weight_grad")
-    assert "float16 and bfloat16 on CUDA" in FAMILY.fits(c, _problem("float32", "cuda"), "forward")
-    assert "float16 and bfloat16 on CUDA" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
-    # U [16, result channels rounded up to 64, reduction channels rounded up to 16], float16
+    takes = "float16 and bfloat16, or float32 under TF32, on CUDA"
+    assert takes + ", not float32 without TF32" in FAMILY.fits(c, _problem("float32", "cuda"),
+                                                               "forward")
+    assert takes + ", not float16 on cpu" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
+    assert takes in FAMILY.fits(c, _problem("float32", "cpu", tf32=True), "forward")
+    # float32 under TF32: data widths that are multiples of 4 (input's W; grad_output's ow)
+    for W, pw, fwd, igrad in ((12, 1, True, True), (12, 0, True, False), (10, 2, False, True)):
+        q = _problem("float32", "cuda", tf32=True, W=W, pw=pw)
+        for pass_, ok in (("forward", fwd), ("input_grad", igrad)):
+            why = FAMILY.fits(c, q, pass_)
+            assert (why is None) == ok, (W, pw, pass_, why)
+            if not ok:
+                assert "whose width is a multiple of 4, not %s's %d" % (
+                    "input" if pass_ == "forward" else "grad_output", q.W if pass_ == "forward"
+                    else q.ow) in why, why
+    # U [16, result channels rounded up to 64, reduction channels rounded up to 16], float16;
+    # in float32 rounded up to 8 (chunks of 32 bytes)
     assert FAMILY.workspace_bytes(c, p, "forward") == 16 * 64 * 16 * 2  # K 16, C 8
     assert FAMILY.workspace_bytes(c, p, "input_grad") == 16 * 64 * 16 * 2  # C 8, K 16
+    q = _problem("float32", "cuda", tf32=True, W=12)
+    assert FAMILY.workspace_bytes(c, q, "forward") == 16 * 64 * 8 * 4  # K 16, C 8
+    assert FAMILY.workspace_bytes(c, q, "input_grad") == 16 * 64 * 16 * 4  # C 8, K 16
 
 
-def _problem(dtype, device_type):
+def test_fused_is_a_candidate_in_float32_under_tf32_alone():
+    """The tuner measures the fused kernel in float32 only under TF32, beside the pipelines'
+    tiles, and only where it takes the data's width."""
+    from fastlayers.algorithms.winograd import FAMILY
+    labels = lambda p, pass_: [c.label for c in FAMILY.candidates(p, pass_)]  # noqa: E731
+    on = _problem("float32", "cuda", tf32=True, W=12)
+    assert labels(on, "forward") == ["winograd:2", "winograd:4", "winograd:6", "winograd:2,fused"]
+    assert labels(on, "input_grad")[-1] == "winograd:2,fused"
+    assert "winograd:2,fused" not in labels(on, "weight_grad")
+    for p in (_problem("float32", "cuda", W=12), _problem("float32", "cuda", tf32=True, W=10),
+              _problem("float32", "cpu", tf32=True, W=12)):
+        assert "winograd:2,fused" not in labels(p, "forward"), p
+    assert labels(_problem("float16", "cuda"), "forward") == ["winograd:2,fused"]
+
+
+def _problem(dtype, device_type, tf32=False, W=10, pw=1):
     from fastlayers import tuner
-    return tuner.ConvProblem(S=2, C=8, K=16, H=10, W=10, kh=3, kw=3, ph=1, pw=1, dtype=dtype,
+    return tuner.ConvProblem(S=2, C=8, K=16, H=10, W=W, kh=3, kw=3, ph=1, pw=pw, dtype=dtype,
                              device_type=device_type, device_name="x", capability="9.0",
-                             layout="contiguous", tf32=False, deterministic=False, transforms=True)
+                             layout="contiguous", tf32=tf32, deterministic=False, transforms=True)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_module_runs_a_pinned_fused_label(dtype):
+@pytest.mark.parametrize("prec", FUSED)
+def test_module_runs_a_pinned_fused_label(prec):
     """fastlayers.Conv2d with 'winograd:2,fused' pinned on the forward and the input gradient
     (its C++ plan): the fused ops run, and output and gradients match nn.Conv2d's within the
-    rule."""
+    rule (float32: under TF32, the module's precision then)."""
     import fastlayers
     from conv_samples import RecordOps
-    shape = (3, 24, 40, 11, 13, 1, 1)
+    dtype, tf32 = DTYPES[prec], prec == "tf32"
+    shape = (3, 24, 40, 11, 12 if tf32 else 13, 1, 1)
     x, w, b, gy = tensors(shape, dtype, "cuda")
     m = fastlayers.Conv2d(24, 40, 3, padding=1).cuda().to(dtype)
     with torch.no_grad():
@@ -279,17 +378,19 @@ def test_module_runs_a_pinned_fused_label(dtype):
     m.force_algorithms(forward="winograd:2,fused", input_grad="winograd:2,fused",
                        weight_grad="native")
     xg = x.clone().requires_grad_()
-    with RecordOps() as rec:
+    with cudnn_tf32(tf32), RecordOps() as rec:
         y = m(xg)
         y.backward(gy)
-    fused = [(n, a[-1]) for n, a in rec.calls if n.startswith("winograd_conv2d")]
+    # `fused`: the seventh argument of the forward, the sixth of the input gradient (RecordOps
+    # leaves out trailing default arguments)
+    at = {"winograd_conv2d": 6, "winograd_conv2d_input_grad": 5}
+    fused = [(n, len(a) > at[n] and a[at[n]]) for n, a in rec.calls if n in at]
     assert fused == [("winograd_conv2d", True), ("winograd_conv2d_input_grad", True)], fused
     ref = float64_passes(x, w, b, gy, (1, 1))
-    with cudnn_tf32(False):
+    with cudnn_tf32(tf32):
         native = torch_passes(x, w, b, gy, (1, 1))
-    prec = str(dtype).replace("torch.", "")
     for i, out in enumerate((y.detach(), xg.grad, m.weight.grad)):
-        same = (winograd_reference(i, x, w, b, gy, (1, 1), 2, kernels="cuda").cpu()
+        same = (winograd_reference(i, x, w, b, gy, (1, 1), 2, tf32, kernels="cuda").cpu()
                 if i < 2 else None)
         assert_within_bound(out.cpu(), ref[i].cpu(), native[i].cpu(), same, precision=prec,
                             what=PASS_NAMES[i])

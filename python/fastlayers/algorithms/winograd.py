@@ -1,7 +1,7 @@
 """Winograd convolution: ``winograd:T``, T the op's tile: F(T x T, 3x3) in the forward and input
 gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4); ``winograd:2,fused``: the
-fused kernel (forward and input gradient, float16 and bfloat16 on CUDA). 3x3 filters at stride 1,
-any padding."""
+fused kernel (forward and input gradient on CUDA: float16 and bfloat16, or float32 under TF32 with
+data widths that are multiples of 4). 3x3 filters at stride 1, any padding."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -69,6 +69,12 @@ class Winograd(Family):
             fused = self.make(FUSED_TILE, fused=True)
             return [fused] if self.fits(fused, p, pass_) is None else []
         tiles = _tiles(pass_)
+        if p.dtype == "float32" and p.device_type == "cuda" and p.tf32:
+            # Under TF32 the fused kernel's products run on tensor cores too; it is measured
+            # beside the pipelines (the accuracy guard sees its TF32 rounding like theirs).
+            fused = self.make(FUSED_TILE, fused=True)
+            extra = [fused] if self.fits(fused, p, pass_) is None else []
+            return [self.make(t) for t in tiles] + extra
         if p.dtype == "float16":
             # The transformed tiles are stored in float16: B^T d B grows a value by up to the
             # square of B^T's largest row sum (4, 49, 225 for alpha 4, 6, 8), so F(6x6,3x3)
@@ -96,9 +102,17 @@ class Winograd(Family):
         if choice.params.fused:
             if pass_ == "weight_grad":
                 return "the fused Winograd kernel serves the forward and the input gradient"
-            if p.device_type != "cuda" or p.dtype not in HALF_DTYPES:
-                return "the fused Winograd kernel takes float16 and bfloat16 on CUDA, not %s on %s" % (
-                    p.dtype, p.device_type)
+            tf32 = p.dtype == "float32" and p.tf32
+            if p.device_type != "cuda" or not (p.dtype in HALF_DTYPES or tf32):
+                return ("the fused Winograd kernel takes float16 and bfloat16, or float32 under "
+                        "TF32, on CUDA, not %s%s on %s" % (
+                            p.dtype, " without TF32" if p.dtype == "float32" else "",
+                            p.device_type))
+            if tf32:
+                name, width = ("input", p.W) if pass_ == "forward" else ("grad_output", p.ow)
+                if width % 4:
+                    return ("the fused Winograd kernel takes float32 data whose width is a "
+                            "multiple of 4, not %s's %d" % (name, width))
         return None
 
     def conv2d_call(self, choice, pass_, padding, tf32):
