@@ -776,7 +776,7 @@ __global__ void __launch_bounds__(kThreads)
   // (item q / chunks, reduction chunk q % chunks). Chunk q's copies are issued at iteration
   // q - kAhead (the first kAhead before the loop); at iteration q the warps multiply chunk q
   // and transform chunk q + 1, whose copies they waited for (cp.async at the top; kTma, the
-  // patch by its stage's mbarrier just before the transform). The top's barrier also ends
+  // patch and U by their stage's mbarrier before chunk q's products). The top's barrier also ends
   // iteration q - 1's reads of the buffers iteration q refills (U stage (q + kAhead) % kUStages,
   // patch stage q % kPatchStages, V stage (q + 1) % 2). A finished item's results go out from
   // registers while the copies of the next items' chunks are in flight.
@@ -820,7 +820,17 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<kAhead - 2>();
     __syncthreads();
     copy_next();
-    mbar_wait(bars + 8 * ust, u_parity);
+    const bool more = q + 1 < Q;
+    const int nust = ust + 1 == kUStages ? 0 : ust + 1;
+    const uint32_t nparity = ust + 1 == kUStages ? u_parity ^ 1u : u_parity;
+    if constexpr (kTma) {
+      // Chunk q's U came with its patch, waited for before its transform; chunk q + 1's now, so
+      // that chunk q's products and chunk q + 1's transform are one stretch of code, whose
+      // latencies the scheduler interleaves.
+      if (more) mbar_wait(bars + 8 * nust, nparity);
+    } else {
+      mbar_wait(bars + 8 * ust, u_parity);
+    }
     const S* us = a_src + ust * kUStage;
     const S* vs = b_src + vst * kVStage;
 #pragma unroll
@@ -841,21 +851,19 @@ __global__ void __launch_bounds__(kThreads)
             mma16816(acc[b][i][j], af[i], bj, T{});
         }
     }
+    // Chunk q + 1's transform, into the V stage the products do not read. After the last chunk
+    // it transforms chunk q's patch again (a stage that holds data) into a stage nobody reads:
+    // no branch between the products and the transform.
+    transform(more ? tpst : (tpst == 0 ? kPatchStages - 1 : tpst - 1), vst ^ 1);
     if (++c == chunks) {
       finish(it, reinterpret_cast<float*>(Us + ust * kUStage));
       c = 0;
       item += gridDim.x;
-      if (q + 1 < Q) it = item_of(g, item);
+      if (more) it = item_of(g, item);
     }
-    if (++ust == kUStages) {
-      ust = 0;
-      u_parity ^= 1;
-    }
+    ust = nust;
+    u_parity = nparity;
     vst ^= 1;
-    if (q + 1 < Q) {
-      if constexpr (kTma) mbar_wait(bars + 8 * ust, u_parity);  // chunk q + 1's patch (and U)
-      transform(tpst, vst);
-    }
     tpst = tpst + 1 == kPatchStages ? 0 : tpst + 1;
   }
 }
