@@ -180,6 +180,9 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
 size_t python_fused_workspace_bytes(int pass, int64_t C, int64_t K, int store_bytes) {
   TORCH_CHECK(pass == 0 || pass == 1,
               "winograd_fused_workspace_bytes: `pass_` must be 0 or 1 (forward, input gradient)");
+  TORCH_CHECK(store_bytes == 2 || store_bytes == 4,
+              "winograd_fused_workspace_bytes: `store_bytes` must be 2 (float16, bfloat16) or 4 "
+              "(float32), got ", store_bytes);
   Shape s{};
   s.C = C;
   s.K = K;

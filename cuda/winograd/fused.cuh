@@ -1,6 +1,7 @@
 // The fused Winograd kernel: F(2x2, 3x3) forward or input gradient in float16 / bfloat16, or in
 // float32 with TF32 products. The data transform, the alpha^2 products on tensor cores (mma.sync
-// m16n8k16, or m16n8k8 for TF32; float32 accumulation) and the inverse transform run in one kernel; the transformed tiles live in shared memory and
+// m16n8k16, or m16n8k8 for TF32; float32 accumulation) and the inverse transform run in one
+// kernel; the transformed tiles live in shared memory and
 // the products in registers, so no V or M buffer goes through global memory (the non-fused
 // pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2, 3x3), which
 // bounds it below cuDNN's implicit GEMM on tensor cores). The filter transform stays its own
@@ -8,8 +9,8 @@
 //
 // An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
 // points, reduced over the reduction channels in chunks of 32 bytes a row (16 channels; 8 in
-// float32: the bytes, layouts and ldmatrix reads of U and V are the same, PatchF32). The accumulators of an item fill a
-// block's registers, so one block runs an SM; the grid is one block an SM and each block takes its
+// float32: the bytes, layouts and ldmatrix reads of U and V are the same, PatchF32). The
+// accumulators of an item fill a block's registers, so one block runs an SM; the grid is one block an SM and each block takes its
 // items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by one bulk
 // copy on an mbarrier, and the chunk's input patch (the rectangle's windows, overlapping, read
 // once: 2 TR + 2 rows of at least 2 TC + 2 values a channel, zeros outside the image) by one TMA
@@ -198,7 +199,7 @@ struct Args {
   FastDiv blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
   int items;               // (result-channel block, rectangle) pairs
   bool async_patch;        // not kTma: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
-  bool pair_store;         // a tile row's two results by one 32-bit store: ow even, out 4-aligned
+  bool pair_store;         // a tile row's two results by one store: ow even, out aligned to two
 };
 
 // One work item: result channels m0.. of the rectangle of tiles (ty0.., tx0..) of sample s.
@@ -519,7 +520,9 @@ __global__ void __launch_bounds__(kThreads)
       // fills 4 whole V rows (tiles) x 8 channels, 128 contiguous bytes. A window row is read as
       // two 64-bit pairs (woff odd: a word, a pair, a word); the 16 lanes of a half-warp read 4
       // channels of one parity, whose rows' swizzles (3 c + row modulo 8, PatchF32) are 4
-      // distinct values of one parity, so their 16-byte chunks differ.
+      // distinct values of one parity, so their 16-byte chunks differ and a 64-bit read takes
+      // the least, 2 wavefronts. An odd woff's single words are all of one parity, so 32 of them
+      // reach at most 16 banks: 2 wavefronts, the least for them too.
       const int j = (lane >> 2) & 3, c = 2 * (lane & 3) + (lane >> 4);
       const int tcol = 4 * (warp & 1) + j;
       const int woff = static_cast<int>(-src.ox & 3);  // the windows' first column in a box row
@@ -695,7 +698,7 @@ __global__ void __launch_bounds__(kThreads)
   // in phase p the m-tile i = p of every warp, [pa][jj][32 channels][32 tiles], a channel's row
   // rotated by rot(c) so a warp's stores fall in distinct banks. Then thread (tile = lane,
   // channels warp + 8 k) applies Y = A^T Z, adds the bias, clips and stores its 2x2 tiles (a
-  // row's two values by one 32-bit store where the result's width is even).
+  // row's two values by one store, 32-bit or 64-bit, where the result's width is even).
   constexpr int m = Mat::kM;
   static_assert(m == 2 && A * m * 32 * 32 * sizeof(float) <= kUStage * sizeof(S),
                 "an exchange phase fits a U stage");

@@ -113,6 +113,41 @@ def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
         assert_mutation_rejected(out.cpu(), ref, bound, prec, what)
 
 
+# Integer data in -2..2 and filters in -2..2: every step of F(2x2,3x3) is exact in float16,
+# bfloat16, TF32 and float32 (B^T d B: integers up to 8; G g G^T: quarters up to 18, 7 bits;
+# their products summed over the reduction channels, and A^T M A, within float32's 24 bits), and
+# the one rounding left, the result's to its dtype, is the direct convolution's rounded to it. So
+# the fused kernel must give that bit for bit: a wrong index anywhere, even in one edge tile,
+# shows. The shapes cross the items' edges, partial chunks of 8 and 16, woff 0..3 in float32 and
+# odd and even columns in the 16-bit layouts; 8x96x130 30x32 gives blocks 2-3 items.
+EXACT_SHAPES = [s for s in BLOCK_SHAPES if max(s[1], s[2]) <= 56] + [
+    (3, 56, 50, 17, 36, 1, 1), (2, 9, 40, 13, 20, 2, 0), (5, 40, 9, 10, 12, 0, 2),
+    (8, 96, 130, 30, 32, 1, 1)]
+EXACT_CASES = [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1) for shape in EXACT_SHAPES
+               if prec != "tf32" or tf32_takes(shape, pass_)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,pass_,prec", EXACT_CASES,
+                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q) for s, p, q in EXACT_CASES])
+def test_fused_is_exact_on_small_integers(shape, pass_, prec):
+    dtype, tf32 = DTYPES[prec], prec == "tf32"
+    S, C, K, H, W, ph, pw = shape
+    g = torch.Generator().manual_seed(sum(shape) + pass_)
+    ints = lambda *size: torch.randint(-2, 3, size, generator=g).double()  # noqa: E731
+    x, w, b = ints(S, C, H, W), ints(K, C, 3, 3), ints(K)
+    gy = ints(S, K, H + 2 * ph - 2, W + 2 * pw - 2)
+    if pass_ == 0:
+        ref = torch.nn.functional.conv2d(x, w, b, padding=(ph, pw))
+    else:
+        ref = torch.nn.grad.conv2d_input(x.shape, w, gy, padding=(ph, pw))
+    dev = lambda t: t.to("cuda", dtype)  # noqa: E731
+    out = fused_pass(pass_, dev(x), dev(w), dev(b), dev(gy), shape[5:], tf32)
+    bad = out.double().cpu() != ref.to(dtype).double()
+    assert not bad.any(), "%d of %d results differ, first at %s" % (
+        int(bad.sum()), bad.numel(), tuple(bad.nonzero()[0].tolist()))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
@@ -230,12 +265,17 @@ def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
     the clean run's, bitwise. Both passes, on each copy path (data widths 16, 10, and 9 or 7;
     float32: 16, by TMA)."""
     tf32 = prec == "tf32"
-    shapes = ((2, 20, 24, 9, 16, 1, 1),) if tf32 else (
+    # float32: woff 3 in both passes (padding 1); 2 (the forward, padding 2) and 2 (the input
+    # gradient of 12 wide grad_output, padding 0)
+    shapes = ((2, 20, 24, 9, 16, 1, 1), (2, 20, 24, 9, 16, 2, 2),
+              (2, 20, 24, 9, 14, 0, 0)) if tf32 else (
         (2, 20, 24, 9, 16, 1, 1), (1, 17, 70, 10, 10, 1, 1), (2, 16, 16, 7, 9, 2, 0))
     for shape in shapes:
         x, w, b, gy = tensors(shape, DTYPES[prec], "cuda")
         ph, pw = shape[5:]
         for pass_ in (0, 1):
+            if tf32 and not tf32_takes(shape, pass_):
+                continue
             data = (x if pass_ == 0 else gy).clone()
             oy, ox = (ph, pw) if pass_ == 0 else (2 - ph, 2 - pw)
             s, c, py, px = data.shape[0] - 1, data.shape[1] // 2, data.shape[2] // 2, 1
@@ -319,7 +359,8 @@ def test_fused_label():
     assert takes + ", not float32 without TF32" in FAMILY.fits(c, _problem("float32", "cuda"),
                                                                "forward")
     assert takes + ", not float16 on cpu" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
-    assert takes in FAMILY.fits(c, _problem("float32", "cpu", tf32=True), "forward")
+    assert takes + ", not float32 on cpu" in FAMILY.fits(c, _problem("float32", "cpu", tf32=True),
+                                                         "forward")
     # float32 under TF32: data widths that are multiples of 4 (input's W; grad_output's ow)
     for W, pw, fwd, igrad in ((12, 1, True, True), (12, 0, True, False), (10, 2, False, True)):
         q = _problem("float32", "cuda", tf32=True, W=W, pw=pw)
@@ -337,6 +378,10 @@ def test_fused_label():
     q = _problem("float32", "cuda", tf32=True, W=12)
     assert FAMILY.workspace_bytes(c, q, "forward") == 16 * 64 * 8 * 4  # K 16, C 8
     assert FAMILY.workspace_bytes(c, q, "input_grad") == 16 * 64 * 16 * 4  # C 8, K 16
+    from fastlayers import _C
+    for bad in (0, 3, 8):  # a chunk is 32 bytes of 2- or 4-byte values
+        with pytest.raises(RuntimeError, match="`store_bytes` must be 2 .* or 4 .*got %d" % bad):
+            _C.winograd_fused_workspace_bytes(0, 8, 16, bad)
 
 
 def test_fused_is_a_candidate_in_float32_under_tf32_alone():

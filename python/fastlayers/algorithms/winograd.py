@@ -106,8 +106,8 @@ class Winograd(Family):
             if p.device_type != "cuda" or not (p.dtype in HALF_DTYPES or tf32):
                 return ("the fused Winograd kernel takes float16 and bfloat16, or float32 under "
                         "TF32, on CUDA, not %s%s on %s" % (
-                            p.dtype, " without TF32" if p.dtype == "float32" else "",
-                            p.device_type))
+                            p.dtype, " without TF32" if p.dtype == "float32" and not p.tf32
+                            else "", p.device_type))
             if tf32:
                 name, width = ("input", p.W) if pass_ == "forward" else ("grad_output", p.ow)
                 if width % 4:
