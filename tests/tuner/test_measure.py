@@ -113,14 +113,20 @@ def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
     p = problem(device, S=32, C=1024, K=1024, H=96, W=96)
     x = torch.randn(p.S, p.C, p.H, p.W, device=device)
     w = torch.randn(p.K, p.C, 1, 1, device=device)
+    # W: the least of 5 runs of 10 calls. Other work on the device (a parallel test run) only
+    # stretches a run (13x once, 60.7 ms against the tuner's 4.7 ms a little later), and a W
+    # stretched so makes the spins that should win or lose far too long.
+    runs = []
     with tuner.measure.problem_precision("conv", p):  # as the tuner runs PyTorch's candidate
         torch.nn.functional.conv2d(x, w)
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            torch.nn.functional.conv2d(x, w)
-        torch.cuda.synchronize()
-    W = (time.perf_counter() - t0) * 1e3 / 10
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(10):
+                torch.nn.functional.conv2d(x, w)
+            torch.cuda.synchronize()
+            runs.append((time.perf_counter() - t0) * 1e3 / 10)
+    W = min(runs)
     assert W > 1.5, "the layer is too small to be device-bound: %.3f ms" % W
     del x, w
     lose, win = "timed:spin=%.3f" % (0.65 * W), "timed:spin=%.3f" % (0.25 * W)
