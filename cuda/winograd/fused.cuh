@@ -10,7 +10,8 @@
 // An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
 // points, reduced over the reduction channels in chunks of 32 bytes a row (16 channels; 8 in
 // float32: the bytes, layouts and ldmatrix reads of U and V are the same, PatchF32). The
-// accumulators of an item fill a block's registers, so one block runs an SM; the grid is one block an SM and each block takes its
+// accumulators of an item fill a block's registers, so one block runs an SM; the grid is one
+// block an SM and each block takes its
 // items as one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by one bulk
 // copy on an mbarrier, and the chunk's input patch (the rectangle's windows, overlapping, read
 // once: 2 TR + 2 rows of at least 2 TC + 2 values a channel, zeros outside the image) by one TMA
@@ -171,7 +172,8 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
 #pragma unroll
         for (int b = 0; b < A; ++b) out[a][b] = F(0);
     }
-    uint16_t* u = reinterpret_cast<uint16_t*>(U) + ((o / kBM) * chunks + r / kCh) * (A * A * kBM * 16) +
+    uint16_t* u = reinterpret_cast<uint16_t*>(U) +
+                  ((o / kBM) * chunks + r / kCh) * (A * A * kBM * 16) +
                   swz(static_cast<int>(o % kBM), static_cast<int>(r % kCh) * kUnits);
 #pragma unroll
     for (int a = 0; a < A; ++a)
@@ -585,7 +587,8 @@ __global__ void __launch_bounds__(kThreads)
       static_assert(TX::swizzled_reads_apart(2) && TX::swizzled_reads_apart(3), "banks (TMA)");
       const int xg = lane >> 2, xt = lane & 3, xq = xg & 3, xj = xg >> 2, xs = xt & 1;
       const int x_tile = kTC * (warp >> 1) + TX::col(warp, 0, xj);
-      const uint32_t* const t_src = Ps + P::word(2 * xq, 2 * (warp >> 1) + (xt >> 1), x_tile % kTC) +
+      const uint32_t* const t_src = Ps +
+                                    P::word(2 * xq, 2 * (warp >> 1) + (xt >> 1), x_tile % kTC) +
                                     (kOdd ? (xs ? 0 : 1) : xs);  // TX::first_word, as written there
       const int t_ydelta = kOdd && xs ? 2 : 0;       // words from a lane's first read to its second
       const uint32_t t_sel = xs ? 0x5432u : 0x3210u;  // the two values' halves (odd starts)
@@ -610,9 +613,9 @@ __global__ void __launch_bounds__(kThreads)
                 Pack<T>::two(bc(2 * xt + 8 * r, 8 * h + xg), bc(2 * xt + 8 * r + 1, 8 * h + xg));
       }
       static_assert(kTC % 8 == 0, "2 tx0 a multiple of 16");
-      // kTma: the windows' first word in a patch row, which starts at the multiple of 8 at or before
-      // the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same for every
-      // item, 2 tx0 being a multiple of 16.
+      // kTma: the windows' first word in a patch row, which starts at the multiple of 8 at or
+      // before the even column the 4-byte copies would start at, 2 tx0 - ox - kXoff: the same
+      // for every item, 2 tx0 being a multiple of 16.
       const int woff = kTma ? static_cast<int>(((-src.ox - kXoff) & 7) >> 1) : 0;
       // All four groups' reads, then their products and stores: independent chains for the
       // latencies to overlap.
@@ -627,14 +630,16 @@ __global__ void __launch_bounds__(kThreads)
           for (int r = 0; r < 4; ++r)
     #pragma unroll
             for (int k = 0; k < (kOdd ? 2 : 1); ++k) {
-              const uint32_t at = ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
-                                                                  TX::rel(0, pair, r & 1, r >> 1));
+              const uint32_t at =
+                  ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
+                                                  TX::rel(0, pair, r & 1, r >> 1));
               t_off[pair][r][k] = TX::swizzled(at) - ps;  // (swizzled_reads_apart's function)
             }
       }
       return [=](int pst, int vst) {
         const uint32_t* const w0 = t_src + pst * kPatchStage + woff;  // not kTma
-        const unsigned char* const pb = reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
+        const unsigned char* const pb =
+            reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
         uint32_t a[2][2][4];
     #pragma unroll
         for (int i = 0; i < 2; ++i)

@@ -96,7 +96,8 @@ VALUE_CASES = [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1)
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,pass_,prec", VALUE_CASES,
-                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q) for s, p, q in VALUE_CASES])
+                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q)
+                              for s, p, q in VALUE_CASES])
 def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
     dtype, tf32 = DTYPES[prec], prec == "tf32"
     x, w, b, gy = tensors(shape, dtype, "cuda")
@@ -129,7 +130,8 @@ EXACT_CASES = [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1) for sh
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,pass_,prec", EXACT_CASES,
-                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q) for s, p, q in EXACT_CASES])
+                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q)
+                              for s, p, q in EXACT_CASES])
 def test_fused_is_exact_on_small_integers(shape, pass_, prec):
     dtype, tf32 = DTYPES[prec], prec == "tf32"
     S, C, K, H, W, ph, pw = shape
@@ -332,7 +334,8 @@ def test_fused_refuses_what_it_does_not_take(device):
         # float32's data widths: multiples of 4 (input 10 wide; grad_output 10 wide)
         x10, gy10 = tensors((2, 3, 4, 8, 10, 1, 1), torch.float32, device)[::3]
         with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` in float32 takes "
-                                               r"`input` of a width that is a multiple of 4, got 10"):
+                                               r"`input` of a width that is a multiple of 4, "
+                                               r"got 10"):
             fl.winograd_conv2d(x10, w32, None, [1, 1], 2, True, True)
         with pytest.raises(RuntimeError, match=r"winograd_conv2d_input_grad: `fused` in float32 "
                                                r"takes `grad_output` of a width that is a multiple "
