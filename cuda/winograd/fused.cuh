@@ -605,9 +605,9 @@ __global__ void __launch_bounds__(kThreads)
           const int m = k & 3, c = kOdd ? (m == 2 ? 0 : m == 3 ? 3 : m + 1) : m;
           return bt(p >> 2, k >> 2) * bt(p & 3, c);
         };
-    #pragma unroll
+#pragma unroll
         for (int h = 0; h < 2; ++h)
-    #pragma unroll
+#pragma unroll
           for (int r = 0; r < 2; ++r)
             t_bc[h][r] =
                 Pack<T>::two(bc(2 * xt + 8 * r, 8 * h + xg), bc(2 * xt + 8 * r + 1, 8 * h + xg));
@@ -624,11 +624,11 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t t_off[2][4][kOdd ? 2 : 1] = {};
       if constexpr (kTma) {
         const uint32_t ps = smem_addr(Ps);
-    #pragma unroll
+#pragma unroll
         for (int pair = 0; pair < 2; ++pair)
-    #pragma unroll
+#pragma unroll
           for (int r = 0; r < 4; ++r)
-    #pragma unroll
+#pragma unroll
             for (int k = 0; k < (kOdd ? 2 : 1); ++k) {
               const uint32_t at =
                   ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
@@ -641,11 +641,11 @@ __global__ void __launch_bounds__(kThreads)
         const unsigned char* const pb =
             reinterpret_cast<const unsigned char*>(Ps + pst * kPatchStage);
         uint32_t a[2][2][4];
-    #pragma unroll
+#pragma unroll
         for (int i = 0; i < 2; ++i)
-    #pragma unroll
+#pragma unroll
           for (int pair = 0; pair < 2; ++pair)
-    #pragma unroll
+#pragma unroll
             for (int r = 0; r < 4; ++r) {
               if constexpr (kTma) {
                 auto word = [&](int k) {
@@ -659,15 +659,15 @@ __global__ void __launch_bounds__(kThreads)
                 a[i][pair][r] = kOdd ? __byte_perm(w[0], w[t_ydelta], t_sel) : w[0];
               }
             }
-    #pragma unroll
+#pragma unroll
         for (int i = 0; i < 2; ++i)
-    #pragma unroll
+#pragma unroll
           for (int pair = 0; pair < 2; ++pair)
-    #pragma unroll
+#pragma unroll
             for (int h = 0; h < 2; ++h) {
               float d[4] = {0.f, 0.f, 0.f, 0.f};
               mma16816(d, a[i][pair], t_bc[h], T{});
-    #pragma unroll
+#pragma unroll
               for (int e = 0; e < 2; ++e)
                 *reinterpret_cast<uint32_t*>(t_dst[i] + vst * kVStage + TX::vrel(i, pair, h, e)) =
                     Pack<T>::two(d[e], d[2 + e]);

@@ -90,14 +90,21 @@ def tf32_takes(shape, pass_):
     return (W if pass_ == 0 else W + 2 * pw - 2) % 4 == 0
 
 
-VALUE_CASES = [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1)
-               for shape in SHAPES + BLOCK_SHAPES if prec != "tf32" or tf32_takes(shape, pass_)]
+def pass_cases(shapes):
+    """(shape, pass, precision) of every pass of `shapes` the kernel takes, in each precision."""
+    return [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1) for shape in shapes
+            if prec != "tf32" or tf32_takes(shape, pass_)]
+
+
+def case_ids(cases):
+    return ["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q) for s, p, q in cases]
+
+
+VALUE_CASES = pass_cases(SHAPES + BLOCK_SHAPES)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,pass_,prec", VALUE_CASES,
-                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q)
-                              for s, p, q in VALUE_CASES])
+@pytest.mark.parametrize("shape,pass_,prec", VALUE_CASES, ids=case_ids(VALUE_CASES))
 def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
     dtype, tf32 = DTYPES[prec], prec == "tf32"
     x, w, b, gy = tensors(shape, dtype, "cuda")
@@ -124,14 +131,11 @@ def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
 EXACT_SHAPES = [s for s in BLOCK_SHAPES if max(s[1], s[2]) <= 56] + [
     (3, 56, 50, 17, 36, 1, 1), (2, 9, 40, 13, 20, 2, 0), (5, 40, 9, 10, 12, 0, 2),
     (8, 96, 130, 30, 32, 1, 1)]
-EXACT_CASES = [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1) for shape in EXACT_SHAPES
-               if prec != "tf32" or tf32_takes(shape, pass_)]
+EXACT_CASES = pass_cases(EXACT_SHAPES)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,pass_,prec", EXACT_CASES,
-                         ids=["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q)
-                              for s, p, q in EXACT_CASES])
+@pytest.mark.parametrize("shape,pass_,prec", EXACT_CASES, ids=case_ids(EXACT_CASES))
 def test_fused_is_exact_on_small_integers(shape, pass_, prec):
     dtype, tf32 = DTYPES[prec], prec == "tf32"
     S, C, K, H, W, ph, pw = shape

@@ -373,7 +373,8 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     walls = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
     ratios = {k: [] for k in names[1:]}
-    with torch.autocast(device.type, enabled=False), torch.enable_grad(), problem_precision("conv", p):
+    with torch.autocast(device.type, enabled=False), torch.enable_grad(), \
+            problem_precision("conv", p):
         for fn in steps.values():
             fn()  # warm-up
         first = max(run(fn, (), 2)[0] for fn in steps.values())
