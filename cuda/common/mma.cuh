@@ -43,11 +43,11 @@ __device__ __forceinline__ void mma1688_tf32(float (&d)[4], const uint32_t (&a)[
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// float32 -> TF32 (10 mantissa bits), rounded to nearest with ties away from zero, as a float32
-// bit pattern.
+// float32 -> TF32 (10 mantissa bits), rounded to nearest with ties to even, as a float32 bit
+// pattern: one instruction on sm_90 (cvt.rna, ties away from zero, takes three).
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
 }
 

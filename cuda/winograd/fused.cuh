@@ -188,6 +188,19 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
   }
 }
 
+// x, kept in a register up to its uses: the compiler cannot see through the empty asm, so it
+// cannot recompute x at each use instead, as it does for a lane's constant addresses in the chunk
+// loop even with registers to spare.
+template <typename V>
+__device__ __forceinline__ V kept(V x) {
+  if constexpr (std::is_pointer<V>::value) {
+    asm volatile("" : "+l"(x));
+  } else {
+    asm volatile("" : "+r"(x));
+  }
+  return x;
+}
+
 template <typename T>
 struct Args {
   const T* data;  // the data operand [n, R, ih, iw] (src)
@@ -540,7 +553,7 @@ __global__ void __launch_bounds__(kThreads)
           const int col = 2 * tcol + woff + (kOdd ? (k == 0 ? 0 : 2 * k - 1) : 2 * k);
           const uint32_t at =
               ps + 4u * static_cast<uint32_t>(P::word(c, 2 * (warp >> 1) + r, col));
-          off[r][k] = (at ^ (((at >> 7) & 7u) << 4)) - ps;
+          off[r][k] = kept((at ^ (((at >> 7) & 7u) << 4)) - ps);
         }
       S* const dst = Vs + swz(kTC * (warp >> 1) + tcol, 2 * c);
       return [=](int pst, int vst) {
@@ -633,7 +646,8 @@ __global__ void __launch_bounds__(kThreads)
               const uint32_t at =
                   ps + 4u * static_cast<uint32_t>((t_src - Ps) + woff + k * t_ydelta +
                                                   TX::rel(0, pair, r & 1, r >> 1));
-              t_off[pair][r][k] = TX::swizzled(at) - ps;  // (swizzled_reads_apart's function)
+              // (swizzled_reads_apart's function)
+              t_off[pair][r][k] = kept(TX::swizzled(at) - ps);
             }
       }
       return [=](int pst, int vst) {
@@ -680,10 +694,10 @@ __global__ void __launch_bounds__(kThreads)
   // result channels 32 mh.. (mh = w % 2, two m-tiles of 16) x all 32 tiles (four n-tiles of 8):
   // 32 x 32 a point: a chunk's fragments are half the bytes of 16 x 16 tiles at all 16 points.
   const int pa = warp >> 1, mh = warp & 1;
-  const S* const a_src =
-      Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16;
+  const S* const a_src = kept(
+      Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16);
   const S* const b_src =
-      Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kTma>(A * pa);
+      kept(Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kTma>(A * pa));
   static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
   float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
 #pragma unroll
