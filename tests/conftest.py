@@ -1,3 +1,5 @@
+import fcntl
+import os
 import random
 
 import pytest
@@ -19,6 +21,38 @@ def pytest_collection_modifyitems(config, items):
 def device(request):
     """Each test body is written once and runs on every device; CUDA cases are marked `gpu`."""
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def device_share(request, tmp_path_factory):
+    """GPU tests share the device, but one marked `device_alone` (it times the device against the
+    host) runs with no other GPU test beside it: it waits for those running to end and holds new
+    ones back until it ends. The workers of a parallel run (xdist) agree through two lock files in
+    the run's common temporary folder: `device.lock`, shared by GPU tests and taken whole by a
+    `device_alone` one, and `device.gate`, held by that one while it waits, so that a stream of
+    shared takers cannot keep it out."""
+    if request.node.get_closest_marker("gpu") is None or not torch.cuda.is_available():
+        yield
+        return
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' folders lie side by side in the run's folder
+    alone = request.node.get_closest_marker("device_alone") is not None
+    with open(root / "device.gate", "a") as gate, open(root / "device.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if alone:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # this test's queued device work ends with its share
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
