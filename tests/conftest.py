@@ -1,6 +1,6 @@
 import fcntl
-import os
 import random
+import time
 
 import pytest
 import torch
@@ -23,6 +23,25 @@ def device(request):
     return request.param
 
 
+_DEVICE_WAIT_S = 600
+
+
+def _flock(f, how, what):
+    """flock(f, how), waiting at most _DEVICE_WAIT_S: a GPU test that hangs holds its share for
+    good, and the test waiting for the whole device would hold back every other GPU test."""
+    deadline = time.monotonic() + _DEVICE_WAIT_S
+    while True:
+        try:
+            fcntl.flock(f, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.fail("waited %d s for %s: a GPU test on another worker does not end"
+                            % (_DEVICE_WAIT_S, what))
+            time.sleep(0.02)
+
+
+
 @pytest.fixture(autouse=True)
 def device_share(request, tmp_path_factory):
     """GPU tests share the device, but one marked `device_alone` (it times the device against the
@@ -35,24 +54,26 @@ def device_share(request, tmp_path_factory):
         yield
         return
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(request.config, "workerinput"):  # an xdist worker
         root = root.parent  # the workers' folders lie side by side in the run's folder
     alone = request.node.get_closest_marker("device_alone") is not None
     with open(root / "device.gate", "a") as gate, open(root / "device.lock", "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
+        _flock(gate, fcntl.LOCK_EX, "the device's gate")
         if alone:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            _flock(lock, fcntl.LOCK_EX, "the device alone")
         else:
-            fcntl.flock(lock, fcntl.LOCK_SH)
+            _flock(lock, fcntl.LOCK_SH, "a share of the device")
             fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
-            if torch.cuda.is_initialized():
-                torch.cuda.synchronize()  # this test's queued device work ends with its share
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                if torch.cuda.is_initialized():
+                    torch.cuda.synchronize()  # this test's queued device work ends with its share
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                if alone:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
