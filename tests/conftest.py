@@ -41,7 +41,6 @@ def _flock(f, how, what):
             time.sleep(0.02)
 
 
-
 @pytest.fixture(autouse=True)
 def device_share(request, tmp_path_factory):
     """GPU tests share the device, but one marked `device_alone` (it times the device against the
