@@ -52,9 +52,9 @@ constexpr int kBP = kTR * kTC;   // 32 tiles
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
 constexpr int kVStages = 2;
-// Reduction channels a chunk: 32 bytes of values (float32 values go to the tensor cores as TF32).
+// Reduction channels a chunk (fused_chunk; float32 values go to the tensor cores as TF32).
 template <typename T>
-constexpr int kChunkOf = 32 / static_cast<int>(sizeof(T));
+constexpr int kChunkOf = static_cast<int>(fused_chunk(static_cast<int>(sizeof(T))));
 static_assert(kChunkOf<__half> == kBK, "a chunk of 16-bit values is one m16n8k16 k-step");
 // A chunk's input patch: 2 kTR + 2 rows of the windows' 2 kTC + 2 columns a channel, in rows of
 // 32-bit words, kBK channels, in one of two layouts (Patch<kTma>):

@@ -128,9 +128,10 @@ inline Buffers buffers(Pass pass, const Shape& s, int64_t samples, int store_byt
 }
 
 // The fused kernel's items (fused.cuh): result channels an item, and reduction channels a chunk
-// of 32 bytes of values (fused_chunk): kFusedChunk = 16 in float16 and bfloat16, 8 in float32.
-constexpr int64_t kFusedBlockChannels = 64, kFusedChunk = 16;
-inline int64_t fused_chunk(int store_bytes) { return 32 / store_bytes; }  // store_bytes 2 or 4
+// of 32 bytes of values (fused_chunk): 16 in float16 and bfloat16 (kFusedChunk), 8 in float32.
+constexpr int64_t kFusedBlockChannels = 64;
+constexpr int64_t fused_chunk(int store_bytes) { return 32 / store_bytes; }  // store_bytes 2 or 4
+constexpr int64_t kFusedChunk = fused_chunk(2);
 
 // Its padded sizes: result channels Mo rounded up to whole blocks, reduction channels R to whole
 // chunks. U holds alpha^2 x Mo_pad x R_pad values, a block per (channel block, chunk) in the
