@@ -737,6 +737,7 @@ def winograd(doc: dict) -> str:
     failed = _wg_failures(doc)
     if failed:
         out += ["", "Not timed (no ratio): " + "; ".join(failed) + "."]
+    out += _merged_note(doc)
     return "\n".join(out)
 
 

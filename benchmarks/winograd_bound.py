@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""The fused Winograd kernel's shared-memory bound against cuDNN, from a bench_winograd result:
-the table and network totals of docs/winograd.md ("What bounds it").
+"""A shared-memory model of the fused Winograd kernel against cuDNN, from a bench_winograd
+result: the table and network totals of docs/winograd.md ("A bound from shared memory").
 
-    python3 benchmarks/winograd_bound.py [benchmarks/results/winograd-nvidia-h100-80gb-hbm3.json]
-        [--clock-ghz 1.83] [--batches 8,64]
+    python3 benchmarks/winograd_bound.py [RESULTS.json] [--clock-ghz 1.83] [--batches 8,64]
 
-Per chunk of reduction channels (16 in 16 bits, 8 in TF32) an SM's shared memory moves U (its
-bulk copy in, ldmatrix out: 32 + 32 KB), V (the transform's stores, read by both warps of a row
-of points: 16 + 32 KB), the input patch (11 KB by TMA or 6.25 KB by 4-byte copies, and the
-transform's 16 KB of reads), and at each item's end the exchange of the rows' Z (128 KB over the
-item's chunks), at 128 bytes a cycle. Items are 64 result channels x 4 x 8 tiles of one sample;
-the grid is one block an SM (at most one per item). The bound is that traffic's time for the
-busiest SM; "kernel at" is the bound over the fused candidate's measured time. The network
-total at the bound takes, per layer, the faster of cuDNN and the bound (the measured best
-Winograd candidate where the fused kernel does not apply: conv1_1's 3 channels, TF32 widths
-not a multiple of 4), each layer times its count, as bench_winograd's totals.
+The model counts, per chunk of reduction channels (16 in 16 bits, 8 in TF32) of one block, the
+shared-memory wavefronts (128 bytes, a cycle each at best) of the kernel's data flow, forward,
+F(2x2,3x3), every access conflict-free but where measured otherwise:
+  through the LSU: ldmatrix of U (32 KB, each value once) and of V (2 x 16 KB: both warps of a
+  row of points read it), the transform's V stores (16 KB) and patch reads (16-bit: 32 KB where
+  the windows start at an odd column, each fragment word two reads joined; 16 KB at even
+  starts; TF32: 12 reads of 2 wavefronts a warp at odd starts, 8 at even), the 4-byte patch
+  copies where no tensor map takes the data (16 bits, widths not a multiple of 8: about 340
+  wavefronts a chunk by ncu, 6.8 a warp instruction for their bank conflicts), and the item's
+  exchange of the rows' Z (512 + 512 wavefronts an item, over its chunks);
+  asynchronous writes: U's bulk copy (32 KB) and the patch's tensor copy (11 KB).
+Whether the asynchronous writes take the same bandwidth is not known here, so the bound is
+given both ways: "lsu" (without them) and "all". Items are 64 result channels x 4 x 8 tiles of
+one sample, the grid one block an SM, items round-robin; the bound is the busiest SM's time at
+the clock given (1.83 GHz: the clock behind the H100 SXM's published 989 TFLOP/s of dense fp16;
+it boosts to 1.98). "kernel at" is the bound over the fused candidate's measured time. The
+network totals at the bound take per layer the fastest of cuDNN, the measured Winograd
+candidates and the bound, each layer times its count, cuDNN's time as each row's `cudnn.ms`;
+"measured" is the result's own tuned total (bench_winograd's `tuned_ratio`).
 """
 import argparse
 import json
@@ -24,28 +32,35 @@ from pathlib import Path
 
 SMS_DEFAULT = 132
 ITEM_M, ITEM_ROWS, ITEM_COLS = 64, 4, 8  # fused.cuh: kBM, kTR, kTC
-BANK_BYTES_PER_CYCLE = 128
-KB = 1024
+WAVE = 128  # bytes a shared-memory wavefront
+COPY4_WAVES = 340  # the 4-byte patch copies a chunk (ncu, conv4_2 N 8 fp16)
 
 
 def chunk_channels(mode):
     return 8 if mode == "tf32" else 16
 
 
-def fused_applies(mode, C, H):
-    return C >= 64 and (mode != "tf32" or H % 4 == 0)
+def fused_applies(mode, H):
+    return mode != "tf32" or H % 4 == 0
 
 
-def bound_ms(mode, N, C, K, H, sms, clock_hz):
-    """The shared-memory bound of the fused F(2x2,3x3) forward (pad 1, stride 1), ms."""
+def waves_per_chunk(mode, C, H, odd):
+    """(LSU wavefronts, asynchronous-write wavefronts) of one chunk."""
+    chunks_per_item = math.ceil(C / chunk_channels(mode))
+    tma = H % (4 if mode == "tf32" else 8) == 0  # a row a multiple of 16 bytes
+    reads = (192 if odd else 128) if mode == "tf32" else (256 if odd else 128)
+    lsu = 256 + 256 + 128 + reads + (0 if tma else COPY4_WAVES) + 1024 / chunks_per_item
+    return lsu, 256 + (88 if tma else 0)
+
+
+def bound_ms(mode, N, C, K, H, odd, sms, clock_hz):
+    """(lsu, all) bounds of the fused forward (pad 1, stride 1), ms."""
     tiles = H // 2
     items = N * math.ceil(tiles / ITEM_ROWS) * math.ceil(tiles / ITEM_COLS) * math.ceil(K / ITEM_M)
-    chunks_per_item = math.ceil(C / chunk_channels(mode))
-    per_sm = math.ceil(items / min(sms, items)) * chunks_per_item
-    tma = H % (4 if mode == "tf32" else 8) == 0  # a row a multiple of 16 bytes
-    patch = 11 * KB if tma else 6400
-    per_chunk = (32 + 32) * KB + (16 + 32) * KB + patch + 16 * KB + 128 * KB / chunks_per_item
-    return per_sm * per_chunk / BANK_BYTES_PER_CYCLE / clock_hz * 1e3
+    per_sm = math.ceil(items / min(sms, items)) * math.ceil(C / chunk_channels(mode))
+    lsu, asynchronous = waves_per_chunk(mode, C, H, odd)
+    ms = lambda w: per_sm * w / clock_hz * 1e3  # noqa: E731
+    return ms(lsu), ms(lsu + asynchronous)
 
 
 def main(argv=None):
@@ -57,50 +72,58 @@ def main(argv=None):
     ap.add_argument("--batches", default="8,64")
     args = ap.parse_args(argv)
     doc = json.load(open(args.results))
+    cfg = doc["config"]
     sms = doc.get("device", {}).get("sm_count") or SMS_DEFAULT
     clock = args.clock_ghz * 1e9
-    count = {lay["layer"]: lay.get("count", 1) for lay in doc["config"]["layers"]}
+    odd = cfg.get("padding", [1, 1])[1] % 2 == 1  # the windows' first column, 2 tx0 - pad
+    count = {lay["layer"]: lay.get("count", 1) for lay in cfg["layers"]}
     rows = {(r["layer"], r["mode"], r["N"]): r for r in doc["speed"]
-            if r.get("pass") == "fprop" and "cudnn" in r}
+            if r.get("pass") == "fprop" and "ms" in r.get("cudnn", {})}
+    totals = {(t["mode"], t["N"]): t for t in doc.get("totals", []) if t["pass"] == "fprop"}
     shown = [int(n) for n in args.batches.split(",")]
     modes = [m for m in ("tf32", "fp16", "bf16") if any(k[1] == m for k in rows)]
-    print("| layer | N | " + " | ".join("%s: cuDNN / bound | kernel at" % m for m in modes) + " |")
-    print("|---|---|" + "---|---|" * len(modes))
-    for lay in doc["config"]["layers"]:
+    print("cuDNN ms over the bound (lsu / all), and the bound over the kernel's ms (lsu-all), "
+          "N = %s:" % " / ".join(map(str, shown)))
+    print()
+    print("| layer | " + " | ".join("%s: cuDNN / bound | kernel at" % m for m in modes) + " |")
+    print("|---|" + "---|---|" * len(modes))
+    for lay in cfg["layers"]:
         name, C, K, H = lay["layer"], lay["C"], lay["K"], lay["H"]
         cells = []
         for m in modes:
             got = [rows.get((name, m, n)) for n in shown]
-            if not fused_applies(m, C, H) or not all(got):
+            if not fused_applies(m, H) or not all(got):
                 cells += ["-", "-"]
                 continue
-            b = [bound_ms(m, n, C, K, H, sms, clock) for n in shown]
-            cells.append(" / ".join("%.2f" % (r["cudnn"]["ms"] / x) for r, x in zip(got, b)))
+            b = [bound_ms(m, n, C, K, H, odd, sms, clock) for n in shown]
+            cells.append(" ; ".join("%.2f / %.2f" % (r["cudnn"]["ms"] / lo, r["cudnn"]["ms"] / hi)
+                                    for r, (lo, hi) in zip(got, b)))
             fused = [r["candidates"].get("winograd:2,fused", {}).get("ms") for r in got]
-            cells.append(" / ".join("%.0f%%" % (100 * x / f) if f else "-" for f, x in zip(fused, b)))
+            cells.append(" ; ".join("%.0f-%.0f%%" % (100 * lo / f, 100 * hi / f) if f else "-"
+                                    for f, (lo, hi) in zip(fused, b)))
         if any(c != "-" for c in cells):
-            print("| %s %d→%d, %d | %s | %s |" % (name, C, K, H, " / ".join(map(str, shown)),
-                                                " | ".join(cells)))
+            print("| %s %d→%d, %d | %s |" % (name, C, K, H, " | ".join(cells)))
     print()
     for m in modes:
         out = []
-        for n in doc["config"]["batches"]:
-            a = at_bound = tuned = 0.0
-            for lay in doc["config"]["layers"]:
-                r = rows.get((lay["layer"], m, n))
-                if r is None:
-                    break
+        for n in cfg["batches"]:
+            got = [rows.get((lay["layer"], m, n)) for lay in cfg["layers"]]
+            if not all(got):
+                out.append("N=%d (a layer missing)" % n)
+                continue
+            a = lo_t = hi_t = 0.0
+            for lay, r in zip(cfg["layers"], got):
                 cu, c = r["cudnn"]["ms"], count[lay["layer"]]
                 best = cu / r["ratio"] if r.get("ratio") else cu
-                b = (bound_ms(m, n, lay["C"], lay["K"], lay["H"], sms, clock)
-                     if fused_applies(m, lay["C"], lay["H"]) else best)
+                lo, hi = (bound_ms(m, n, lay["C"], lay["K"], lay["H"], odd, sms, clock)
+                          if fused_applies(m, lay["H"]) else (best, best))
                 a += cu * c
-                at_bound += min(cu, b) * c
-                tuned += min(cu, best) * c
-            else:
-                out.append("N=%d %.2f (measured %.2f)" % (n, a / at_bound, a / tuned))
-        print("%s network forward over cuDNN at the bound (tuned with cuDNN): %s" % (
-            m, "; ".join(out)))
+                lo_t += min(cu, best, lo) * c
+                hi_t += min(cu, best, hi) * c
+            t = totals.get((m, n), {})
+            out.append("N=%d %.2f / %.2f (measured %s)" % (
+                n, a / lo_t, a / hi_t, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
+        print("%s network forward over cuDNN at the bound (lsu / all): %s" % (m, "; ".join(out)))
     return 0
 
 
