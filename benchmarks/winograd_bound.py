@@ -33,7 +33,10 @@ from pathlib import Path
 SMS_DEFAULT = 132
 ITEM_M, ITEM_ROWS, ITEM_COLS = 64, 4, 8  # fused.cuh: kBM, kTR, kTC
 WAVE = 128  # bytes a shared-memory wavefront
-COPY4_WAVES = 340  # the 4-byte patch copies a chunk (ncu, conv4_2 N 8 fp16)
+# The 4-byte patch copies a chunk, a patch row a thread, as the kernel of the committed results
+# copied them (ncu, conv4_2 N 8 fp16). The kernel now copies along rows (as few as 50 if
+# conflict-free): measure again once the results are of that kernel.
+COPY4_WAVES = 340
 
 
 def chunk_channels(mode):

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
@@ -429,24 +430,36 @@ __global__ void __launch_bounds__(kThreads)
   // Copies. U: thread 0 copies each chunk's contiguous block (filter_transform_padded's
   // layout) by one bulk copy, completing the stage's mbarrier. Patch, kTma: thread 0 copies the
   // chunk's box (patch_map: the data as [samples][channels][ih][iw]) by TMA on the same
-  // mbarrier. async_patch: threads 0..159 copy row p_row of channel p_c, kPatchWords words.
-  // Either way the values in the image come from the data, zeros elsewhere.
+  // mbarrier. async_patch: the stage's kCopyWords words by 4-byte cp.async, word k by thread
+  // k % kThreads (slot k / kThreads), so that a warp's lanes copy consecutive words: a row's 40
+  // bytes of the data and consecutive banks (a patch row a thread would reach 32 rows and 16
+  // banks an instruction). Either way the values in the image come from the data, zeros
+  // elsewhere.
   static_assert(kUStage == A2 * kBM * 16, "U's chunk blocks are the stages' image");
-  constexpr int kPatchCopiers = kBK * kPatchRows;
-  static_assert(kPatchCopiers <= kThreads, "a patch row a thread");
+  constexpr int kCopyWords = kBK * kPatchRows * kPatchWords;
+  constexpr int kCopySlots = (kCopyWords + kThreads - 1) / kThreads;
+  static_assert(kTma || (P::word(1, 0, 0) == kPatchRows * kPatchWords && P::kRow == kPatchWords),
+                "rows and channels dense: word (c, row, w) of a stage is its k");
+  static_assert(kBK <= 16 && kCopySlots <= 8, "a slot's channel in 4 bits of cp_chan");
   constexpr uint32_t kUBytes = kUStage * sizeof(S);
   constexpr uint32_t kBoxBytes = kTmaBox * kTmaRows * kCh * sizeof(T);
   static_assert(!kTma || kBoxBytes == kPatchStage * 4, "the box fills a patch stage");
-  const int p_c = tid / kPatchRows, p_row = tid - p_c * kPatchRows;
-  uint32_t* const p_dst = Ps + P::word(p_c, p_row, 0);
+  // The channel (in the chunk) of this thread's word in each slot, 4 bits a slot.
+  uint32_t cp_chan = 0;
+#pragma unroll
+  for (int j = 0; j < kCopySlots; ++j)
+    cp_chan |= static_cast<uint32_t>((tid + j * kThreads) / (kPatchRows * kPatchWords) & 15)
+               << (4 * j);
   // The copy cursor's item: its U blocks; its patch's first row and column (kTma: the multiple
   // of 8 at or before the windows' first; else the even column at or before); not kTma, its
-  // sample, this thread's row in channel p_c of chunk 0 and the bits of its words in the image.
+  // sample, each slot's word as an offset from the chunk's first channel plane (rel; the host
+  // keeps them within int: run_fused) and bit j: slot j's word in the image (its row and
+  // column; the channel is checked a chunk at a time).
   struct CopyItem {
     const S* u;
-    const T* row;
     const T* sample;
     int64_t py, px;
+    int32_t rel[kCopySlots];
     uint32_t in_image;
     int s;
   };
@@ -460,13 +473,14 @@ __global__ void __launch_bounds__(kThreads)
     ci.in_image = 0;
     if constexpr (kTma) return ci;
     ci.sample = g.data + it.s * src.ch * plane_size;
-    const int64_t y = ci.py + p_row;
-    ci.row = ci.sample + p_c * plane_size + y * src.iw + ci.px;
-    if (y >= 0 && y < src.ih) {  // 0 <= px + 2 w < iw (px and iw even)
-      const int64_t lo = ci.px >= 0 ? 0 : -ci.px / 2, hi = (src.iw - ci.px) / 2;
-      const int w_lo = static_cast<int>(lo < kPatchWords ? lo : kPatchWords);
-      const int w_hi = static_cast<int>(hi < w_lo ? w_lo : hi < kPatchWords ? hi : kPatchWords);
-      ci.in_image = ((1u << w_hi) - 1u) & ~((1u << w_lo) - 1u);
+#pragma unroll
+    for (int j = 0; j < kCopySlots; ++j) {
+      const int k = tid + j * kThreads, c = k / (kPatchRows * kPatchWords);
+      const int rw = k - c * (kPatchRows * kPatchWords), row = rw / kPatchWords;
+      const int64_t y = ci.py + row, x = ci.px + 2 * (rw - row * kPatchWords);
+      ci.rel[j] = static_cast<int32_t>(c * plane_size + y * src.iw + x);
+      // a word wholly in or out: px and iw even
+      if (k < kCopyWords && y >= 0 && y < src.ih && x >= 0 && x < src.iw) ci.in_image |= 1u << j;
     }
     return ci;
   };
@@ -484,15 +498,17 @@ __global__ void __launch_bounds__(kThreads)
     }
     if constexpr (kTma) return;  // thread 0's tensor copy above
     if (g.async_patch) {
-      if (tid < kPatchCopiers) {
-        // A word outside reads nothing (source size 0) from its address, which may lie
-        // outside the data.
-        const uint32_t in = c0 + p_c < g.f.R ? ci.in_image : 0u;
-        const T* row = ci.row + c0 * plane_size;
-        uint32_t* pd = p_dst + pst * kPatchStage;
+      // A word outside reads nothing (source size 0) from its address, which may lie outside
+      // the data.
+      const T* const plane0 = ci.sample + c0 * plane_size;
+      uint32_t* const pd = Ps + pst * kPatchStage + tid;
 #pragma unroll
-        for (int w = 0; w < kPatchWords; ++w)
-          cp_async4(pd + w, row + 2 * w, (in >> w) & 1u ? 4 : 0);
+      for (int j = 0; j < kCopySlots; ++j) {
+        if (j + 1 < kCopySlots || tid + j * kThreads < kCopyWords) {
+          const bool in =
+              ((ci.in_image >> j) & 1u) != 0 && c0 + ((cp_chan >> (4 * j)) & 15u) < g.f.R;
+          cp_async4(pd + j * kThreads, plane0 + ci.rel[j], in ? 4 : 0);
+        }
       }
     } else {  // odd widths: value by value through registers
       T* pt = reinterpret_cast<T*>(Ps + pst * kPatchStage);
@@ -930,7 +946,14 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   g.blocks_x = FastDiv(static_cast<uint32_t>(ceil_div(t.tw, fused::kTC)));
   g.blocks_y = FastDiv(static_cast<uint32_t>(ceil_div(t.th, fused::kTR)));
   g.items = static_cast<int>(items);
-  g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0;
+  // (the kernel's patch words as int offsets from a chunk's first plane: 16 planes, and the
+  // rows and columns a patch reaches, within |oy| + 2 th + 16 and |ox| + 2 tw + 40 of the
+  // image's first: rectangles of 4 x 8 tiles, patches of 10 rows x 20 values)
+  const int64_t copy_reach = 16 * t.data_h * t.data_w +
+                             (std::abs(t.oy) + 2 * t.th + 16) * t.data_w + std::abs(t.ox) +
+                             2 * t.tw + 40;
+  g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0 &&
+                  copy_reach <= int64_t{std::numeric_limits<int32_t>::max()};
   g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(T)) == 0;
   // The patch by TMA where the data's strides are multiples of 16 bytes and its start 16-byte
   // aligned (the tensor map's terms), else by cp.async: the same values either way. float32
