@@ -12,7 +12,8 @@ F(2x2,3x3), every access conflict-free but where measured otherwise:
   the windows start at an odd column, each fragment word two reads joined; 16 KB at even
   starts; TF32: 12 reads of 2 wavefronts a warp at odd starts, 8 at even), the 4-byte patch
   copies where no tensor map takes the data (16 bits, widths not a multiple of 8: about 340
-  wavefronts a chunk by ncu, 6.8 a warp instruction for their bank conflicts), and the item's
+  wavefronts a chunk by ncu, 6.8 a warp instruction, as the committed results' kernel copied
+  them, a patch row a thread: COPY4_WAVES), and the item's
   exchange of the rows' Z (512 + 512 wavefronts an item, over its chunks);
   asynchronous writes: U's bulk copy (32 KB) and the patch's tensor copy (11 KB).
 Whether the asynchronous writes take the same bandwidth is not known here, so the bound is

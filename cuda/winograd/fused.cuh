@@ -214,7 +214,9 @@ struct Args {
   FastDiv blocks_m;        // result-channel blocks (Mo_pad / kBM)
   FastDiv blocks_x, blocks_y;  // tile rectangles a sample: columns, rows
   int items;               // (result-channel block, rectangle) pairs
-  bool async_patch;        // not kTma: the patch by 4-byte cp.async (iw even, data 4-byte aligned)
+  // not kTma: the patch by 4-byte cp.async (iw even, data 4-byte aligned, a chunk's word offsets
+  // within int: copy_reach), else value by value
+  bool async_patch;
   bool pair_store;         // a tile row's two results by one store: ow even, out aligned to two
 };
 
