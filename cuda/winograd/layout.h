@@ -135,7 +135,7 @@ constexpr int64_t kFusedChunk = fused_chunk(2);
 
 // Its padded sizes: result channels Mo rounded up to whole blocks, reduction channels R to whole
 // chunks. U holds alpha^2 x Mo_pad x R_pad values, a block per (channel block, chunk) in the
-// order the kernel's shared memory takes them (fused.cuh, filter_transform_padded).
+// order the kernel's shared memory takes them (fused_layout.cuh, filter_transform_padded).
 struct FusedDims {
   int64_t Mo, R, Mo_pad, R_pad;
 };
