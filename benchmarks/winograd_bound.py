@@ -38,14 +38,16 @@ WAVE = 128  # bytes a shared-memory wavefront
 # copied them (ncu, conv4_2 N 8 fp16). The kernel now copies along rows (as few as 50 if
 # conflict-free): measure again once the results are of that kernel.
 COPY4_WAVES = 340
+FUSED = "winograd:2,fused"
 
 
 def chunk_channels(mode):
     return 8 if mode == "tf32" else 16
 
 
-def fused_applies(mode, H):
-    return mode != "tf32" or H % 4 == 0
+def fused_ran(row):
+    """Whether the run offered the fused kernel on this row (the op's own terms decide)."""
+    return FUSED in row["candidates"]
 
 
 def waves_per_chunk(mode, C, H, odd):
@@ -96,13 +98,13 @@ def main(argv=None):
         cells = []
         for m in modes:
             got = [rows.get((name, m, n)) for n in shown]
-            if not fused_applies(m, H) or not all(got):
+            if not all(got) or not all(fused_ran(r) for r in got):
                 cells += ["-", "-"]
                 continue
             b = [bound_ms(m, n, C, K, H, odd, sms, clock) for n in shown]
             cells.append(" ; ".join("%.2f / %.2f" % (r["cudnn"]["ms"] / lo, r["cudnn"]["ms"] / hi)
                                     for r, (lo, hi) in zip(got, b)))
-            fused = [r["candidates"].get("winograd:2,fused", {}).get("ms") for r in got]
+            fused = [r["candidates"][FUSED].get("ms") for r in got]
             cells.append(" ; ".join("%.0f-%.0f%%" % (100 * lo / f, 100 * hi / f) if f else "-"
                                     for f, (lo, hi) in zip(fused, b)))
         if any(c != "-" for c in cells):
@@ -120,7 +122,7 @@ def main(argv=None):
                 cu, c = r["cudnn"]["ms"], count[lay["layer"]]
                 best = cu / r["ratio"] if r.get("ratio") else cu
                 lo, hi = (bound_ms(m, n, lay["C"], lay["K"], lay["H"], odd, sms, clock)
-                          if fused_applies(m, lay["H"]) else (best, best))
+                          if fused_ran(r) else (best, best))
                 a += cu * c
                 lo_t += min(cu, best, lo) * c
                 hi_t += min(cu, best, hi) * c
