@@ -31,9 +31,10 @@ TORCH_LIBRARY(fastlayers, m) {
   // F(3x3, r x r) for the weight gradient (2 or 4); alpha = tile + 2 points per side. The
   // transformed operands are stored in the input dtype, products accumulate in float32 (float64
   // for float64); `tf32` lets float32 products use TF32 (cuda/winograd/layout.h). `fused` (forward
-  // and input gradient, tile 2, on CUDA: float16 and bfloat16, or float32 with `tf32` and data
-  // widths that are multiples of 4): the fused kernel, transforms and
-  // products in one kernel with no transformed buffers in global memory (cuda/winograd/fused.cuh).
+  // and input gradient, tile 2, on CUDA: float16 and bfloat16, or float32 with data widths that
+  // are multiples of 4, its products TF32 with `tf32`, else float32): the fused kernel,
+  // transforms and products in one kernel with no transformed buffers in global memory
+  // (cuda/winograd/fused.cuh).
   // input [S, C, H, W], weight [K, C, 3, 3], bias [K]  ->  [S, K, H+2ph-2, W+2pw-2].
   // `transformed_weight` [alpha^2, K, C] (winograd_filter_transform of `weight` at `tile`, not
   // differentiable; not with `fused`): the filters already transformed, which the op then reads

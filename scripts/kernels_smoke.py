@@ -185,12 +185,12 @@ def winograd_cases(dev):
 
 
 def winograd_fused_cases(g):
-    """The fused kernel (forward and input gradient, fp16 and bf16, and fp32 under TF32 where the
-    data's width is a multiple of 4): partial blocks of result channels, tile rectangles and
-    reduction chunks, padding 0..4, odd widths (patches through registers), even ones (by 4-byte
-    cp.async, windows at odd and even columns) and multiples of 8 (by TMA, windows 0..3 words
-    into the box's rows), and on an H100 2-3 items a block (a stream that crosses items, reuses
-    each U stage and refills the stage an exchange used)."""
+    """The fused kernel (forward and input gradient, fp16 and bf16, and fp32 with TF32 and with
+    FFMA products where the data's width is a multiple of 4): partial blocks of result channels,
+    tile rectangles and reduction chunks, padding 0..4, odd widths (patches through registers),
+    even ones (by 4-byte cp.async, windows at odd and even columns) and multiples of 8 (by TMA,
+    windows 0..3 words into the box's rows), and on an H100 2-3 items a block (a stream that
+    crosses items, reuses each U stage and refills the stage an exchange used)."""
     worst = 0.0
     fl = torch.ops.fastlayers
     for S, C, K, H, W, pad in ((2, 17, 65, 9, 7, (1, 1)), (3, 33, 18, 6, 11, (0, 3)),
@@ -198,21 +198,22 @@ def winograd_fused_cases(g):
                                (2, 24, 70, 16, 18, (2, 2)), (2, 16, 16, 7, 12, (3, 3)),
                                (8, 96, 130, 30, 32, (1, 1)), (2, 24, 20, 9, 18, (2, 4))):
         x, w, b, gy, ref = conv3x3_problem(g, S, C, K, H, W, pad)
-        for dtype, bound in ((torch.float16, 5e-3), (torch.bfloat16, 4e-2), (torch.float32, 2e-3)):
+        for dtype, tf32, bound in ((torch.float16, False, 5e-3), (torch.bfloat16, False, 4e-2),
+                                   (torch.float32, True, 2e-3), (torch.float32, False, 1e-5)):
             xd, wd, bd, gyd = (t.to("cuda", dtype) for t in (x, w, b, gy))
-            tf32 = dtype == torch.float32  # (fused float32: TF32 products, widths of 4 k)
+            f32 = dtype == torch.float32  # (fused float32: widths of 4 k)
             outs = (fl.winograd_conv2d(xd, wd, bd, list(pad), 2, tf32, True)
-                    if not tf32 or W % 4 == 0 else None,
+                    if not f32 or W % 4 == 0 else None,
                     fl.winograd_conv2d_input_grad(gyd, wd, list(pad), 2, tf32, True)
-                    if not tf32 or gy.shape[3] % 4 == 0 else None)
+                    if not f32 or gy.shape[3] % 4 == 0 else None)
             for pass_, (out, r) in enumerate(zip(outs, ref)):
                 if out is None:
                     continue
                 err = ((out.double().cpu() - r).norm() / r.norm()).item()
                 worst = max(worst, err / bound * 1e-5)
                 if err > bound:
-                    print("winograd fused pass %d %s: rel err %.2e > %.0e"
-                          % (pass_, dtype, err, bound), flush=True)
+                    print("winograd fused pass %d %s%s: rel err %.2e > %.0e"
+                          % (pass_, dtype, " tf32" if tf32 else "", err, bound), flush=True)
         print("winograd fused S=%d C=%d K=%d %dx%d pad=%s: worst (scaled to fp32) so far %.2e"
               % (S, C, K, H, W, pad, worst), flush=True)
     return worst

@@ -22,8 +22,8 @@ constexpr int64_t kChunkBytes = int64_t{512} << 20;
 
 // Checks the arguments of one pass and derives its shape. `a`, `b` are the pass's two tensor
 // arguments in schema order: (input, weight), (grad_output, weight), (grad_output, input).
-// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16, or float32 with
-// `tf32` and data whose width is a multiple of 4).
+// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16, or float32 data whose
+// width is a multiple of 4).
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
             bool fused = false, bool tf32 = false);

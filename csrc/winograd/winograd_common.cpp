@@ -50,9 +50,8 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
     TORCH_CHECK(a.is_cuda(), op, ": `fused` runs on CUDA tensors, got ", a.device(),
                 " (pass fused=False)");
     const bool f32 = a.scalar_type() == at::kFloat;
-    TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16 || (f32 && tf32),
-                op, ": `fused` takes float16 and bfloat16, or float32 with `tf32` (tensor-core "
-                "products), got ", a.scalar_type(), f32 ? " with tf32=False" : "",
+    TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16 || f32, op,
+                ": `fused` takes float16, bfloat16 and float32, got ", a.scalar_type(),
                 " (pass fused=False)");
     // float32's patch comes by TMA alone, whose rows are multiples of 16 bytes
     TORCH_CHECK(!f32 || a.size(3) % 4 == 0, op, ": `fused` in float32 takes `", an,

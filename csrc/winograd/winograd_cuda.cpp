@@ -28,7 +28,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   if (bias_in.has_value()) bias = bias_in->contiguous();
   if (transformed_in != nullptr) transformed = transformed_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
-  if (fused) {  // float16 or bfloat16, or float32 under TF32 (check())
+  if (fused) {  // float16, bfloat16 or float32 (check())
     const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
     const c10::DataPtr ws = cuda_workspace(bytes);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -41,7 +41,8 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
             pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
             bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
-            reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), bytes, stream);
+            reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), bytes, tf32,
+            stream);
       }
     });
     return out;

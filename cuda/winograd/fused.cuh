@@ -81,6 +81,19 @@ __device__ __forceinline__ V kept(V x) {
   return x;
 }
 
+// Four float32 values from shared memory by one 16-byte read (`at` 16-byte aligned), and value k
+// of them (k a constant).
+__device__ __forceinline__ float4 lds4(uint32_t at) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(at));
+  return v;
+}
+__device__ __forceinline__ float at(const float4& v, int k) {
+  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
 template <typename T>
 struct Args {
   const T* data;  // the data operand [n, R, ih, iw] (src)
@@ -168,13 +181,15 @@ __host__ __device__ constexpr uint32_t bt_bits(bool neg) {
 
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
 // column, 2 tx0 - ox, has the parity of ox; the patch starts at an even column at or before).
-// kTma: the patch's layout and copies (Patch). T = float: TF32 products, the patch by TMA
-// (PatchF32; kXoff the parity of ox). U and V are addressed in 16-bit units (S) either way.
-template <typename T, typename Mat, int kXoff, bool kTma>
+// kTma: the patch's layout and copies (Patch). T = float: the patch by TMA (PatchF32; kXoff the
+// parity of ox), the products TF32 on tensor cores, or float32 by FFMA (kFfma). U and V are
+// addressed in 16-bit units (S) either way.
+template <typename T, typename Mat, int kXoff, bool kTma, bool kFfma = false>
 __global__ void __launch_bounds__(kThreads)
     kernel(Args<T> g, const __grid_constant__ CUtensorMap patch_map) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   static_assert(!kF32 || kTma, "float32's patch comes by TMA alone");
+  static_assert(!kFfma || kF32, "FFMA products are float32's");
   using P = std::conditional_t<kF32, PatchF32, Patch<kTma>>;
   using S = std::conditional_t<kF32, uint16_t, T>;  // a 16-bit unit of U and V
   constexpr int kCh = kChunkOf<T>;  // reduction channels a chunk
@@ -314,16 +329,16 @@ __global__ void __launch_bounds__(kThreads)
   constexpr bool kOdd = kXoff != 0;
   auto transform = [&] {
     if constexpr (kF32) {
-      // TF32: lane (j, c) of warp w transforms the window of the tile in row w / 2, column
+      // float32: lane (j, c) of warp w transforms the window of the tile in row w / 2, column
       // 4 (w % 2) + j of the rectangle, channel c (j = lane / 4 % 4, c = 2 (lane % 4) + lane / 16),
       // in float32 adds: B^T d B by sum_nonzero (the non-fused float32 pipeline's sums), each
-      // point rounded to TF32 and stored as one 32-bit word, so that a warp's store of a point
-      // fills 4 whole V rows (tiles) x 8 channels, 128 contiguous bytes. A window row is read as
-      // two 64-bit pairs (woff odd: a word, a pair, a word); the 16 lanes of a half-warp read 4
-      // channels of one parity, whose rows' swizzles (3 c + row modulo 8, PatchF32) are 4
-      // distinct values of one parity, so their 16-byte chunks differ and a 64-bit read takes
-      // the least, 2 wavefronts. An odd woff's single words are all of one parity, so 32 of them
-      // reach at most 16 banks: 2 wavefronts, the least for them too.
+      // point rounded to TF32 (for FFMA products kept whole) and stored as one 32-bit word, so
+      // that a warp's store of a point fills 4 whole V rows (tiles) x 8 channels, 128 contiguous
+      // bytes. A window row is read as two 64-bit pairs (woff odd: a word, a pair, a word); the
+      // 16 lanes of a half-warp read 4 channels of one parity, whose rows' swizzles (3 c + row
+      // modulo 8, PatchF32) are 4 distinct values of one parity, so their 16-byte chunks differ
+      // and a 64-bit read takes the least, 2 wavefronts. An odd woff's single words are all of
+      // one parity, so 32 of them reach at most 16 banks: 2 wavefronts, the least for them too.
       const int j = (lane >> 2) & 3, c = 2 * (lane & 3) + (lane >> 4);
       const int tcol = 4 * (warp & 1) + j;
       const int woff = static_cast<int>(-src.ox & 3);  // the windows' first column in a box row
@@ -374,10 +389,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < A; ++i)
 #pragma unroll
-          for (int x = 0; x < A; ++x)
+          for (int x = 0; x < A; ++x) {
+            const float p = sum_nonzero<A>([&](int k) { return Mat::BT(x, k); },
+                                           [&](int k) { return t[i][k]; });
             *reinterpret_cast<uint32_t*>(v + vpoint<kTma>(A * i + x)) =
-                to_tf32(sum_nonzero<A>([&](int k) { return Mat::BT(x, k); },
-                                       [&](int k) { return t[i][k]; }));
+                kFfma ? __float_as_uint(p) : to_tf32(p);
+          }
       };
     } else {
       using TX = Transform<kTma>;
@@ -479,12 +496,35 @@ __global__ void __launch_bounds__(kThreads)
   // The products' share: warp w multiplies the points of row pa = w / 2 (xi = 4 pa + b) for
   // result channels 32 mh.. (mh = w % 2, two m-tiles of 16) x all 32 tiles (four n-tiles of 8):
   // 32 x 32 a point: a chunk's fragments are half the bytes of 16 x 16 tiles at all 16 points.
+  // kFfma: the same share, lane (g, t) accumulating the entries the mma layout gives it
+  // (channels 32 mh + 16 i + g (+8), tiles 8 j + 2 t (+1): mma1688_tf32's d), so that finish
+  // reads them alike; a k-step is 4 reduction channels, each operand row's half read as 16 bytes
+  // (f_u, f_v: byte offsets of channel row 32 mh + g's and tile row 2 t's half kh from a stage's
+  // point pa's rows; the rows' other offsets are constants: ffma_rows_ok). A warp's read of one
+  // half of 8 channel rows (4 tile rows) takes 8 (4) distinct 16-byte chunks of distinct banks
+  // (swz), a wavefront.
   const int pa = warp >> 1, mh = warp & 1;
-  const S* const a_src = kept(
-      Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) + pa * A * kBM * 16);
+  const S* const a_src =
+      kFfma ? Us
+            : kept(Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) +
+                   pa * A * kBM * 16);
   const S* const b_src =
-      kept(Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kTma>(A * pa));
+      kFfma ? Vs
+            : kept(Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) +
+                   vpoint<kTma>(A * pa));
   static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
+  static_assert(ffma_rows_ok(), "the FFMA reads' row offsets");
+  uint32_t f_u[2] = {}, f_v[2] = {};
+  if constexpr (kFfma) {
+#pragma unroll
+    for (int kh = 0; kh < 2; ++kh) {
+      const int u = pa * A * kBM * 16 + swz(mh * 32 + (lane >> 2), 8 * kh);
+      const int v = vpoint<kTma>(A * pa) + swz(2 * (lane & 3), 8 * kh);
+      f_u[kh] = kept(2u * static_cast<uint32_t>(u));
+      f_v[kh] = kept(2u * static_cast<uint32_t>(v));
+    }
+  }
+  const uint32_t us_at = smem_addr(Us), vs_at = smem_addr(Vs);
   float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
 #pragma unroll
   for (int b = 0; b < A; ++b)
@@ -639,25 +679,55 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       mbar_wait(bars + 8 * ust, u_parity);
     }
-    const S* us = a_src + ust * kUStage;
-    const S* vs = b_src + vst * kVStage;
+    if constexpr (kFfma) {
+      const uint32_t ub = us_at + 2u * static_cast<uint32_t>(ust * kUStage),
+                     vb = vs_at + 2u * static_cast<uint32_t>(vst * kVStage);
 #pragma unroll
-    for (int b = 0; b < A; ++b) {
-      uint32_t af[2][4], bf[2][4];
+      for (int b = 0; b < A; ++b)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
+        for (int kh = 0; kh < 2; ++kh) {
+          float4 u[2][2], v[4][2];  // [m-tile][row +8], [n-tile][tile +1]
 #pragma unroll
-      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
+          for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+            for (int h = 0; h < 2; ++h)
+              u[i][h] = lds4(ub + f_u[kh] + 2 * (b * kBM * 16 + (16 * i + 8 * h) * 16));
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
-          if constexpr (kF32)
-            mma1688_tf32(acc[b][i][j], af[i], bj);
-          else
-            mma16816(acc[b][i][j], af[i], bj, T{});
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              v[j][e] = lds4(vb + f_v[kh] + 2 * (vpoint<kTma>(b) + (8 * j + e) * 16));
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                  acc[b][i][j][r] = fmaf(at(u[i][r >> 1], k), at(v[j][r & 1], k), acc[b][i][j][r]);
         }
+    } else {
+      const S* us = a_src + ust * kUStage;
+      const S* vs = b_src + vst * kVStage;
+#pragma unroll
+      for (int b = 0; b < A; ++b) {
+        uint32_t af[2][4], bf[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
+            if constexpr (kF32)
+              mma1688_tf32(acc[b][i][j], af[i], bj);
+            else
+              mma16816(acc[b][i][j], af[i], bj, T{});
+          }
+      }
     }
     // Chunk q + 1's transform, into the V stage the products do not read. After the last chunk
     // it transforms chunk q's patch again (a stage that holds data) into a stage nobody reads:
@@ -680,7 +750,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
-               void* workspace, size_t workspace_size, cudaStream_t stream) {
+               void* workspace, size_t workspace_size, bool tf32, cudaStream_t stream) {
   using Mat = Matrices<2, 3>;
   constexpr int A2 = Mat::kAlpha * Mat::kAlpha;
   static_assert(fused::unit_transforms<Mat>(), "B^T and A^T of 0 and +-1 (bt_bits, sum_nonzero)");
@@ -694,9 +764,14 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   const Tiling t = tiling(pass, s);
   constexpr bool kF32 = std::is_same<T, float>::value;
   const FusedDims f = fused_dims(pass, s, sizeof(T));
+  // float32: TF32 products where allowed, else FFMA (the filters then kept whole)
+  const bool ffma = kF32 && !tf32;
   T* U = static_cast<T*>(workspace);
-  fused::filter_transform_padded<T, Mat><<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(
-      b, U, f, s.C, pass == Pass::InputGrad);
+  auto filters = fused::filter_transform_padded<T, Mat>;
+  if constexpr (kF32)
+    if (ffma) filters = fused::filter_transform_padded<T, Mat, false>;
+  filters<<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(b, U, f, s.C,
+                                                                    pass == Pass::InputGrad);
   FL_LAUNCH_CHECK();
 
   fused::Args<T> g{};
@@ -759,10 +834,13 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   static_assert(smem_tma <= 227 * 1024 && smem_words <= 227 * 1024,
                 "an SM's shared memory (sm_90)");
   const size_t smem = tma ? smem_tma : smem_words;
-  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (tma ? 2 : 0);
+  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (tma ? 2 : 0) + (ffma ? 4 : 0);
   decltype(&fused::kernel<T, Mat, 0, true>) k;
   if constexpr (kF32)
-    k = variant == 3 ? fused::kernel<T, Mat, 1, true> : fused::kernel<T, Mat, 0, true>;
+    k = variant == 7   ? fused::kernel<T, Mat, 1, true, true>
+        : variant == 6 ? fused::kernel<T, Mat, 0, true, true>
+        : variant == 3 ? fused::kernel<T, Mat, 1, true>
+                       : fused::kernel<T, Mat, 0, true>;
   else
     k = variant == 3   ? fused::kernel<T, Mat, 1, true>
         : variant == 2 ? fused::kernel<T, Mat, 0, true>
@@ -770,7 +848,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
                        : fused::kernel<T, Mat, 0, false>;
   // The shared-memory opt-in once per device (a per-call attribute set costs host time); the
   // bits remember devices 0..63, any other opts in on every call.
-  static std::atomic<uint64_t> opted[4]{};
+  static std::atomic<uint64_t> opted[8]{};
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;

@@ -109,8 +109,9 @@ __host__ __device__ constexpr int swz(int row, int k) {
 // zero in the padding. One thread per padded (o, r), r fastest. U is laid out as the kernel's
 // shared memory takes it, one contiguous block of A2 * kBM rows of 32 bytes per (result-channel
 // block, reduction chunk of kCh): [Mo_pad / kBM][R_pad / kCh][xi][kBM rows, swizzled by swz in
-// 16-bit units: value k of a float32 row is units 2 k, 2 k + 1]; float32 values rounded to TF32.
-template <typename T, typename Mat>
+// 16-bit units: value k of a float32 row is units 2 k, 2 k + 1]; float32 values rounded to TF32
+// where the products take them so (kTf32), else kept whole (the FFMA products).
+template <typename T, typename Mat, bool kTf32 = true>
 __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FusedDims f,
                                         int64_t C, bool input_grad) {
   using F = compute_t<T>;
@@ -138,11 +139,28 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
       for (int b = 0; b < A; ++b) {
         T* v = reinterpret_cast<T*>(u + (a * A + b) * kBM * 16);
         if constexpr (std::is_same<T, float>::value)
-          *v = __uint_as_float(to_tf32(out[a][b]));
+          *v = kTf32 ? __uint_as_float(to_tf32(out[a][b])) : out[a][b];
         else
           *v = from_compute<T>(out[a][b]);
       }
   }
+}
+
+// The FFMA products' reads (fused.cuh, kFfma): channel row 32 mh + 16 i + 8 h + g lies
+// (16 i + 8 h) rows of 16 units past row 32 mh + g, in the same k-half, and tile row 8 j + 2 t + e
+// (8 j + e) rows past row 2 t, for g < 8, t < 4: swz's swap depends on bit 2 of the row alone.
+constexpr bool ffma_rows_ok() {
+  for (int kh = 0; kh < 2; ++kh)
+    for (int g = 0; g < 8; ++g)
+      for (int mh = 0; mh < 2; ++mh)
+        for (int i = 0; i < 2; ++i)
+          for (int h = 0; h < 2; ++h) {
+            const int row = 32 * mh + 16 * i + 8 * h + g;
+            if (swz(row, 8 * kh) != swz(32 * mh + g, 8 * kh) + (16 * i + 8 * h) * 16) return false;
+            const int t = g & 3, j = 2 * i + h, e = g >> 2, tile = 8 * j + 2 * t + e;
+            if (swz(tile, 8 * kh) != swz(2 * t, 8 * kh) + (8 * j + e) * 16) return false;
+          }
+  return true;
 }
 
 // The transformed tiles' point p starts vpoint(p) values into a V stage: kBP rows of 16 values

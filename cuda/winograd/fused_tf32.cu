@@ -1,4 +1,4 @@
-// The fused kernel in float32 with TF32 products (fused.cuh), in a unit of its own so that it
+// The fused kernel in float32, TF32 or FFMA products (fused.cuh), in a unit of its own so that it
 // compiles beside the 16-bit ones.
 #include "fused.cuh"
 
@@ -6,7 +6,7 @@ namespace fastlayers {
 namespace winograd {
 
 template void run_fused<float>(Pass, const Shape&, const float*, const float*, const float*,
-                               float*, void*, size_t, cudaStream_t);
+                               float*, void*, size_t, bool, cudaStream_t);
 
 }  // namespace winograd
 }  // namespace fastlayers

@@ -43,15 +43,15 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
 template <typename T>
 void transform_filters(const T* w, T* U, int64_t K, int64_t C, int64_t tile, cudaStream_t stream);
 
-// The fused kernel (fused.cuh), float16 and bfloat16, or float32 with TF32 products: the filter
-// transform into `workspace` (fused_workspace_bytes, layout.h), then one kernel for the data
-// transform, the products on tensor cores (float32 accumulation) and the inverse transform, all
-// samples at once. Forward (a = x, b = w, bias) or InputGrad (a = grad_y, b = w); s.tile must
-// satisfy fused_ok, `workspace` be 16-byte aligned, and float32 data (a) have a width that is a
-// multiple of 4 and be 16-byte aligned (throws otherwise).
+// The fused kernel (fused.cuh), float16 and bfloat16, or float32: the filter transform into
+// `workspace` (fused_workspace_bytes, layout.h), then one kernel for the data transform, the
+// products (on tensor cores, float32 accumulation; float32: TF32 where `tf32`, else by FFMA) and
+// the inverse transform, all samples at once. Forward (a = x, b = w, bias) or InputGrad
+// (a = grad_y, b = w); s.tile must satisfy fused_ok, `workspace` be 16-byte aligned, and float32
+// data (a) have a width that is a multiple of 4 and be 16-byte aligned (throws otherwise).
 template <typename T>
 void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
-               void* workspace, size_t workspace_size, cudaStream_t stream);
+               void* workspace, size_t workspace_size, bool tf32, cudaStream_t stream);
 
 }  // namespace winograd
 }  // namespace fastlayers

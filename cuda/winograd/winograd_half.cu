@@ -19,10 +19,10 @@ template void transform_filters<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat
                                                int64_t, int64_t, cudaStream_t);
 
 template void run_fused<__half>(Pass, const Shape&, const __half*, const __half*, const __half*,
-                                __half*, void*, size_t, cudaStream_t);
+                                __half*, void*, size_t, bool, cudaStream_t);
 template void run_fused<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
                                        const __nv_bfloat16*, const __nv_bfloat16*,
-                                       __nv_bfloat16*, void*, size_t, cudaStream_t);
+                                       __nv_bfloat16*, void*, size_t, bool, cudaStream_t);
 
 }  // namespace winograd
 }  // namespace fastlayers

@@ -4,9 +4,9 @@ passes).
 
 3x3 filters, stride 1. `tile` is the output tile m of F(m x m, 3x3) for the forward and input
 gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
-`fused` (forward and input gradient, tile 2, on CUDA: float16 and bfloat16, or float32 with `tf32`
-and data whose width is a multiple of 4) runs the fused kernel: the data transform, the products on
-tensor cores and the inverse transform in one kernel.
+`fused` (forward and input gradient, tile 2, on CUDA: float16 and bfloat16, or float32 data whose
+width is a multiple of 4) runs the fused kernel: the data transform, the products (on tensor cores;
+in float32 TF32 with `tf32`, else float32 by FFMA) and the inverse transform in one kernel.
 Every op is a pure function of its arguments: the tile, the TF32 switch and the kernel are
 explicit.
 """
@@ -38,7 +38,7 @@ def winograd_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None
     """Forward Winograd convolution (cross-correlation, stride 1) with F(tile x tile, 3x3):
     [S,C,H,W] x [K,C,3,3] -> [S,K,H+2ph-2,W+2pw-2]. `tf32` None: PyTorch's switch for
     convolution. `fused`: the fused kernel (tile 2, CUDA; float16/bfloat16, or float32 with
-    `tf32` and `input`'s width a multiple of 4).
+    `input`'s width a multiple of 4).
     `transformed_weight`: winograd_filter_transform(weight, tile), detached, which the op reads
     instead of transforming `weight` again (the filters of a layer called many times with one
     weight); the gradients remain `weight`'s."""
@@ -59,8 +59,8 @@ def winograd_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: Int
                                fused: bool = False) -> Tensor:
     """Gradient of winograd_conv2d with respect to its input, F(tile x tile, 3x3) on grad_output
     with the filters turned 180 degrees: [S,K,oh,ow] x [K,C,3,3] -> [S,C,oh+2-2ph,ow+2-2pw].
-    `fused`: the fused kernel (tile 2, CUDA; float16/bfloat16, or float32 with `tf32` and
-    `grad_output`'s width a multiple of 4)."""
+    `fused`: the fused kernel (tile 2, CUDA; float16/bfloat16, or float32 with `grad_output`'s
+    width a multiple of 4)."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d_input_grad(
         grad_output, weight, pair(padding, "padding"), int(tile), tf32, bool(fused))
@@ -141,7 +141,8 @@ def _filter_transform_fake(weight, tile=2):
 
 def _fused_on(data: Tensor, fused: bool) -> bool:
     """`fused` for a backward's forward-type op on `data`: float32's fused kernel takes widths that
-    are multiples of 4, and elsewhere the non-fused pipeline (the same TF32 products) runs."""
+    are multiples of 4, and elsewhere the non-fused pipeline (products of the same precision)
+    runs."""
     return fused and (data.dtype != torch.float32 or data.shape[-1] % 4 == 0)
 
 

@@ -1,8 +1,11 @@
 """The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient on CUDA, float16
-and bfloat16, and float32 under TF32) against PyTorch in float64 within the tolerance rule of
-conv_samples, as the non-fused ops are (test_winograd_values.py), on the shape matrix and on shapes
-that cross the kernel's items (64 result channels x 4 x 8 tiles, chunks of 16 reduction channels,
-8 in float32) at every edge; its autograd, opcheck, and the errors for what it does not take."""
+and bfloat16, and float32 with TF32 or float32 products) against PyTorch in float64 within the
+tolerance rule of conv_samples, as the non-fused ops are (test_winograd_values.py), on the shape
+matrix and on shapes that cross the kernel's items (64 result channels x 4 x 8 tiles, chunks of 16
+reduction channels, 8 in float32) at every edge; its autograd, opcheck, and the errors for what it
+does not take."""
+import itertools
+
 import pytest
 import torch
 
@@ -13,8 +16,9 @@ from winograd_samples import (PASS_NAMES, SHAPES, SMALL_SHAPES, float64_passes, 
 
 fl = torch.ops.fastlayers
 HALF = [torch.float16, torch.bfloat16]
-# The fused kernel's precisions: its float32 products are TF32 (float32 data with tf32=True).
-FUSED = ["float16", "bfloat16", "tf32"]
+# The fused kernel's precisions: float32 data's products are TF32 with tf32=True ("tf32"), else
+# float32 by FFMA ("float32").
+FUSED = ["float16", "bfloat16", "tf32", "float32"]
 # Items (64 result channels x a rectangle of 4 x 8 tiles, chunks of 16 reduction channels): K or C
 # of 64 + 1 and 16 + 1 (a partial block and a partial chunk), partial rectangles both ways, more
 # than one each way; padding 3 (input-gradient windows start inside grad_output, at an odd column
@@ -30,7 +34,7 @@ FUSED = ["float16", "bfloat16", "tf32"]
 # 0), 8x24 p0x0 (the forward, 0 0); 30x32 with 96 channels (the forward: 192 items, blocks take
 # 1-2, up to 12 chunks, each stage of the 3-ahead stream reused and the exchange's refilled) and
 # 12x130x130 30x32 (both passes: 288 items, blocks take 2-3, 9 chunks an item with a partial last
-# one). float32 takes the patch by TMA alone, for data widths that are multiples of 4 (tf32_takes),
+# one). float32 takes the patch by TMA alone, for data widths that are multiples of 4 (f32_takes),
 # whose rows start woff = -ox mod 4 values before the windows: the shapes give the forward woff 0
 # (8x8 p0x0, 9x16 p3x4, 8x24 p0x0), 1 (7x12 p3x3, 9x16 p0x3), 2 (7x12 p3x2, 9x16 p1x2) and 3
 # (padding 1), the input gradient 0 (16x18 p2x2, 7x14 p1x2), 1 (7x12 p3x3, 9x16 p0x3), 2 (9x18
@@ -83,7 +87,7 @@ def fused_pass(pass_, x, w, b, gy, padding, tf32=False):
     return fl.winograd_conv2d_input_grad(gy, w, pad, 2, tf32, True)
 
 
-def tf32_takes(shape, pass_):
+def f32_takes(shape, pass_):
     """float32's fused kernel takes data whose width is a multiple of 4: `input`'s in the forward,
     `grad_output`'s in the input gradient."""
     W, pw = shape[4], shape[6]
@@ -93,7 +97,7 @@ def tf32_takes(shape, pass_):
 def pass_cases(shapes):
     """(shape, pass, precision) of every pass of `shapes` the kernel takes, in each precision."""
     return [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1) for shape in shapes
-            if prec != "tf32" or tf32_takes(shape, pass_)]
+            if DTYPES[prec] != torch.float32 or f32_takes(shape, pass_)]
 
 
 def case_ids(cases):
@@ -172,7 +176,8 @@ def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
 # (precision, shape): float32's input gradient runs fused where grad_output's width is a multiple
 # of 4 (12 at padding 1), and falls back to the non-fused pipeline where not (10 at padding 0).
 AUTOGRAD_CASES = [("float16", (2, 24, 40, 9, 10, 1, 1)), ("bfloat16", (2, 24, 40, 9, 10, 1, 1)),
-                  ("tf32", (2, 24, 40, 9, 12, 1, 1)), ("tf32", (2, 24, 40, 9, 12, 0, 0))]
+                  ("tf32", (2, 24, 40, 9, 12, 1, 1)), ("tf32", (2, 24, 40, 9, 12, 0, 0)),
+                  ("float32", (2, 24, 40, 9, 12, 1, 1)), ("float32", (2, 24, 40, 9, 12, 0, 0))]
 
 
 @pytest.mark.gpu
@@ -196,7 +201,7 @@ def test_fused_autograd_uses_the_fused_passes(prec, shape):
     # the input gradient ran fused, or not where float32's kernel does not take grad_output
     # (RecordOps leaves out trailing default arguments: `fused` is the sixth)
     args = calls[1][1]
-    assert (len(args) > 5 and args[5]) is (not tf32 or tf32_takes(shape, 1)), args[2:]
+    assert (len(args) > 5 and args[5]) is (dtype != torch.float32 or f32_takes(shape, 1)), args[2:]
     ref = float64_passes(x, w, b, gy, pad)
     with cudnn_tf32(tf32):
         native = torch_passes(x, w, b, gy, pad)
@@ -226,18 +231,19 @@ def test_fused_patch_copies_agree(dtype):
 
 
 @pytest.mark.gpu
-def test_fused_float32_data_anywhere_gives_the_same_results():
+@pytest.mark.parametrize("tf32", (True, False), ids=("tf32", "float32"))
+def test_fused_float32_data_anywhere_gives_the_same_results(tf32):
     """float32 data at a start that is not 16-byte aligned (the TMA box's term) is copied to one
     that is: the same results, bitwise, at offsets of 1, 2 and 3 values."""
     shape = (3, 40, 72, 12, 40, 1, 1)
     x, w, b, gy = tensors(shape, torch.float32, "cuda")
     pad = list(shape[5:])
     for pass_, data in ((0, x), (1, gy)):
-        want = fused_pass(pass_, x, w, b, gy, pad, True)
+        want = fused_pass(pass_, x, w, b, gy, pad, tf32)
         for k in (1, 2, 3):
             d = placed(data, k)
             out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy, pad,
-                             True)
+                             tf32)
             assert torch.equal(out, want), "pass %d: data at offset %d differs" % (pass_, k)
 
 
@@ -247,9 +253,10 @@ def test_fused_reads_no_channel_past_its_operand():
     R: the operand sits at the start of a buffer whose rest is NaN, so a channel of the next
     sample would be finite but one past the last sample NaN (times U's zero rows: NaN), on each
     of the three copy paths (data at offsets 0, 4 and 2 bytes); and in float32 (chunks of 8: the
-    last reads channels 16..23 of 20), by TMA."""
+    last reads channels 16..23 of 20), by TMA, with either product."""
     shape = (2, 20, 20, 9, 16, 1, 1)
-    for dtype, tf32, offsets in ((torch.float16, False, (0, 2, 1)), (torch.float32, True, (0,))):
+    for dtype, tf32, offsets in ((torch.float16, False, (0, 2, 1)), (torch.float32, True, (0,)),
+                                 (torch.float32, False, (0,))):
         x, w, b, gy = tensors(shape, dtype, "cuda")
         pad = list(shape[5:])
         for pass_, data in ((0, x), (1, gy)):
@@ -263,24 +270,24 @@ def test_fused_reads_no_channel_past_its_operand():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("prec", ("float16", "tf32"))
+@pytest.mark.parametrize("prec", ("float16", "tf32", "float32"))
 @pytest.mark.parametrize("bad", (float("inf"), float("nan")), ids=("inf", "nan"))
 def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
     """One inf or NaN in the data operand makes non-finite at most the 2x2 result tiles whose 4x4
     windows hold it (Winograd's spread, docs/tuner.md), and some of them; every other result is
     the clean run's, bitwise. Both passes, on each copy path (data widths 16, 10, and 9 or 7;
     float32: 16, by TMA)."""
-    tf32 = prec == "tf32"
+    tf32, f32 = prec == "tf32", DTYPES[prec] == torch.float32
     # float32: woff 3 in both passes (padding 1); 2 (the forward, padding 2) and 2 (the input
     # gradient of 12 wide grad_output, padding 0)
     shapes = ((2, 20, 24, 9, 16, 1, 1), (2, 20, 24, 9, 16, 2, 2),
-              (2, 20, 24, 9, 14, 0, 0)) if tf32 else (
+              (2, 20, 24, 9, 14, 0, 0)) if f32 else (
         (2, 20, 24, 9, 16, 1, 1), (1, 17, 70, 10, 10, 1, 1), (2, 16, 16, 7, 9, 2, 0))
     for shape in shapes:
         x, w, b, gy = tensors(shape, DTYPES[prec], "cuda")
         ph, pw = shape[5:]
         for pass_ in (0, 1):
-            if tf32 and not tf32_takes(shape, pass_):
+            if f32 and not f32_takes(shape, pass_):
                 continue
             data = (x if pass_ == 0 else gy).clone()
             oy, ox = (ph, pw) if pass_ == 0 else (2 - ph, 2 - pw)
@@ -302,7 +309,7 @@ def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("prec", ("float16", "tf32"))
+@pytest.mark.parametrize("prec", ("float16", "tf32", "float32"))
 @pytest.mark.parametrize("op", ("forward", "input_grad"))
 def test_fused_opcheck(op, prec):
     # (4x4 at padding 3, 1: the forward's width 4, grad_output's 4)
@@ -330,21 +337,21 @@ def test_fused_refuses_what_it_does_not_take(device):
     with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` takes `tile` 2 .*got 4"):
         fl.winograd_conv2d(x, w, b, [1, 1], 4, False, True)
     if device == "cuda":
-        with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16, or float32 "
-                                               r"with `tf32`.*got Float with tf32=False"):
-            fl.winograd_conv2d(x32, w32, None, [1, 1], 2, False, True)
-        with pytest.raises(RuntimeError, match=r"`fused` takes float16 and bfloat16.*got Double"):
+        with pytest.raises(RuntimeError, match=r"`fused` takes float16, bfloat16 and float32, "
+                                               r"got Double"):
             fl.winograd_conv2d(x.double(), w.double(), None, [1, 1], 2, True, True)
-        # float32's data widths: multiples of 4 (input 10 wide; grad_output 10 wide)
+        # float32's data widths, with either product: multiples of 4 (input 10 wide; grad_output
+        # 10 wide)
         x10, gy10 = tensors((2, 3, 4, 8, 10, 1, 1), torch.float32, device)[::3]
-        with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` in float32 takes "
-                                               r"`input` of a width that is a multiple of 4, "
-                                               r"got 10"):
-            fl.winograd_conv2d(x10, w32, None, [1, 1], 2, True, True)
-        with pytest.raises(RuntimeError, match=r"winograd_conv2d_input_grad: `fused` in float32 "
-                                               r"takes `grad_output` of a width that is a multiple "
-                                               r"of 4, got 10"):
-            fl.winograd_conv2d_input_grad(gy10, w32, [1, 1], 2, True, True)
+        for tf32 in (True, False):
+            with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` in float32 takes "
+                                                   r"`input` of a width that is a multiple of 4, "
+                                                   r"got 10"):
+                fl.winograd_conv2d(x10, w32, None, [1, 1], 2, tf32, True)
+            with pytest.raises(RuntimeError, match=r"winograd_conv2d_input_grad: `fused` in "
+                                                   r"float32 takes `grad_output` of a width that "
+                                                   r"is a multiple of 4, got 10"):
+                fl.winograd_conv2d_input_grad(gy10, w32, [1, 1], 2, tf32, True)
     # The weight gradient has no fused kernel: its schema takes no `fused`.
     with pytest.raises(RuntimeError, match="expected at most 5 argument"):
         fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 2, False, True)
@@ -362,18 +369,19 @@ def test_fused_label():
     p = _problem(dtype="float16", device_type="cuda")
     assert FAMILY.fits(c, p, "forward") is None and FAMILY.fits(c, p, "input_grad") is None
     assert "forward and the input gradient" in FAMILY.fits(c, p, "weight_grad")
-    takes = "float16 and bfloat16, or float32 under TF32, on CUDA"
-    assert takes + ", not float32 without TF32" in FAMILY.fits(c, _problem("float32", "cuda"),
-                                                               "forward")
+    takes = "float16, bfloat16 and float32 on CUDA"
     assert takes + ", not float16 on cpu" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
     assert takes + ", not float32 on cpu" in FAMILY.fits(c, _problem("float32", "cpu", tf32=True),
                                                          "forward")
-    # float32 under TF32: data widths that are multiples of 4 (input's W; grad_output's ow)
-    for W, pw, fwd, igrad in ((12, 1, True, True), (12, 0, True, False), (10, 2, False, True)):
-        q = _problem("float32", "cuda", tf32=True, W=W, pw=pw)
+    assert takes + ", not float64 on cuda" in FAMILY.fits(c, _problem("float64", "cuda"),
+                                                          "forward")
+    # float32, TF32 or not: data widths that are multiples of 4 (input's W; grad_output's ow)
+    for (W, pw, fwd, igrad), tf32 in itertools.product(
+            ((12, 1, True, True), (12, 0, True, False), (10, 2, False, True)), (True, False)):
+        q = _problem("float32", "cuda", tf32=tf32, W=W, pw=pw)
         for pass_, ok in (("forward", fwd), ("input_grad", igrad)):
             why = FAMILY.fits(c, q, pass_)
-            assert (why is None) == ok, (W, pw, pass_, why)
+            assert (why is None) == ok, (W, pw, tf32, pass_, why)
             if not ok:
                 assert "whose width is a multiple of 4, not %s's %d" % (
                     "input" if pass_ == "forward" else "grad_output", q.W if pass_ == "forward"
@@ -391,17 +399,19 @@ def test_fused_label():
             _C.winograd_fused_workspace_bytes(0, 8, 16, bad)
 
 
-def test_fused_is_a_candidate_in_float32_under_tf32_alone():
-    """The tuner measures the fused kernel in float32 only under TF32, beside the pipelines'
+def test_fused_is_a_candidate_in_float32():
+    """The tuner measures the fused kernel in float32 on CUDA, TF32 or not, beside the pipelines'
     tiles, and only where it takes the data's width."""
     from fastlayers.algorithms.winograd import FAMILY
     labels = lambda p, pass_: [c.label for c in FAMILY.candidates(p, pass_)]  # noqa: E731
-    on = _problem("float32", "cuda", tf32=True, W=12)
-    assert labels(on, "forward") == ["winograd:2", "winograd:4", "winograd:6", "winograd:2,fused"]
-    assert labels(on, "input_grad")[-1] == "winograd:2,fused"
-    assert "winograd:2,fused" not in labels(on, "weight_grad")
-    for p in (_problem("float32", "cuda", W=12), _problem("float32", "cuda", tf32=True, W=10),
-              _problem("float32", "cpu", tf32=True, W=12)):
+    for tf32 in (True, False):
+        on = _problem("float32", "cuda", tf32=tf32, W=12)
+        assert labels(on, "forward") == ["winograd:2", "winograd:4", "winograd:6",
+                                         "winograd:2,fused"]
+        assert labels(on, "input_grad")[-1] == "winograd:2,fused"
+        assert "winograd:2,fused" not in labels(on, "weight_grad")
+    for p in (_problem("float32", "cuda", W=10), _problem("float32", "cuda", tf32=True, W=10),
+              _problem("float32", "cpu", tf32=True, W=12), _problem("float64", "cuda", W=12)):
         assert "winograd:2,fused" not in labels(p, "forward"), p
     assert labels(_problem("float16", "cuda"), "forward") == ["winograd:2,fused"]
 
@@ -418,11 +428,11 @@ def _problem(dtype, device_type, tf32=False, W=10, pw=1):
 def test_module_runs_a_pinned_fused_label(prec):
     """fastlayers.Conv2d with 'winograd:2,fused' pinned on the forward and the input gradient
     (its C++ plan): the fused ops run, and output and gradients match nn.Conv2d's within the
-    rule (float32: under TF32, the module's precision then)."""
+    rule (float32: TF32 or not, as PyTorch's switch says)."""
     import fastlayers
     from conv_samples import RecordOps
     dtype, tf32 = DTYPES[prec], prec == "tf32"
-    shape = (3, 24, 40, 11, 12 if tf32 else 13, 1, 1)
+    shape = (3, 24, 40, 11, 12 if dtype == torch.float32 else 13, 1, 1)
     x, w, b, gy = tensors(shape, dtype, "cuda")
     m = fastlayers.Conv2d(24, 40, 3, padding=1).cuda().to(dtype)
     with torch.no_grad():

@@ -1,7 +1,8 @@
 """Winograd convolution: ``winograd:T``, T the op's tile: F(T x T, 3x3) in the forward and input
 gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4); ``winograd:2,fused``: the
-fused kernel (forward and input gradient on CUDA: float16 and bfloat16, or float32 under TF32 with
-data widths that are multiples of 4). 3x3 filters at stride 1, any padding."""
+fused kernel (forward and input gradient on CUDA: float16 and bfloat16, or float32 with data widths
+that are multiples of 4, TF32 or float32 products as PyTorch allows). 3x3 filters at stride 1, any
+padding."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -69,9 +70,10 @@ class Winograd(Family):
             fused = self.make(FUSED_TILE, fused=True)
             return [fused] if self.fits(fused, p, pass_) is None else []
         tiles = _tiles(pass_)
-        if p.dtype == "float32" and p.device_type == "cuda" and p.tf32:
-            # Under TF32 the fused kernel's products run on tensor cores too; it is measured
-            # beside the pipelines (the accuracy guard sees its TF32 rounding like theirs).
+        if p.dtype == "float32" and p.device_type == "cuda":
+            # The fused kernel's products are TF32 on tensor cores under TF32, else float32 by
+            # FFMA; it is measured beside the pipelines (the accuracy guard sees its rounding like
+            # theirs).
             fused = self.make(FUSED_TILE, fused=True)
             extra = [fused] if self.fits(fused, p, pass_) is None else []
             return [self.make(t) for t in tiles] + extra
@@ -102,13 +104,11 @@ class Winograd(Family):
         if choice.params.fused:
             if pass_ == "weight_grad":
                 return "the fused Winograd kernel serves the forward and the input gradient"
-            tf32 = p.dtype == "float32" and p.tf32
-            if p.device_type != "cuda" or not (p.dtype in HALF_DTYPES or tf32):
-                return ("the fused Winograd kernel takes float16 and bfloat16, or float32 under "
-                        "TF32, on CUDA, not %s%s on %s" % (
-                            p.dtype, " without TF32" if p.dtype == "float32" and not p.tf32
-                            else "", p.device_type))
-            if tf32:
+            f32 = p.dtype == "float32"
+            if p.device_type != "cuda" or not (p.dtype in HALF_DTYPES or f32):
+                return ("the fused Winograd kernel takes float16, bfloat16 and float32 on CUDA, "
+                        "not %s on %s" % (p.dtype, p.device_type))
+            if f32:
                 name, width = ("input", p.W) if pass_ == "forward" else ("grad_output", p.ow)
                 if width % 4:
                     return ("the fused Winograd kernel takes float32 data whose width is a "
