@@ -29,7 +29,8 @@ constexpr int kBP = kTR * kTC;   // 32 tiles
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
 constexpr int kVStages = 2;
-// Reduction channels a chunk (fused_chunk; float32 values go to the tensor cores as TF32).
+// Reduction channels a chunk (fused_chunk; float32 values go to the tensor cores as TF32, or to
+// FFMA whole).
 template <typename T>
 constexpr int kChunkOf = static_cast<int>(fused_chunk(static_cast<int>(sizeof(T))));
 static_assert(kChunkOf<__half> == kBK, "a chunk of 16-bit values is one m16n8k16 k-step");
@@ -78,11 +79,11 @@ struct Patch {
 };
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
-// float32 (TF32 products): the patch by TMA alone (the width a multiple of 4, the data 16-byte
-// aligned), a box of kTmaBox values x kTmaRows rows x 8 channels from the multiple of 4 at or
-// before the windows' first column, so the windows start woff = -ox mod 4 values into a row
-// (the same for every item). A row takes 32 words (128 bytes), a channel kTmaRows rows, under the
-// 128-byte swizzle (the 16-byte chunk j of a row at j ^ bits 7-9 of its shared address): a
+// float32 (TF32 or FFMA products): the patch by TMA alone (the width a multiple of 4, the data
+// 16-byte aligned), a box of kTmaBox values x kTmaRows rows x 8 channels from the multiple of 4
+// at or before the windows' first column, so the windows start woff = -ox mod 4 values into a
+// row (the same for every item). A row takes 32 words (128 bytes), a channel kTmaRows rows, under
+// the 128-byte swizzle (the 16-byte chunk j of a row at j ^ bits 7-9 of its shared address): a
 // channel's rows start 3 c + row rows modulo 8 into the swizzle's period, and the transform's
 // reads pick channels so that this keeps them apart (the kernel, kF32). A stage is the 16-bit
 // layout's bytes (11 swizzle periods), so the shared memory and the copies' sizes are its.

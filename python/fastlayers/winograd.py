@@ -5,8 +5,8 @@ passes).
 3x3 filters, stride 1. `tile` is the output tile m of F(m x m, 3x3) for the forward and input
 gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
 `fused` (forward and input gradient, tile 2, on CUDA: float16 and bfloat16, or float32 data whose
-width is a multiple of 4) runs the fused kernel: the data transform, the products (on tensor cores;
-in float32 TF32 with `tf32`, else float32 by FFMA) and the inverse transform in one kernel.
+width is a multiple of 4) runs the fused kernel: the data transform, the products (on tensor cores,
+but in float32 without `tf32` by FFMA) and the inverse transform in one kernel.
 Every op is a pure function of its arguments: the tile, the TF32 switch and the kernel are
 explicit.
 """

@@ -173,6 +173,22 @@ def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
         assert gap < 0.5 * err, (PASS_NAMES[pass_], gap, err)
 
 
+@pytest.mark.gpu
+def test_fused_float32_products_follow_tf32():
+    """float32's fused kernel multiplies in TF32 with tf32=True and in float32 without: on data
+    that TF32 cannot hold, the TF32 results are orders of magnitude less accurate, so neither
+    setting runs the other's kernel (the value tests' tolerances would not see TF32 run as
+    float32)."""
+    shape = (2, 24, 40, 12, 16, 1, 1)
+    x, w, b, gy = tensors(shape, torch.float32, "cuda")
+    pad = list(shape[5:])
+    ref = float64_passes(x, w, b, gy, pad)
+    for pass_ in (0, 1):
+        e32 = rel_err(fused_pass(pass_, x, w, b, gy, pad, False).cpu(), ref[pass_].cpu())
+        etf = rel_err(fused_pass(pass_, x, w, b, gy, pad, True).cpu(), ref[pass_].cpu())
+        assert etf > 100 * e32, (PASS_NAMES[pass_], etf, e32)
+
+
 # (precision, shape): float32's input gradient runs fused where grad_output's width is a multiple
 # of 4 (12 at padding 1), and falls back to the non-fused pipeline where not (10 at padding 0).
 AUTOGRAD_CASES = [("float16", (2, 24, 40, 9, 10, 1, 1)), ("bfloat16", (2, 24, 40, 9, 10, 1, 1)),
