@@ -12,9 +12,9 @@ F(2x2,3x3), every access conflict-free but where measured otherwise:
   the windows start at an odd column, each fragment word two reads joined; 16 KB at even
   starts; TF32: 12 reads of 2 wavefronts a warp at odd starts, 8 at even), the 4-byte patch
   copies where no tensor map takes the data (16 bits, widths not a multiple of 8: about 340
-  wavefronts a chunk by ncu, 6.8 a warp instruction, as the committed results' kernel copied
-  them, a patch row a thread: COPY4_WAVES), and the item's
-  exchange of the rows' Z (512 + 512 wavefronts an item, over its chunks);
+  wavefronts a chunk by ncu, 6.8 a warp instruction, as the kernel before d159f36 copied them,
+  a patch row a thread: COPY4_WAVES; the results' kernel copies along rows, not yet counted),
+  and the item's exchange of the rows' Z (512 + 512 wavefronts an item, over its chunks);
   asynchronous writes: U's bulk copy (32 KB) and the patch's tensor copy (11 KB).
 Whether the asynchronous writes take the same bandwidth is not known here, so the bound is
 given both ways: "lsu" (without them) and "all". Items are 64 result channels x 4 x 8 tiles of
@@ -34,9 +34,9 @@ from pathlib import Path
 SMS_DEFAULT = 132
 ITEM_M, ITEM_ROWS, ITEM_COLS = 64, 4, 8  # fused.cuh: kBM, kTR, kTC
 WAVE = 128  # bytes a shared-memory wavefront
-# The 4-byte patch copies a chunk, a patch row a thread, as the kernel of the committed results
-# copied them (ncu, conv4_2 N 8 fp16). The kernel now copies along rows (as few as 50 if
-# conflict-free): measure again once the results are of that kernel.
+# The 4-byte patch copies a chunk, a patch row a thread, as the kernel before d159f36 copied them
+# (ncu, conv4_2 N 8 fp16). The results' kernel copies along rows (as few as 50 if
+# conflict-free), not yet counted: on its 4-byte-copy layers this overstates the bound.
 COPY4_WAVES = 340
 FUSED = "winograd:2,fused"
 
