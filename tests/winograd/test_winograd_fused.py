@@ -349,7 +349,7 @@ def test_fused_refuses_what_it_does_not_take(device):
         with pytest.raises(RuntimeError,
                            match=r"winograd_conv2d_input_grad: `fused` runs on CUDA tensors"):
             fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, False, True)
-    x32, w32 = x.float(), w.float()
+    w32 = w.float()
     with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` takes `tile` 2 .*got 4"):
         fl.winograd_conv2d(x, w, b, [1, 1], 4, False, True)
     if device == "cuda":
