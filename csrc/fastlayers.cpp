@@ -48,9 +48,12 @@ TORCH_LIBRARY(fastlayers, m) {
   // grad_output [S, K, oh, ow], weight [K, C, 3, 3]  ->  grad_input [S, C, oh+2-2ph, ow+2-2pw]
   m.def("winograd_conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[2] padding, "
         "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
-  // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, 3, 3]
+  // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, 3, 3]. `fused`
+  // (tile 2, on CUDA: float16, bfloat16 or float32, its products TF32 with `tf32`, else float32):
+  // the fused weight gradient, both transforms, the products and the sum over tiles in one
+  // kernel (cuda/winograd/fused_wgrad.cuh).
   m.def("winograd_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
-        "int tile=2, bool tf32=False) -> Tensor");
+        "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
 
   // LSTM, one layer over a sequence, PyTorch's gates (i, f, g, o) and weights:
   //   gates = x_t w_ih^T + b_ih + h_{t-1} w_hh^T + b_hh;  c_t = f c_{t-1} + i g;

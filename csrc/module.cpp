@@ -44,6 +44,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("winograd_fused_workspace_bytes",
         &fastlayers::winograd_host::python_fused_workspace_bytes, py::arg("pass_"), py::arg("C"),
         py::arg("K"), py::arg("store_bytes"));
+  m.def("winograd_fused_weight_grad_workspace_bytes",
+        &fastlayers::winograd_host::python_fused_weight_grad_workspace_bytes, py::arg("S"),
+        py::arg("C"), py::arg("K"), py::arg("H"), py::arg("W"), py::arg("ph"), py::arg("pw"));
 #ifdef FASTLAYERS_WITH_CUDA
   m.attr("with_cuda") = true;
   // The LSTM ops have CUDA kernels in this build (fastlayers.LSTM checks before using them).

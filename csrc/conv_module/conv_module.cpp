@@ -73,7 +73,7 @@ using WinogradForward = at::Tensor(const at::Tensor&, const at::Tensor&,
 using WinogradInputGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
                                      int64_t, bool, bool);
 using WinogradGrad = at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef, int64_t,
-                                bool);
+                                bool, bool);
 
 struct Ops {
   c10::TypedOperatorHandle<FftForward> fft = op_handle<FftForward>("fastlayers::fft_conv2d");
@@ -176,7 +176,7 @@ std::pair<at::Tensor, at::Tensor> run_grads(const Plan& p, const at::Tensor& x,
                                   sym(cw.tile));
         break;
       case Algo::Winograd:
-        gw = ops().wino_wgrad.call(gy, x, sym(p.padding), cw.tile[0], p.tf32);
+        gw = ops().wino_wgrad.call(gy, x, sym(p.padding), cw.tile[0], p.tf32, cw.fused);
         break;
     }
   }

@@ -18,5 +18,9 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
 // Workspace bytes of the fused kernel (forward: 0, input gradient: 1) on CUDA.
 size_t python_fused_workspace_bytes(int pass, int64_t C, int64_t K, int store_bytes);
 
+// Workspace bytes of the fused weight gradient on CUDA (its partial sums, any dtype).
+size_t python_fused_weight_grad_workspace_bytes(int64_t S, int64_t C, int64_t K, int64_t H,
+                                                int64_t W, int64_t ph, int64_t pw);
+
 }  // namespace winograd_host
 }  // namespace fastlayers

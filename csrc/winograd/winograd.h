@@ -22,8 +22,8 @@ constexpr int64_t kChunkBytes = int64_t{512} << 20;
 
 // Checks the arguments of one pass and derives its shape. `a`, `b` are the pass's two tensor
 // arguments in schema order: (input, weight), (grad_output, weight), (grad_output, input).
-// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16, or float32 data whose
-// width is a multiple of 4).
+// `fused`: the fused kernel asked for (fused_ok, CUDA, float16 or bfloat16, or float32: for the
+// forward and input gradient, data whose width is a multiple of 4).
 Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
             const std::optional<at::Tensor>& bias, at::IntArrayRef padding, int64_t tile,
             bool fused = false, bool tf32 = false);
@@ -93,8 +93,9 @@ struct DeviceOps {
                kChunkBytes, fused);
   }
   static at::Tensor weight_grad(const at::Tensor& grad_output, const at::Tensor& input,
-                                at::IntArrayRef padding, int64_t tile, bool tf32) {
-    return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, tile, tf32);
+                                at::IntArrayRef padding, int64_t tile, bool tf32, bool fused) {
+    return run(Pass::WeightGrad, grad_output, input, std::nullopt, padding, tile, tf32,
+               kChunkBytes, fused);
   }
   static void register_ops(torch::Library& m) {
     m.impl("winograd_conv2d", &forward);

@@ -46,15 +46,17 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
               ", got ", tile);
   if (fused) {
     TORCH_CHECK(winograd::fused_ok(pass, tile), op, ": `fused` takes `tile` ",
-                winograd::kFusedTile, " (the fused kernel computes F(2x2, 3x3)), got ", tile);
+                winograd::kFusedTile, " (the fused kernels compute ",
+                pass == Pass::WeightGrad ? "F(3x3, 2x2)" : "F(2x2, 3x3)", "), got ", tile);
     TORCH_CHECK(a.is_cuda(), op, ": `fused` runs on CUDA tensors, got ", a.device(),
                 " (pass fused=False)");
     const bool f32 = a.scalar_type() == at::kFloat;
     TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16 || f32, op,
                 ": `fused` takes float16, bfloat16 and float32, got ", a.scalar_type(),
                 " (pass fused=False)");
-    // float32's patch comes by TMA alone, whose rows are multiples of 16 bytes
-    TORCH_CHECK(!f32 || a.size(3) % 4 == 0, op, ": `fused` in float32 takes `", an,
+    // float32's patch comes by TMA alone, whose rows are multiples of 16 bytes (the weight
+    // gradient's kernel loads values one by one)
+    TORCH_CHECK(!f32 || pass == Pass::WeightGrad || a.size(3) % 4 == 0, op, ": `fused` in float32 takes `", an,
                 "` of a width that is a multiple of 4, got ", a.size(3), " (pass fused=False)");
   }
   constexpr int64_t k = winograd::kKernel;
@@ -174,6 +176,16 @@ size_t python_workspace_bytes(int pass, int64_t S, int64_t C, int64_t K, int64_t
   const Shape s{S, C, K, H, W, ph, pw, tile};
   const int64_t chunk = winograd::chunk_samples(p, s, store_bytes, acc_bytes, kChunkBytes);
   return winograd::buffers(p, s, chunk, store_bytes, acc_bytes).total;
+}
+
+size_t python_fused_weight_grad_workspace_bytes(int64_t S, int64_t C, int64_t K, int64_t H,
+                                                int64_t W, int64_t ph, int64_t pw) {
+  TORCH_CHECK(S >= 0 && C >= 0 && K >= 0 && H >= 1 && W >= 1 && ph >= 0 && pw >= 0 &&
+                  H + 2 * ph >= winograd::kKernel && W + 2 * pw >= winograd::kKernel,
+              "winograd_fused_weight_grad_workspace_bytes: a 3x3 kernel over (", H, ", ", W,
+              ") with padding (", ph, ", ", pw, ") and S, C, K >= 0");
+  const Shape s{S, C, K, H, W, ph, pw, winograd::kFusedTile};
+  return winograd::fused_wgrad_workspace_bytes(s);
 }
 
 size_t python_fused_workspace_bytes(int pass, int64_t C, int64_t K, int store_bytes) {

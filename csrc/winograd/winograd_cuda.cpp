@@ -20,7 +20,7 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   auto a = a_in.contiguous();
   // The fused kernel reads float32 data by TMA alone, from a 16-byte aligned start (a view's
   // may not be): such data is copied.
-  if (fused && a.scalar_type() == at::kFloat &&
+  if (fused && pass != Pass::WeightGrad && a.scalar_type() == at::kFloat &&
       reinterpret_cast<uintptr_t>(a.const_data_ptr()) % 16 != 0)
     a = a.clone();
   const auto b = b_in.contiguous();
@@ -28,6 +28,23 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   if (bias_in.has_value()) bias = bias_in->contiguous();
   if (transformed_in != nullptr) transformed = transformed_in->contiguous();
   auto out = at::empty(output_shape(pass, s), a.options());
+  if (fused && pass == Pass::WeightGrad) {  // float16, bfloat16 or float32 (check())
+    const size_t bytes = winograd::fused_wgrad_workspace_bytes(s);
+    const c10::DataPtr ws = cuda_workspace(bytes);
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "winograd_fused_wgrad", [&] {
+      using T = typename DeviceType<scalar_t>::type;
+      if constexpr (std::is_same<scalar_t, double>::value) {
+        TORCH_CHECK(false, "winograd: the fused kernel takes no float64 (check())");
+      } else {
+        winograd::run_fused_weight_grad<T>(
+            s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+            reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
+            reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), bytes, tf32, stream);
+      }
+    });
+    return out;
+  }
   if (fused) {  // float16, bfloat16 or float32 (check())
     const size_t bytes = winograd::fused_workspace_bytes(pass, s, static_cast<int>(a.element_size()));
     const c10::DataPtr ws = cuda_workspace(bytes);

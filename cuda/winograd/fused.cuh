@@ -754,7 +754,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   using Mat = Matrices<2, 3>;
   constexpr int A2 = Mat::kAlpha * Mat::kAlpha;
   static_assert(fused::unit_transforms<Mat>(), "B^T and A^T of 0 and +-1 (bt_bits, sum_nonzero)");
-  if (!fused_ok(pass, s.tile))
+  if (pass == Pass::WeightGrad || !fused_ok(pass, s.tile))
     throw std::invalid_argument("fastlayers: the fused Winograd kernel takes F(2x2,3x3) for the "
                                 "forward and the input gradient");
   if (workspace_size < fused_workspace_bytes(pass, s, sizeof(T)))

@@ -32,12 +32,10 @@ inline bool tile_ok(Pass pass, int64_t tile) {
   return pass == Pass::WeightGrad ? weight_tile_ok(tile) : forward_tile_ok(tile);
 }
 
-// The fused kernel (fused.cuh): F(2x2, 3x3), forward and input gradient (float16, bfloat16;
-// float32 with TF32 products).
+// The fused kernels (float16, bfloat16, float32): F(2x2, 3x3) for the forward and the input
+// gradient (fused.cuh), F(3x3, 2x2) for the weight gradient (fused_wgrad.cuh); tile 2 either way.
 constexpr int64_t kFusedTile = 2;
-inline bool fused_ok(Pass pass, int64_t tile) {
-  return pass != Pass::WeightGrad && tile == kFusedTile;
-}
+inline bool fused_ok(Pass, int64_t tile) { return tile == kFusedTile; }
 
 struct Shape {
   int64_t S, C, K;  // batch, input channels, output channels
@@ -146,12 +144,44 @@ inline FusedDims fused_dims(Pass pass, const Shape& s, int store_bytes) {
           ceil_div(R, chunk) * chunk};
 }
 
-// Workspace of the fused kernel: the transformed filters U alone.
+// Workspace of the fused kernels: the forward's and input gradient's transformed filters U, the
+// weight gradient's partial sums (fused_wgrad_workspace_bytes, declared below).
+inline size_t fused_wgrad_workspace_bytes(const Shape& s);
 inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
+  if (pass == Pass::WeightGrad) return fused_wgrad_workspace_bytes(s);
   const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
   const FusedDims f = fused_dims(pass, s, store_bytes);
   return alpha * alpha * static_cast<size_t>(f.Mo_pad) * static_cast<size_t>(f.R_pad) *
          store_bytes;
+}
+
+// The fused weight gradient (fused_wgrad.cuh): blocks of kWgradBlock output x kWgradBlock input
+// channels, each summing a run of `per` chunks of kWgradChunk tiles (sample, tile row, tile
+// column in order). The tiles are split into runs so that about kWgradTarget blocks run (two
+// waves at two blocks an SM on 132 SMs), each run at least kWgradMinChunks chunks: a function of
+// the shape alone, so the sum's order is too. The workspace: the runs' partial sums,
+// [splits, 16, Kp, Cp] float.
+constexpr int64_t kWgradBlock = 32, kWgradChunk = 16, kWgradTarget = 512, kWgradMinChunks = 4;
+struct WgradDims {
+  int64_t Kp, Cp;       // K, C rounded up to whole blocks
+  int64_t chunks, per;  // chunks of tiles, chunks a run
+  int64_t splits;       // runs
+};
+inline WgradDims wgrad_dims(const Shape& s) {
+  WgradDims d{};
+  d.Kp = ceil_div(s.K, kWgradBlock) * kWgradBlock;
+  d.Cp = ceil_div(s.C, kWgradBlock) * kWgradBlock;
+  d.chunks = ceil_div(s.S * tiling(Pass::WeightGrad, s).tiles(), kWgradChunk);
+  const int64_t blocks = (d.Kp / kWgradBlock) * (d.Cp / kWgradBlock);
+  const int64_t splits = std::max<int64_t>(
+      1, std::min(kWgradTarget / std::max<int64_t>(blocks, 1), d.chunks / kWgradMinChunks));
+  d.per = std::max<int64_t>(1, ceil_div(d.chunks, splits));
+  d.splits = std::max<int64_t>(1, ceil_div(d.chunks, d.per));
+  return d;
+}
+inline size_t fused_wgrad_workspace_bytes(const Shape& s) {
+  const WgradDims d = wgrad_dims(s);
+  return static_cast<size_t>(d.splits * 16 * d.Kp * d.Cp) * sizeof(float);
 }
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.

@@ -4,9 +4,9 @@ passes).
 
 3x3 filters, stride 1. `tile` is the output tile m of F(m x m, 3x3) for the forward and input
 gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
-`fused` (forward and input gradient, tile 2, on CUDA: float16 and bfloat16, or float32 data whose
-width is a multiple of 4) runs the fused kernel: the data transform, the products (on tensor cores,
-but in float32 without `tf32` by FFMA) and the inverse transform in one kernel.
+`fused` (tile 2, on CUDA: float16, bfloat16 and float32; in the forward and input gradient float32
+data whose width is a multiple of 4) runs a fused kernel: the transforms, the products (on tensor
+cores, but in float32 without `tf32` by FFMA) and the inverse transform in one kernel.
 Every op is a pure function of its arguments: the tile, the TF32 switch and the kernel are
 explicit.
 """
@@ -67,12 +67,14 @@ def winograd_conv2d_input_grad(grad_output: Tensor, weight: Tensor, padding: Int
 
 
 def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: IntPair = 0,
-                                tile: int = 2, tf32: Optional[bool] = None) -> Tensor:
+                                tile: int = 2, tf32: Optional[bool] = None,
+                                fused: bool = False) -> Tensor:
     """Gradient of winograd_conv2d with respect to its weight, F(3x3, tile x tile) over
-    grad_output tiles summed over tiles and samples: [S,K,oh,ow] x [S,C,H,W] -> [K,C,3,3]."""
+    grad_output tiles summed over tiles and samples: [S,K,oh,ow] x [S,C,H,W] -> [K,C,3,3].
+    `fused`: the fused kernel (tile 2, CUDA; float16/bfloat16/float32)."""
     tf32 = conv_tf32_allowed() if tf32 is None else bool(tf32)
     return torch.ops.fastlayers.winograd_conv2d_weight_grad(
-        grad_output, input, pair(padding, "padding"), int(tile), tf32)
+        grad_output, input, pair(padding, "padding"), int(tile), tf32, bool(fused))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +117,7 @@ def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False, fused=Fal
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_weight_grad")
-def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False):
+def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False, fused=False):
     _check("winograd_conv2d_weight_grad", grad_output, "grad_output", input, "input")
     check_fake_conv("winograd_conv2d_weight_grad", padding, ())
     return grad_output.new_empty((grad_output.shape[1], input.shape[1], KERNEL, KERNEL))
@@ -136,7 +138,8 @@ def _filter_transform_fake(weight, tile=2):
 # Autograd. The three passes are each other's adjoints, so every backward is made of the ops. A
 # forward-type pass (forward, input gradient) hands its tile on to the other forward-type pass;
 # weight gradients use WEIGHT_GRAD_TILES[0], and a weight gradient's backward the smallest forward
-# tile (its own tile names another algorithm's), and `fused` (which both forward-type passes take).
+# tile (its own tile names another algorithm's); `fused` passes on to every backward op (tile 2
+# either way).
 
 
 def _fused_on(data: Tensor, fused: bool) -> bool:
@@ -167,7 +170,8 @@ def _backward_fwd(ctx, grad):
         gi = fl.winograd_conv2d_input_grad(grad, weight, padding, tile, tf32,
                                            _fused_on(grad, fused))
     if ctx.needs_input_grad[1]:
-        gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32)
+        gw = fl.winograd_conv2d_weight_grad(grad, input, padding, WEIGHT_GRAD_TILES[0], tf32,
+                                            fused)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad.sum((0, 2, 3))
     # none for transformed_weight: _setup_fwd refuses one that wants a gradient
@@ -189,27 +193,30 @@ def _backward_input_grad(ctx, gg):
     if ctx.needs_input_grad[0]:
         d_gy = fl.winograd_conv2d(gg, weight, None, padding, tile, tf32, _fused_on(gg, fused))
     if ctx.needs_input_grad[1]:
-        d_w = fl.winograd_conv2d_weight_grad(grad_output, gg, padding, WEIGHT_GRAD_TILES[0], tf32)
+        d_w = fl.winograd_conv2d_weight_grad(grad_output, gg, padding, WEIGHT_GRAD_TILES[0], tf32,
+                                             fused)
     return d_gy, d_w, None, None, None, None
 
 
 def _setup_grad(ctx, inputs, output):
-    a, b, padding, tile, tf32 = inputs
+    a, b, padding, tile, tf32, fused = inputs
     ctx.save_for_backward(a, b)
-    ctx.args = (padding, tile, tf32)
+    ctx.args = (padding, tile, tf32, fused)
 
 
 def _backward_weight_grad(ctx, gg):
     # gw = WG(gy, x):  <gg, WG(gy, x)> = <F(x, gg), gy>
     grad_output, input = ctx.saved_tensors
-    padding, tile, tf32 = ctx.args
+    padding, tile, tf32, fused = ctx.args
     fl = torch.ops.fastlayers
     d_gy = d_x = None
     if ctx.needs_input_grad[0]:
-        d_gy = fl.winograd_conv2d(input, gg, None, padding, FORWARD_TILES[0], tf32)
+        d_gy = fl.winograd_conv2d(input, gg, None, padding, FORWARD_TILES[0], tf32,
+                                  _fused_on(input, fused))
     if ctx.needs_input_grad[1]:
-        d_x = fl.winograd_conv2d_input_grad(grad_output, gg, padding, FORWARD_TILES[0], tf32)
-    return d_gy, d_x, None, None, None
+        d_x = fl.winograd_conv2d_input_grad(grad_output, gg, padding, FORWARD_TILES[0], tf32,
+                                            _fused_on(grad_output, fused))
+    return d_gy, d_x, None, None, None, None
 
 
 def _setup_filters(ctx, inputs, output):

@@ -1,9 +1,10 @@
-"""The fused Winograd kernel (`fused=True`: F(2x2,3x3), forward and input gradient on CUDA, float16
-and bfloat16, and float32 with TF32 or float32 products) against PyTorch in float64 within the
-tolerance rule of conv_samples, as the non-fused ops are (test_winograd_values.py), on the shape
-matrix and on shapes that cross the kernel's items (64 result channels x 4 x 8 tiles, chunks of 16
-reduction channels, 8 in float32) at every edge; its autograd, opcheck, and the errors for what it
-does not take."""
+"""The fused Winograd kernels (`fused=True` on CUDA, float16 and bfloat16, and float32 with TF32 or
+float32 products: F(2x2,3x3) for the forward and input gradient, F(3x3,2x2) for the weight
+gradient) against PyTorch in float64 within the tolerance rule of conv_samples, as the non-fused
+ops are (test_winograd_values.py), on the shape matrix and on shapes that cross the kernels' items
+(64 result channels x 4 x 8 tiles, chunks of 16 reduction channels, 8 in float32; the weight
+gradient's blocks of 32 x 32 channels, chunks of 16 tiles, runs of chunks) at every edge; their
+autograd, opcheck, and the errors for what they do not take."""
 import itertools
 
 import pytest
@@ -63,6 +64,10 @@ BLOCK_SHAPES = [
     (1, 16, 24, 6, 16, 2, 5),
     (12, 130, 130, 30, 32, 1, 1),
 ]
+# The weight gradient's runs (layout.h, wgrad_dims): 8x16x16 64x64 p1x1 has 512 chunks of 16 tiles
+# on one block of channels, so 128 runs of 4 chunks summed in order; 3x40x36 33x31 p0x2 has an odd
+# grad_output (31 x 33: a last tile row and column of one value) and a partial last chunk.
+WGRAD_SHAPES = [(8, 16, 16, 64, 64, 1, 1), (3, 40, 36, 33, 31, 0, 2)]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
 MUTATED = {torch.float16: (0, 1)}
@@ -84,19 +89,21 @@ def fused_pass(pass_, x, w, b, gy, padding, tf32=False):
     pad = list(padding)
     if pass_ == 0:
         return fl.winograd_conv2d(x, w, b, pad, 2, tf32, True)
-    return fl.winograd_conv2d_input_grad(gy, w, pad, 2, tf32, True)
+    if pass_ == 1:
+        return fl.winograd_conv2d_input_grad(gy, w, pad, 2, tf32, True)
+    return fl.winograd_conv2d_weight_grad(gy, x, pad, 2, tf32, True)
 
 
 def f32_takes(shape, pass_):
     """float32's fused kernel takes data whose width is a multiple of 4: `input`'s in the forward,
-    `grad_output`'s in the input gradient."""
+    `grad_output`'s in the input gradient; the weight gradient's takes any."""
     W, pw = shape[4], shape[6]
-    return (W if pass_ == 0 else W + 2 * pw - 2) % 4 == 0
+    return pass_ == 2 or (W if pass_ == 0 else W + 2 * pw - 2) % 4 == 0
 
 
 def pass_cases(shapes):
-    """(shape, pass, precision) of every pass of `shapes` the kernel takes, in each precision."""
-    return [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1) for shape in shapes
+    """(shape, pass, precision) of every pass of `shapes` the kernels take, in each precision."""
+    return [(shape, pass_, prec) for prec in FUSED for pass_ in (0, 1, 2) for shape in shapes
             if DTYPES[prec] != torch.float32 or f32_takes(shape, pass_)]
 
 
@@ -104,7 +111,8 @@ def case_ids(cases):
     return ["%s-%s-%s" % (shape_id(s), PASS_NAMES[p], q) for s, p, q in cases]
 
 
-VALUE_CASES = pass_cases(SHAPES + BLOCK_SHAPES)
+VALUE_CASES = pass_cases(SHAPES + BLOCK_SHAPES) + [
+    (shape, 2, prec) for prec in FUSED for shape in WGRAD_SHAPES]
 
 
 @pytest.mark.gpu
@@ -130,12 +138,14 @@ def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
 # their products summed over the reduction channels, and A^T M A, within float32's 24 bits), and
 # the one rounding left, the result's to its dtype, is the direct convolution's rounded to it. So
 # the fused kernel must give that bit for bit: a wrong index anywhere, even in one edge tile,
-# shows. The shapes cross the items' edges, partial chunks of 8 and 16, woff 0..3 in float32 and
+# shows. Likewise F(3x3,2x2) for the weight gradient (G g G^T of a grad_output tile: quarters up to
+# 4; the sums over every tile: quarters within 2^16). The shapes cross the items' edges, partial chunks of 8 and 16, woff 0..3 in float32 and
 # odd and even columns in the 16-bit layouts; 8x96x130 30x32 gives blocks 2-3 items.
 EXACT_SHAPES = [s for s in BLOCK_SHAPES if max(s[1], s[2]) <= 56] + [
     (3, 56, 50, 17, 36, 1, 1), (2, 9, 40, 13, 20, 2, 0), (5, 40, 9, 10, 12, 0, 2),
     (8, 96, 130, 30, 32, 1, 1)]
-EXACT_CASES = pass_cases(EXACT_SHAPES)
+EXACT_CASES = pass_cases(EXACT_SHAPES) + [
+    (shape, 2, prec) for prec in FUSED for shape in WGRAD_SHAPES]
 
 
 @pytest.mark.gpu
@@ -149,8 +159,10 @@ def test_fused_is_exact_on_small_integers(shape, pass_, prec):
     gy = ints(S, K, H + 2 * ph - 2, W + 2 * pw - 2)
     if pass_ == 0:
         ref = torch.nn.functional.conv2d(x, w, b, padding=(ph, pw))
-    else:
+    elif pass_ == 1:
         ref = torch.nn.grad.conv2d_input(x.shape, w, gy, padding=(ph, pw))
+    else:
+        ref = torch.nn.grad.conv2d_weight(x, w.shape, gy, padding=(ph, pw))
     dev = lambda t: t.to("cuda", dtype)  # noqa: E731
     out = fused_pass(pass_, dev(x), dev(w), dev(b), dev(gy), shape[5:], tf32)
     bad = out.double().cpu() != ref.to(dtype).double()
@@ -183,7 +195,7 @@ def test_fused_float32_products_follow_tf32():
     x, w, b, gy = tensors(shape, torch.float32, "cuda")
     pad = list(shape[5:])
     ref = float64_passes(x, w, b, gy, pad)
-    for pass_ in (0, 1):
+    for pass_ in (0, 1, 2):
         e32 = rel_err(fused_pass(pass_, x, w, b, gy, pad, False).cpu(), ref[pass_].cpu())
         etf = rel_err(fused_pass(pass_, x, w, b, gy, pad, True).cpu(), ref[pass_].cpu())
         assert etf > 100 * e32, (PASS_NAMES[pass_], etf, e32)
@@ -201,7 +213,7 @@ AUTOGRAD_CASES = [("float16", (2, 24, 40, 9, 10, 1, 1)), ("bfloat16", (2, 24, 40
                          ids=["%s-%s" % (q, shape_id(s)) for q, s in AUTOGRAD_CASES])
 def test_fused_autograd_uses_the_fused_passes(prec, shape):
     """Backward of a fused forward: the input gradient fused where the kernel takes it, the
-    weight gradient by its own op; the gradients match PyTorch's within the rule."""
+    weight gradient fused; the gradients match PyTorch's within the rule."""
     from conv_samples import RecordOps
     dtype, tf32 = DTYPES[prec], prec == "tf32"
     x, w, b, gy = tensors(shape, dtype, "cuda")
@@ -218,6 +230,7 @@ def test_fused_autograd_uses_the_fused_passes(prec, shape):
     # (RecordOps leaves out trailing default arguments: `fused` is the sixth)
     args = calls[1][1]
     assert (len(args) > 5 and args[5]) is (dtype != torch.float32 or f32_takes(shape, 1)), args[2:]
+    assert calls[2][1][5] is True, calls[2][1][2:]
     ref = float64_passes(x, w, b, gy, pad)
     with cudnn_tf32(tf32):
         native = torch_passes(x, w, b, gy, pad)
@@ -283,6 +296,36 @@ def test_fused_reads_no_channel_past_its_operand():
                 out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy,
                                  pad, tf32)
                 assert torch.equal(out, want), "%s pass %d, data at offset %d" % (dtype, pass_, k)
+        # the weight gradient (blocks of 32 x 32 channels: 12 of each past the last), both
+        # operands at the start of NaN buffers
+        want = fused_pass(2, x, w, b, gy, pad, tf32)
+        xn = placed(x, 0, tail=16 * x.shape[2] * x.shape[3], fill=float("nan"))
+        gyn = placed(gy, 0, tail=16 * gy.shape[2] * gy.shape[3], fill=float("nan"))
+        assert torch.equal(fused_pass(2, xn, w, b, gyn, pad, tf32), want), "%s pass 2" % dtype
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prec", ("bfloat16", "tf32", "float32"))
+def test_fused_weight_grad_nonfinite_stays_in_its_channels(prec):
+    """One inf in the input's channel c (grad_output's channel k) makes non-finite some of the
+    weight gradient's [:, c] ([k, :]) and nothing else: every other value is the clean run's,
+    bitwise (the partial sums of one (k, c) pair never mix with another's)."""
+    tf32 = prec == "tf32"
+    shape = (2, 40, 36, 9, 14, 1, 1)
+    x, w, b, gy = tensors(shape, DTYPES[prec], "cuda")
+    clean = fused_pass(2, x, w, b, gy, [1, 1], tf32)
+    for which, ch in ((0, 33), (1, 5)):
+        data = (x if which == 0 else gy).clone()
+        data[1, ch, 4, 7] = float("inf")
+        out = fused_pass(2, data if which == 0 else x, w, b, data if which == 1 else gy, [1, 1],
+                         tf32)
+        mask = torch.zeros(out.shape, dtype=torch.bool, device="cuda")
+        if which == 0:
+            mask[:, ch] = True
+        else:
+            mask[ch] = True
+        assert torch.equal(out[~mask], clean[~mask]), which
+        assert out[mask].isfinite().logical_not().any(), which
 
 
 @pytest.mark.gpu
@@ -326,7 +369,7 @@ def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("prec", ("float16", "tf32", "float32"))
-@pytest.mark.parametrize("op", ("forward", "input_grad"))
+@pytest.mark.parametrize("op", ("forward", "input_grad", "weight_grad"))
 def test_fused_opcheck(op, prec):
     # (4x4 at padding 3, 1: the forward's width 4, grad_output's 4)
     x, w, b, gy = tensors(SMALL_SHAPES[2], DTYPES[prec], "cuda")
@@ -335,8 +378,10 @@ def test_fused_opcheck(op, prec):
         t.requires_grad_()
     if op == "forward":
         torch.library.opcheck(fl.winograd_conv2d.default, (x, w, b, pad, 2, tf32, True))
-    else:
+    elif op == "input_grad":
         torch.library.opcheck(fl.winograd_conv2d_input_grad.default, (gy, w, pad, 2, tf32, True))
+    else:
+        torch.library.opcheck(fl.winograd_conv2d_weight_grad.default, (gy, x, pad, 2, tf32, True))
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -349,10 +394,19 @@ def test_fused_refuses_what_it_does_not_take(device):
         with pytest.raises(RuntimeError,
                            match=r"winograd_conv2d_input_grad: `fused` runs on CUDA tensors"):
             fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, False, True)
+        with pytest.raises(RuntimeError,
+                           match=r"winograd_conv2d_weight_grad: `fused` runs on CUDA tensors"):
+            fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 2, False, True)
     w32 = w.float()
     with pytest.raises(RuntimeError, match=r"winograd_conv2d: `fused` takes `tile` 2 .*got 4"):
         fl.winograd_conv2d(x, w, b, [1, 1], 4, False, True)
+    with pytest.raises(RuntimeError, match=r"winograd_conv2d_weight_grad: `fused` takes `tile` 2 "
+                                           r"\(the fused kernels compute F\(3x3, 2x2\)\), got 4"):
+        fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 4, False, True)
     if device == "cuda":
+        with pytest.raises(RuntimeError, match=r"winograd_conv2d_weight_grad: `fused` takes "
+                                               r"float16, bfloat16 and float32, got Double"):
+            fl.winograd_conv2d_weight_grad(gy.double(), x.double(), [1, 1], 2, True, True)
         with pytest.raises(RuntimeError, match=r"`fused` takes float16, bfloat16 and float32, "
                                                r"got Double"):
             fl.winograd_conv2d(x.double(), w.double(), None, [1, 1], 2, True, True)
@@ -368,9 +422,9 @@ def test_fused_refuses_what_it_does_not_take(device):
                                                    r"float32 takes `grad_output` of a width that "
                                                    r"is a multiple of 4, got 10"):
                 fl.winograd_conv2d_input_grad(gy10, w32, [1, 1], 2, tf32, True)
-    # The weight gradient has no fused kernel: its schema takes no `fused`.
-    with pytest.raises(RuntimeError, match="expected at most 5 argument"):
-        fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 2, False, True)
+        # float32's weight gradient takes any width (10 here), TF32 or not
+        for tf32 in (True, False):
+            fl.winograd_conv2d_weight_grad(gy10, x10, [1, 1], 2, tf32, True)
 
 
 def test_fused_label():
@@ -384,7 +438,7 @@ def test_fused_label():
             algorithms.parse(bad)
     p = _problem(dtype="float16", device_type="cuda")
     assert FAMILY.fits(c, p, "forward") is None and FAMILY.fits(c, p, "input_grad") is None
-    assert "forward and the input gradient" in FAMILY.fits(c, p, "weight_grad")
+    assert FAMILY.fits(c, p, "weight_grad") is None
     takes = "float16, bfloat16 and float32 on CUDA"
     assert takes + ", not float16 on cpu" in FAMILY.fits(c, _problem("float16", "cpu"), "forward")
     assert takes + ", not float32 on cpu" in FAMILY.fits(c, _problem("float32", "cpu", tf32=True),
@@ -395,7 +449,7 @@ def test_fused_label():
     for (W, pw, fwd, igrad), tf32 in itertools.product(
             ((12, 1, True, True), (12, 0, True, False), (10, 2, False, True)), (True, False)):
         q = _problem("float32", "cuda", tf32=tf32, W=W, pw=pw)
-        for pass_, ok in (("forward", fwd), ("input_grad", igrad)):
+        for pass_, ok in (("forward", fwd), ("input_grad", igrad), ("weight_grad", True)):
             why = FAMILY.fits(c, q, pass_)
             assert (why is None) == ok, (W, pw, tf32, pass_, why)
             if not ok:
@@ -409,7 +463,13 @@ def test_fused_label():
     q = _problem("float32", "cuda", tf32=True, W=12)
     assert FAMILY.workspace_bytes(c, q, "forward") == 16 * 64 * 8 * 4  # K 16, C 8
     assert FAMILY.workspace_bytes(c, q, "input_grad") == 16 * 64 * 16 * 4  # C 8, K 16
+    # the weight gradient's partial sums: 2 x 10 x 10 at padding 1 is 50 tiles, 4 chunks of 16, one
+    # run on one block of 32 x 32 channels: [1, 16, 32, 32] float
+    assert FAMILY.workspace_bytes(c, p, "weight_grad") == 16 * 32 * 32 * 4
+    assert FAMILY.workspace_bytes(c, q, "weight_grad") == 16 * 32 * 32 * 4
     from fastlayers import _C
+    assert _C.winograd_fused_weight_grad_workspace_bytes(8, 16, 16, 64, 64, 1, 1) == \
+        128 * 16 * 32 * 32 * 4  # 512 chunks: 128 runs of 4
     for bad in (0, 3, 8):  # a chunk is 32 bytes of 2- or 4-byte values
         with pytest.raises(RuntimeError, match="`store_bytes` must be 2 .* or 4 .*got %d" % bad):
             _C.winograd_fused_workspace_bytes(0, 8, 16, bad)
@@ -425,11 +485,15 @@ def test_fused_is_a_candidate_in_float32():
         assert labels(on, "forward") == ["winograd:2", "winograd:4", "winograd:6",
                                          "winograd:2,fused"]
         assert labels(on, "input_grad")[-1] == "winograd:2,fused"
-        assert "winograd:2,fused" not in labels(on, "weight_grad")
+        assert labels(on, "weight_grad") == ["winograd:2", "winograd:4", "winograd:2,fused"]
+        # the weight gradient's kernel takes any width
+        assert labels(_problem("float32", "cuda", tf32=tf32, W=10), "weight_grad")[-1] == \
+            "winograd:2,fused"
     for p in (_problem("float32", "cuda", W=10), _problem("float32", "cuda", tf32=True, W=10),
               _problem("float32", "cpu", tf32=True, W=12), _problem("float64", "cuda", W=12)):
         assert "winograd:2,fused" not in labels(p, "forward"), p
-    assert labels(_problem("float16", "cuda"), "forward") == ["winograd:2,fused"]
+    for pass_ in ("forward", "input_grad", "weight_grad"):
+        assert labels(_problem("float16", "cuda"), pass_) == ["winograd:2,fused"]
 
 
 def _problem(dtype, device_type, tf32=False, W=10, pw=1):
@@ -442,8 +506,8 @@ def _problem(dtype, device_type, tf32=False, W=10, pw=1):
 @pytest.mark.gpu
 @pytest.mark.parametrize("prec", FUSED)
 def test_module_runs_a_pinned_fused_label(prec):
-    """fastlayers.Conv2d with 'winograd:2,fused' pinned on the forward and the input gradient
-    (its C++ plan): the fused ops run, and output and gradients match nn.Conv2d's within the
+    """fastlayers.Conv2d with 'winograd:2,fused' pinned on every pass (its C++ plan): the fused
+    ops run, and output and gradients match nn.Conv2d's within the
     rule (float32: TF32 or not, as PyTorch's switch says)."""
     import fastlayers
     from conv_samples import RecordOps
@@ -454,21 +518,21 @@ def test_module_runs_a_pinned_fused_label(prec):
     with torch.no_grad():
         m.weight.copy_(w), m.bias.copy_(b)
     m.force_algorithms(forward="winograd:2,fused", input_grad="winograd:2,fused",
-                       weight_grad="native")
+                       weight_grad="winograd:2,fused")
     xg = x.clone().requires_grad_()
     with cudnn_tf32(tf32), RecordOps() as rec:
         y = m(xg)
         y.backward(gy)
-    # `fused`: the seventh argument of the forward, the sixth of the input gradient (RecordOps
-    # leaves out trailing default arguments)
-    at = {"winograd_conv2d": 6, "winograd_conv2d_input_grad": 5}
+    # `fused`: the seventh argument of the forward, the sixth of the gradients (RecordOps leaves
+    # out trailing default arguments)
+    at = {"winograd_conv2d": 6, "winograd_conv2d_input_grad": 5, "winograd_conv2d_weight_grad": 5}
     fused = [(n, len(a) > at[n] and a[at[n]]) for n, a in rec.calls if n in at]
-    assert fused == [("winograd_conv2d", True), ("winograd_conv2d_input_grad", True)], fused
+    assert fused == [("winograd_conv2d", True), ("winograd_conv2d_input_grad", True),
+                     ("winograd_conv2d_weight_grad", True)], fused
     ref = float64_passes(x, w, b, gy, (1, 1))
     with cudnn_tf32(tf32):
         native = torch_passes(x, w, b, gy, (1, 1))
     for i, out in enumerate((y.detach(), xg.grad, m.weight.grad)):
-        same = (winograd_reference(i, x, w, b, gy, (1, 1), 2, tf32, kernels="cuda").cpu()
-                if i < 2 else None)
+        same = winograd_reference(i, x, w, b, gy, (1, 1), 2, tf32, kernels="cuda").cpu()
         assert_within_bound(out.cpu(), ref[i].cpu(), native[i].cpu(), same, precision=prec,
                             what=PASS_NAMES[i])

@@ -1,8 +1,8 @@
 """Winograd convolution: ``winograd:T``, T the op's tile: F(T x T, 3x3) in the forward and input
 gradient (T = 2, 4, 6), F(3x3, T x T) in the weight gradient (T = 2, 4); ``winograd:2,fused``: the
-fused kernel (forward and input gradient on CUDA: float16 and bfloat16, or float32 with data widths
-that are multiples of 4, TF32 or float32 products as PyTorch allows). 3x3 filters at stride 1, any
-padding."""
+fused kernels (every pass on CUDA: float16 and bfloat16, or float32, with data widths that are
+multiples of 4 in the forward and input gradient; TF32 or float32 products as PyTorch allows). 3x3
+filters at stride 1, any padding."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -102,13 +102,11 @@ class Winograd(Family):
             return "the %s pass takes Winograd tiles %s, not %d" % (
                 pass_, "/".join(map(str, _tiles(pass_))), tile)
         if choice.params.fused:
-            if pass_ == "weight_grad":
-                return "the fused Winograd kernel serves the forward and the input gradient"
             f32 = p.dtype == "float32"
             if p.device_type != "cuda" or not (p.dtype in HALF_DTYPES or f32):
                 return ("the fused Winograd kernel takes float16, bfloat16 and float32 on CUDA, "
                         "not %s on %s" % (p.dtype, p.device_type))
-            if f32:
+            if f32 and pass_ != "weight_grad":
                 name, width = ("input", p.W) if pass_ == "forward" else ("grad_output", p.ow)
                 if width % 4:
                     return ("the fused Winograd kernel takes float32 data whose width is a "
@@ -125,7 +123,7 @@ class Winograd(Family):
             op = fl.winograd_conv2d_input_grad
             return lambda x, w, b, gy: op(gy, w, padding, tile, tf32, fused)
         op = fl.winograd_conv2d_weight_grad
-        return lambda x, w, b, gy: op(gy, x, padding, tile, tf32)
+        return lambda x, w, b, gy: op(gy, x, padding, tile, tf32, fused)
 
     def conv2d_filter_transform(self, choice):
         tile, fused = choice.params
@@ -142,6 +140,9 @@ class Winograd(Family):
         """The transformed operands and products of one chunk of samples (the ops bound a chunk;
         chunk_samples in cuda/winograd/layout.h)."""
         store = torch.tensor([], dtype=p.torch_dtype).element_size()
+        if choice.params.fused and pass_ == "weight_grad":  # the partial sums
+            return int(_C.winograd_fused_weight_grad_workspace_bytes(p.S, p.C, p.K, p.H, p.W,
+                                                                     p.ph, p.pw))
         if choice.params.fused:  # the transformed filters alone (fused_workspace_bytes)
             return int(_C.winograd_fused_workspace_bytes(CONV2D_PASSES.index(pass_), p.C, p.K,
                                                          store))
@@ -153,7 +154,8 @@ class Winograd(Family):
     def describe(self, choice):
         t = choice.params.tile
         if choice.params.fused:
-            return "Winograd F(2x2,3x3), fused kernel (transforms and tensor-core products in one)"
+            return ("Winograd F(2x2,3x3), fused kernels (transforms and products in one; weight "
+                    "gradient F(3x3,2x2))")
         what = []
         if t in FORWARD_TILES:
             what.append("F(%dx%d,3x3)" % (t, t))

@@ -1,0 +1,402 @@
+// The fused weight gradient: F(3x3, 2x2) with both transforms, the products and the sum over tiles
+// in one kernel, and no transformed operand in global memory.
+//
+// grad_w[k, c] = A^T (sum over tiles of (G gy_tile G^T) * (B^T x_window B)) A: the sum runs over
+// every 2 x 2 tile of grad_output of every sample, and the 4 x 4 input window under it. A block
+// owns 32 output channels (k) x 32 input channels (c) at all 16 points, its 16 x 32 x 32 sums in
+// registers, and walks a run of chunks of 16 tiles (layout.h: wgrad_dims):
+//   1. every thread transforms 2 (channel, tile) pairs of x and 2 of grad_output, loaded straight
+//      from global memory, into shared memory as [point][channel][tile];
+//   2. each warp multiplies 2 points' 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
+//      float32 without TF32) into its accumulators.
+// Its partial sums go to the workspace, [split][point][Kp][Cp] float; `finish` adds the splits in
+// order (so the result does not depend on timing) and applies A^T . A.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+
+#include "../common/check.h"
+#include "../common/fast_div.h"
+#include "../common/mma.cuh"
+#include "../common/storage.h"
+#include "layout.h"
+#include "matrices.h"
+#include "transforms.cuh"
+#include "winograd.h"
+
+namespace fastlayers {
+namespace winograd {
+namespace wgrad {
+
+using Mat = Matrices<3, 2>;
+constexpr int kThreads = 256;
+constexpr int kB = static_cast<int>(kWgradBlock);  // K and C channels a block
+constexpr int kT = static_cast<int>(kWgradChunk);  // tiles a chunk
+constexpr int kP = Mat::kAlpha * Mat::kAlpha;      // 16 points
+static_assert(kB == 32 && kT == 16 && kP == 16, "the thread maps below assume these");
+
+// Shared memory of a chunk, [point][channel][tile], in S: float for float32 (FFMA, or TF32 bit
+// patterns), else the 16-bit type. Rows of 20 floats (24 halves) put the 8 rows of an mma
+// fragment's lanes on distinct banks; points 656 floats apart put a warp's two points' 16-byte
+// FFMA reads on distinct banks too; channels c and c + 4, the transform's two half-warps, are 16
+// banks apart.
+template <typename S> struct Stage {
+  static constexpr int kRow = sizeof(S) == 4 ? 20 : 24;
+  static constexpr int kPoint = sizeof(S) == 4 ? kB * kRow + 16 : kB * kRow;
+  static constexpr int kValues = kP * kPoint;  // one operand
+  static constexpr size_t kBytes = 2 * kValues * sizeof(S);
+};
+
+template <typename T> struct Args {
+  const T* gy;    // [S, K, oh, ow]
+  const T* x;     // [S, C, H, W]
+  float* part;    // [splits, 16, Kp, Cp]
+  int K, C, H, W, oh, ow, ph, pw, tw;
+  int Kp, Cp;
+  int tiles;      // S * th * tw
+  int chunks, per;
+  FastDiv img;    // th * tw
+  FastDiv row;    // tw
+};
+
+// One tile's coordinates in the chunk at `t0` (t0 + lane's tile), or invalid past the last.
+struct TilePos {
+  int n, y, x;  // sample, grad_output row and column of the tile's first value
+  bool ok;
+};
+template <typename T>
+__device__ __forceinline__ TilePos tile_at(const Args<T>& g, int tile) {
+  TilePos p{0, 0, 0, tile < g.tiles};
+  if (!p.ok) return p;
+  const uint32_t n = g.img.div(static_cast<uint32_t>(tile));
+  const uint32_t r = static_cast<uint32_t>(tile) - n * g.img.d;
+  const uint32_t ty = g.row.div(r);
+  p.n = static_cast<int>(n);
+  p.y = 2 * static_cast<int>(ty);
+  p.x = 2 * static_cast<int>(r - ty * g.row.d);
+  return p;
+}
+
+// A transformed value as the products read it: TF32 bits, a float, or the 16-bit type.
+template <typename S, bool kTf32>
+__device__ __forceinline__ S stage_value(float v) {
+  if constexpr (sizeof(S) == 2)
+    return from_compute<S>(v);
+  else if constexpr (kTf32)
+    return __uint_as_float(to_tf32(v));
+  else
+    return v;
+}
+
+// Step 1 for one chunk: x windows (B^T d B) of channels c0.. and grad_output tiles (G g G^T) of
+// channels k0.. into xs and gs. Thread: tile lane % 16; channel (warp % 4) + 4 (lane / 16) +
+// 8 (warp / 4), and that + 16.
+template <typename T, typename S, bool kTf32>
+__device__ __forceinline__ void transform_chunk(const Args<T>& g, int chunk, int k0, int c0,
+                                                S* __restrict__ gs, S* __restrict__ xs) {
+  using St = Stage<S>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t = lane & 15;
+  const int ch = (warp & 3) + 4 * (lane >> 4) + 8 * (warp >> 2);
+  const TilePos tp = tile_at(g, chunk * kT + t);
+  // window rows and columns inside the image (x) and tile values inside grad_output
+  unsigned xr = 0, xc = 0, gr = 0, gc = 0;
+  if (tp.ok) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int y = tp.y - g.ph + i, x = tp.x - g.pw + i;
+      xr |= (y >= 0 && y < g.H) ? 1u << i : 0u;
+      xc |= (x >= 0 && x < g.W) ? 1u << i : 0u;
+    }
+    gr = (tp.y + 1 < g.oh) ? 3u : 1u;
+    gc = (tp.x + 1 < g.ow) ? 3u : 1u;
+  }
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int lc = ch + 16 * q;
+    {  // x
+      const int c = c0 + lc;
+      float d[4][4];
+      const bool any = tp.ok && c < g.C;
+      const T* src = g.x + ((static_cast<int64_t>(tp.n) * g.C + (any ? c : 0)) * g.H +
+                            (tp.y - g.ph)) * static_cast<int64_t>(g.W) + (tp.x - g.pw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          d[i][j] = any && (xr >> i & 1) && (xc >> j & 1)
+                        ? to_compute(src[static_cast<int64_t>(i) * g.W + j])
+                        : 0.0f;
+      float v[4][4];
+      two_sided<UseBT<Mat>>(d, v);
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+          xs[(a * 4 + b) * St::kPoint + lc * St::kRow + t] = stage_value<S, kTf32>(v[a][b]);
+    }
+    {  // grad_output
+      const int k = k0 + lc;
+      float d[2][2];
+      const bool any = tp.ok && k < g.K;
+      const T* src = g.gy + ((static_cast<int64_t>(tp.n) * g.K + (any ? k : 0)) * g.oh + tp.y) *
+                                static_cast<int64_t>(g.ow) + tp.x;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          d[i][j] = any && (gr >> i & 1) && (gc >> j & 1)
+                        ? to_compute(src[static_cast<int64_t>(i) * g.ow + j])
+                        : 0.0f;
+      float v[4][4];
+      two_sided<UseG<Mat>>(d, v);
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+          gs[(a * 4 + b) * St::kPoint + lc * St::kRow + t] = stage_value<S, kTf32>(v[a][b]);
+    }
+  }
+}
+
+// Step 2, tensor cores: warp w owns points 2w, 2w + 1; per point M [32 k, 32 c] += Gs [32 k, 16 t]
+// Xs^T [16 t, 32 c] as 2 x 4 fragments of 16 x 8. acc[point][mi][ni][4]: the mma D layout
+// (mma.cuh), k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1).
+template <typename S, bool kTf32>
+__device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* __restrict__ xs,
+                                             float (&acc)[2][2][4][4]) {
+  using St = Stage<S>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gq = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int pi = 0; pi < 2; ++pi) {
+    const S* gp = gs + (2 * warp + pi) * St::kPoint;
+    const S* xp = xs + (2 * warp + pi) * St::kPoint;
+    if constexpr (sizeof(S) == 4) {  // TF32, m16n8k8: two k-steps of 8 tiles
+#pragma unroll
+      for (int kt = 0; kt < kT; kt += 8) {
+        uint32_t a[2][4], b[4][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          const S* p = gp + (16 * mi + gq) * St::kRow + kt + t4;
+          a[mi][0] = __float_as_uint(p[0]);
+          a[mi][1] = __float_as_uint(p[8 * St::kRow]);
+          a[mi][2] = __float_as_uint(p[4]);
+          a[mi][3] = __float_as_uint(p[8 * St::kRow + 4]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          const S* p = xp + (8 * ni + gq) * St::kRow + kt + t4;
+          b[ni][0] = __float_as_uint(p[0]);
+          b[ni][1] = __float_as_uint(p[4]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) mma1688_tf32(acc[pi][mi][ni], a[mi], b[ni]);
+      }
+    } else {  // 16-bit, m16n8k16: the chunk's 16 tiles in one k-step
+      uint32_t a[2][4], b[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) load_a(a[mi], gp + (16 * mi + gq) * St::kRow + 2 * t4,
+                                            St::kRow);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) load_b(b[ni], xp + (8 * ni + gq) * St::kRow + 2 * t4);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) mma16816(acc[pi][mi][ni], a[mi], b[ni], S{});
+    }
+  }
+}
+
+// Step 2 by FFMA (float32 without TF32): warp w owns points 2w + lane / 16; a thread
+// k = kg + 4 i, c = cg + 4 j (i, j < 8) of its point, kg = lane % 16 / 4, cg = lane % 4, reading 4
+// tiles a 16-byte load.
+__device__ __forceinline__ void products_ffma(const float* __restrict__ gs,
+                                              const float* __restrict__ xs,
+                                              float (&acc)[8][8]) {
+  using St = Stage<float>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int q = lane & 15, kg = q >> 2, cg = q & 3;
+  const int point = 2 * warp + (lane >> 4);
+  const float* gp = gs + point * St::kPoint + kg * St::kRow;
+  const float* xp = xs + point * St::kPoint + cg * St::kRow;
+#pragma unroll
+  for (int t0 = 0; t0 < kT; t0 += 4) {
+    float4 a[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      a[i] = *reinterpret_cast<const float4*>(gp + 4 * i * St::kRow + t0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float4 b = *reinterpret_cast<const float4*>(xp + 4 * j * St::kRow + t0);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        acc[i][j] = fmaf(a[i].x, b.x, acc[i][j]);
+        acc[i][j] = fmaf(a[i].y, b.y, acc[i][j]);
+        acc[i][j] = fmaf(a[i].z, b.z, acc[i][j]);
+        acc[i][j] = fmaf(a[i].w, b.w, acc[i][j]);
+      }
+    }
+  }
+}
+
+// Block (c block, k block, split): its run of chunks, then its partial sums.
+// kMode: 0 FFMA (float32), 1 TF32 (float32), 2 16-bit tensor cores.
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kThreads, 2) kernel(const Args<T> g) {
+  using S = std::conditional_t<kMode == 2, T, float>;
+  using St = Stage<S>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S* gs = reinterpret_cast<S*>(smem_raw);
+  S* xs = gs + St::kValues;
+  const int c0 = blockIdx.x * kB, k0 = blockIdx.y * kB, split = blockIdx.z;
+  const int first = split * g.per, last = min(g.chunks, first + g.per);
+  constexpr bool kFfma = kMode == 0;
+  // 64 accumulators a thread: [8][8] (FFMA) or [point][mi][ni][4] (mma)
+  float acc_flat[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc_flat[i] = 0.0f;
+  auto& facc = reinterpret_cast<float(&)[8][8]>(acc_flat);
+  auto& acc = reinterpret_cast<float(&)[2][2][4][4]>(acc_flat);
+  (void)facc;
+  (void)acc;
+  for (int chunk = first; chunk < last; ++chunk) {
+    transform_chunk<T, S, kMode == 1>(g, chunk, k0, c0, gs, xs);
+    __syncthreads();
+    if constexpr (kFfma)
+      products_ffma(gs, xs, facc);
+    else
+      products_mma<S, kMode == 1>(gs, xs, acc);
+    __syncthreads();
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* out = g.part + static_cast<int64_t>(split) * kP * g.Kp * g.Cp;
+  if constexpr (kFfma) {
+    const int q = lane & 15, kg = q >> 2, cg = q & 3;
+    const int point = 2 * warp + (lane >> 4);
+    float* o = out + (static_cast<int64_t>(point) * g.Kp + k0 + kg) * g.Cp + c0 + cg;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[static_cast<int64_t>(4 * i) * g.Cp + 4 * j] = facc[i][j];
+  } else {
+    const int gq = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int pi = 0; pi < 2; ++pi) {
+      float* o = out + static_cast<int64_t>(2 * warp + pi) * g.Kp * g.Cp;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int k = k0 + 16 * mi + gq + 8 * (r >> 1), c = c0 + 8 * ni + 2 * t4 + (r & 1);
+            o[static_cast<int64_t>(k) * g.Cp + c] = acc[pi][mi][ni][r];
+          }
+    }
+  }
+}
+
+// grad_w [K, C, 3, 3] = A^T (sum of the splits' partial sums) A. Block: 16 (k, c) pairs x 16
+// points; a thread sums one point of one pair over the splits in order.
+template <typename T>
+__global__ void __launch_bounds__(256) finish(const float* __restrict__ part, T* __restrict__ out,
+                                              int K, int C, int Kp, int Cp, int splits) {
+  __shared__ float m[16][17];
+  const int pair = blockIdx.x * 16 + (threadIdx.x & 15), point = threadIdx.x >> 4;
+  const bool ok = pair < K * C;
+  const int k = ok ? pair / C : 0, c = ok ? pair - k * C : 0;
+  float sum = 0.0f;
+  if (ok) {
+    const int64_t stride = static_cast<int64_t>(kP) * Kp * Cp;
+    const float* p = part + (static_cast<int64_t>(point) * Kp + k) * Cp + c;
+    for (int s = 0; s < splits; ++s) sum += p[s * stride];
+  }
+  m[threadIdx.x & 15][point] = sum;
+  __syncthreads();
+  if (threadIdx.x < 16 && ok) {
+    float v[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) v[a][b] = m[threadIdx.x][a * 4 + b];
+    store_inverse<T, Mat>(v, 0.0f, out + static_cast<int64_t>(pair) * 9, 0, 0, 3, 3);
+  }
+}
+
+}  // namespace wgrad
+
+template <typename T>
+void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void* workspace,
+                           size_t workspace_size, bool tf32, cudaStream_t stream) {
+  if (s.tile != kFusedTile)
+    throw std::invalid_argument("fastlayers: the fused Winograd weight gradient takes F(3x3,2x2)");
+  const WgradDims d = wgrad_dims(s);
+  if (workspace_size < fused_wgrad_workspace_bytes(s))
+    throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
+  const Tiling t = tiling(Pass::WeightGrad, s);
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  if (s.S * t.tiles() > kIntMax || d.Kp > kIntMax || d.Cp > kIntMax || s.K * s.C > kIntMax ||
+      d.Kp / wgrad::kB > 65535 || d.splits > 65535 || s.H > kIntMax || s.W > kIntMax)
+    throw std::invalid_argument("fastlayers: too large for the fused Winograd weight gradient");
+  wgrad::Args<T> g{};
+  g.gy = gy;
+  g.x = x;
+  g.part = static_cast<float*>(workspace);
+  g.K = static_cast<int>(s.K);
+  g.C = static_cast<int>(s.C);
+  g.H = static_cast<int>(s.H);
+  g.W = static_cast<int>(s.W);
+  g.oh = static_cast<int>(s.oh());
+  g.ow = static_cast<int>(s.ow());
+  g.ph = static_cast<int>(s.ph);
+  g.pw = static_cast<int>(s.pw);
+  g.tw = static_cast<int>(t.tw);
+  g.Kp = static_cast<int>(d.Kp);
+  g.Cp = static_cast<int>(d.Cp);
+  g.tiles = static_cast<int>(s.S * t.tiles());
+  g.chunks = static_cast<int>(d.chunks);
+  g.per = static_cast<int>(d.per);
+  g.img = FastDiv(static_cast<uint32_t>(t.tiles()));
+  g.row = FastDiv(static_cast<uint32_t>(t.tw));
+
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  const int mode = kF32 ? (tf32 ? 1 : 0) : 2;
+  using S = std::conditional_t<kF32, float, T>;
+  const size_t smem = wgrad::Stage<S>::kBytes;
+  decltype(&wgrad::kernel<T, kF32 ? 0 : 2>) k;
+  if constexpr (kF32)
+    k = mode == 1 ? wgrad::kernel<T, 1> : wgrad::kernel<T, 0>;
+  else
+    k = wgrad::kernel<T, 2>;
+  // The shared-memory opt-in once per device and kernel (as run_fused).
+  static std::atomic<uint64_t> opted[2]{};
+  int dev = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  std::atomic<uint64_t>& k_opted = opted[mode & 1];
+  if (bit == 0 || (k_opted.load(std::memory_order_acquire) & bit) == 0) {
+    FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    k_opted.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  const dim3 grid(static_cast<unsigned>(d.Cp / wgrad::kB), static_cast<unsigned>(d.Kp / wgrad::kB),
+                  static_cast<unsigned>(d.splits));
+  k<<<grid, wgrad::kThreads, smem, stream>>>(g);
+  FL_LAUNCH_CHECK();
+  const int64_t pairs = s.K * s.C;
+  wgrad::finish<T><<<static_cast<unsigned>(ceil_div(pairs, 16)), 256, 0, stream>>>(
+      g.part, out, g.K, g.C, g.Kp, g.Cp, static_cast<int>(d.splits));
+  FL_LAUNCH_CHECK();
+}
+
+}  // namespace winograd
+}  // namespace fastlayers
