@@ -35,29 +35,30 @@ namespace winograd {
 namespace wgrad {
 
 using Mat = Matrices<3, 2>;
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
 constexpr int kB = static_cast<int>(kWgradBlock);  // K and C channels a block
 constexpr int kT = static_cast<int>(kWgradChunk);  // tiles a chunk
-constexpr int kP = Mat::kAlpha * Mat::kAlpha;      // 16 points
-static_assert(kB == 32 && kT == 16 && kP == 16, "the thread maps below assume these");
+constexpr int kP = Mat::kAlpha * Mat::kAlpha;      // 16 points, a warp each
+static_assert(kB == 32 && kT == 16 && kP == kWarps, "the thread maps below assume these");
 
 // Shared memory of a chunk, [point][channel][tile], in S: float for float32 (FFMA, or TF32 bit
 // patterns), else the 16-bit type. Rows of 20 floats (24 halves) put the 8 rows of an mma
-// fragment's lanes on distinct banks; points 656 floats apart put a warp's two points' 16-byte
-// FFMA reads on distinct banks too; channels c and c + 4, the transform's two half-warps, are 16
-// banks apart.
+// fragment's lanes, and the FFMA reads' 8 rows, on distinct banks; channels c and c + 4, the
+// transform's two half-warps, are 16 banks apart. Two stages: one is filled while the other is
+// multiplied.
 template <typename S> struct Stage {
   static constexpr int kRow = sizeof(S) == 4 ? 20 : 24;
-  static constexpr int kPoint = sizeof(S) == 4 ? kB * kRow + 16 : kB * kRow;
-  static constexpr int kValues = kP * kPoint;  // one operand
-  static constexpr size_t kBytes = 2 * kValues * sizeof(S);
+  static constexpr int kPoint = kB * kRow;
+  static constexpr int kValues = kP * kPoint;          // one operand
+  static constexpr size_t kBytes = 2 * kValues * sizeof(S);  // both operands
 };
 
 template <typename T> struct Args {
   const T* gy;    // [S, K, oh, ow]
   const T* x;     // [S, C, H, W]
   float* part;    // [splits, 16, Kp, Cp]
-  int K, C, H, W, oh, ow, ph, pw, tw;
+  int K, C, H, W, oh, ow, ph, pw;
   int Kp, Cp;
   int tiles;      // S * th * tw
   int chunks, per;
@@ -65,22 +66,63 @@ template <typename T> struct Args {
   FastDiv row;    // tw
 };
 
-// One tile's coordinates in the chunk at `t0` (t0 + lane's tile), or invalid past the last.
-struct TilePos {
-  int n, y, x;  // sample, grad_output row and column of the tile's first value
-  bool ok;
+// A thread's raw values of one chunk: its x window (zeros outside the image, the channels and the
+// tiles) and its grad_output tile, as stored.
+template <typename T> struct Raw {
+  T x[4][4];
+  T g[2][2];
 };
+
+// The thread's (channel, tile) of a chunk: tile lane % 16; channel (warp % 4) + 4 (lane / 16) +
+// 8 (warp / 4), the same for x (channel c0 + it) and grad_output (k0 + it).
+__device__ __forceinline__ int my_tile() { return threadIdx.x & 15; }
+__device__ __forceinline__ int my_channel() {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  return (warp & 3) + 4 * (lane >> 4) + 8 * (warp >> 2);
+}
+
 template <typename T>
-__device__ __forceinline__ TilePos tile_at(const Args<T>& g, int tile) {
-  TilePos p{0, 0, 0, tile < g.tiles};
-  if (!p.ok) return p;
-  const uint32_t n = g.img.div(static_cast<uint32_t>(tile));
-  const uint32_t r = static_cast<uint32_t>(tile) - n * g.img.d;
-  const uint32_t ty = g.row.div(r);
-  p.n = static_cast<int>(n);
-  p.y = 2 * static_cast<int>(ty);
-  p.x = 2 * static_cast<int>(r - ty * g.row.d);
-  return p;
+__device__ __forceinline__ void load_raw(const Args<T>& g, int chunk, int k0, int c0,
+                                         Raw<T>& r) {
+  const int tile = chunk * kT + my_tile(), lc = my_channel();
+  const T zero = from_compute<T>(0.0f);
+  bool ok = tile < g.tiles;
+  int n = 0, y = 0, x = 0;
+  if (ok) {
+    const uint32_t nn = g.img.div(static_cast<uint32_t>(tile));
+    const uint32_t rem = static_cast<uint32_t>(tile) - nn * g.img.d;
+    const uint32_t ty = g.row.div(rem);
+    n = static_cast<int>(nn);
+    y = 2 * static_cast<int>(ty);
+    x = 2 * static_cast<int>(rem - ty * g.row.d);
+  }
+  {  // the x window: rows y - ph .., columns x - pw ..
+    const int c = c0 + lc;
+    const bool any = ok && c < g.C;
+    const T* src = g.x + ((static_cast<int64_t>(n) * g.C + (any ? c : 0)) * g.H + (y - g.ph)) *
+                             static_cast<int64_t>(g.W) + (x - g.pw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool row = any && y - g.ph + i >= 0 && y - g.ph + i < g.H;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        r.x[i][j] = row && x - g.pw + j >= 0 && x - g.pw + j < g.W
+                        ? src[static_cast<int64_t>(i) * g.W + j]
+                        : zero;
+    }
+  }
+  {  // the grad_output tile: rows y, y + 1, columns x, x + 1
+    const int k = k0 + lc;
+    const bool any = ok && k < g.K;
+    const T* src = g.gy + ((static_cast<int64_t>(n) * g.K + (any ? k : 0)) * g.oh + y) *
+                              static_cast<int64_t>(g.ow) + x;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        r.g[i][j] = any && y + i < g.oh && x + j < g.ow ? src[static_cast<int64_t>(i) * g.ow + j]
+                                                        : zero;
+  }
 }
 
 // A transformed value as the products read it: TF32 bits, a float, or the 16-bit type.
@@ -94,151 +136,107 @@ __device__ __forceinline__ S stage_value(float v) {
     return v;
 }
 
-// Step 1 for one chunk: x windows (B^T d B) of channels c0.. and grad_output tiles (G g G^T) of
-// channels k0.. into xs and gs. Thread: tile lane % 16; channel (warp % 4) + 4 (lane / 16) +
-// 8 (warp / 4), and that + 16.
+// B^T d B of the window and G g G^T of the tile into a stage (gs: grad_output, xs: x).
 template <typename T, typename S, bool kTf32>
-__device__ __forceinline__ void transform_chunk(const Args<T>& g, int chunk, int k0, int c0,
-                                                S* __restrict__ gs, S* __restrict__ xs) {
+__device__ __forceinline__ void store_raw(const Raw<T>& r, S* __restrict__ gs,
+                                          S* __restrict__ xs) {
   using St = Stage<S>;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int t = lane & 15;
-  const int ch = (warp & 3) + 4 * (lane >> 4) + 8 * (warp >> 2);
-  const TilePos tp = tile_at(g, chunk * kT + t);
-  // window rows and columns inside the image (x) and tile values inside grad_output
-  unsigned xr = 0, xc = 0, gr = 0, gc = 0;
-  if (tp.ok) {
+  const int at = my_channel() * St::kRow + my_tile();
+  {
+    float d[4][4], v[4][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int y = tp.y - g.ph + i, x = tp.x - g.pw + i;
-      xr |= (y >= 0 && y < g.H) ? 1u << i : 0u;
-      xc |= (x >= 0 && x < g.W) ? 1u << i : 0u;
-    }
-    gr = (tp.y + 1 < g.oh) ? 3u : 1u;
-    gc = (tp.x + 1 < g.ow) ? 3u : 1u;
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d[i][j] = to_compute(r.x[i][j]);
+    two_sided<UseBT<Mat>>(d, v);
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) xs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
   }
+  {
+    float d[2][2], v[4][4];
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int lc = ch + 16 * q;
-    {  // x
-      const int c = c0 + lc;
-      float d[4][4];
-      const bool any = tp.ok && c < g.C;
-      const T* src = g.x + ((static_cast<int64_t>(tp.n) * g.C + (any ? c : 0)) * g.H +
-                            (tp.y - g.ph)) * static_cast<int64_t>(g.W) + (tp.x - g.pw);
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 2; ++j) d[i][j] = to_compute(r.g[i][j]);
+    two_sided<UseG<Mat>>(d, v);
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          d[i][j] = any && (xr >> i & 1) && (xc >> j & 1)
-                        ? to_compute(src[static_cast<int64_t>(i) * g.W + j])
-                        : 0.0f;
-      float v[4][4];
-      two_sided<UseBT<Mat>>(d, v);
+    for (int a = 0; a < 4; ++a)
 #pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-          xs[(a * 4 + b) * St::kPoint + lc * St::kRow + t] = stage_value<S, kTf32>(v[a][b]);
-    }
-    {  // grad_output
-      const int k = k0 + lc;
-      float d[2][2];
-      const bool any = tp.ok && k < g.K;
-      const T* src = g.gy + ((static_cast<int64_t>(tp.n) * g.K + (any ? k : 0)) * g.oh + tp.y) *
-                                static_cast<int64_t>(g.ow) + tp.x;
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-          d[i][j] = any && (gr >> i & 1) && (gc >> j & 1)
-                        ? to_compute(src[static_cast<int64_t>(i) * g.ow + j])
-                        : 0.0f;
-      float v[4][4];
-      two_sided<UseG<Mat>>(d, v);
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-          gs[(a * 4 + b) * St::kPoint + lc * St::kRow + t] = stage_value<S, kTf32>(v[a][b]);
-    }
+      for (int b = 0; b < 4; ++b) gs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
   }
 }
 
-// Step 2, tensor cores: warp w owns points 2w, 2w + 1; per point M [32 k, 32 c] += Gs [32 k, 16 t]
-// Xs^T [16 t, 32 c] as 2 x 4 fragments of 16 x 8. acc[point][mi][ni][4]: the mma D layout
-// (mma.cuh), k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1).
-template <typename S, bool kTf32>
+// The products, tensor cores: warp w owns point w, M [32 k, 32 c] += Gs [32 k, 16 t] Xs^T
+// [16 t, 32 c] as 2 x 4 fragments of 16 x 8. acc[mi][ni][4]: the mma D layout (mma.cuh),
+// k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1).
+template <typename S>
 __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* __restrict__ xs,
-                                             float (&acc)[2][2][4][4]) {
+                                             float (&acc)[2][4][4]) {
   using St = Stage<S>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gq = lane >> 2, t4 = lane & 3;
+  const S* gp = gs + warp * St::kPoint;
+  const S* xp = xs + warp * St::kPoint;
+  if constexpr (sizeof(S) == 4) {  // TF32, m16n8k8: two k-steps of 8 tiles
 #pragma unroll
-  for (int pi = 0; pi < 2; ++pi) {
-    const S* gp = gs + (2 * warp + pi) * St::kPoint;
-    const S* xp = xs + (2 * warp + pi) * St::kPoint;
-    if constexpr (sizeof(S) == 4) {  // TF32, m16n8k8: two k-steps of 8 tiles
-#pragma unroll
-      for (int kt = 0; kt < kT; kt += 8) {
-        uint32_t a[2][4], b[4][2];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          const S* p = gp + (16 * mi + gq) * St::kRow + kt + t4;
-          a[mi][0] = __float_as_uint(p[0]);
-          a[mi][1] = __float_as_uint(p[8 * St::kRow]);
-          a[mi][2] = __float_as_uint(p[4]);
-          a[mi][3] = __float_as_uint(p[8 * St::kRow + 4]);
-        }
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          const S* p = xp + (8 * ni + gq) * St::kRow + kt + t4;
-          b[ni][0] = __float_as_uint(p[0]);
-          b[ni][1] = __float_as_uint(p[4]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < 4; ++ni) mma1688_tf32(acc[pi][mi][ni], a[mi], b[ni]);
-      }
-    } else {  // 16-bit, m16n8k16: the chunk's 16 tiles in one k-step
+    for (int kt = 0; kt < kT; kt += 8) {
       uint32_t a[2][4], b[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) load_a(a[mi], gp + (16 * mi + gq) * St::kRow + 2 * t4,
-                                            St::kRow);
+      for (int mi = 0; mi < 2; ++mi) {
+        const S* p = gp + (16 * mi + gq) * St::kRow + kt + t4;
+        a[mi][0] = __float_as_uint(p[0]);
+        a[mi][1] = __float_as_uint(p[8 * St::kRow]);
+        a[mi][2] = __float_as_uint(p[4]);
+        a[mi][3] = __float_as_uint(p[8 * St::kRow + 4]);
+      }
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) load_b(b[ni], xp + (8 * ni + gq) * St::kRow + 2 * t4);
+      for (int ni = 0; ni < 4; ++ni) {
+        const S* p = xp + (8 * ni + gq) * St::kRow + kt + t4;
+        b[ni][0] = __float_as_uint(p[0]);
+        b[ni][1] = __float_as_uint(p[4]);
+      }
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) mma16816(acc[pi][mi][ni], a[mi], b[ni], S{});
+        for (int ni = 0; ni < 4; ++ni) mma1688_tf32(acc[mi][ni], a[mi], b[ni]);
     }
+  } else {  // 16-bit, m16n8k16: the chunk's 16 tiles in one k-step
+    uint32_t a[2][4], b[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      load_a(a[mi], gp + (16 * mi + gq) * St::kRow + 2 * t4, St::kRow);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) load_b(b[ni], xp + (8 * ni + gq) * St::kRow + 2 * t4);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) mma16816(acc[mi][ni], a[mi], b[ni], S{});
   }
 }
 
-// Step 2 by FFMA (float32 without TF32): warp w owns points 2w + lane / 16; a thread
-// k = kg + 4 i, c = cg + 4 j (i, j < 8) of its point, kg = lane % 16 / 4, cg = lane % 4, reading 4
-// tiles a 16-byte load.
+// The products by FFMA (float32 without TF32): warp w owns point w, a thread k = kg + 8 i (i < 4),
+// c = cg + 4 j (j < 8), kg = lane / 4, cg = lane % 4, reading 4 tiles a 16-byte load.
 __device__ __forceinline__ void products_ffma(const float* __restrict__ gs,
                                               const float* __restrict__ xs,
-                                              float (&acc)[8][8]) {
+                                              float (&acc)[4][8]) {
   using St = Stage<float>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int q = lane & 15, kg = q >> 2, cg = q & 3;
-  const int point = 2 * warp + (lane >> 4);
-  const float* gp = gs + point * St::kPoint + kg * St::kRow;
-  const float* xp = xs + point * St::kPoint + cg * St::kRow;
+  const int kg = lane >> 2, cg = lane & 3;
+  const float* gp = gs + warp * St::kPoint + kg * St::kRow;
+  const float* xp = xs + warp * St::kPoint + cg * St::kRow;
 #pragma unroll
   for (int t0 = 0; t0 < kT; t0 += 4) {
-    float4 a[8];
+    float4 a[4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      a[i] = *reinterpret_cast<const float4*>(gp + 4 * i * St::kRow + t0);
+    for (int i = 0; i < 4; ++i)
+      a[i] = *reinterpret_cast<const float4*>(gp + 8 * i * St::kRow + t0);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float4 b = *reinterpret_cast<const float4*>(xp + 4 * j * St::kRow + t0);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < 4; ++i) {
         acc[i][j] = fmaf(a[i].x, b.x, acc[i][j]);
         acc[i][j] = fmaf(a[i].y, b.y, acc[i][j]);
         acc[i][j] = fmaf(a[i].z, b.z, acc[i][j]);
@@ -248,60 +246,69 @@ __device__ __forceinline__ void products_ffma(const float* __restrict__ gs,
   }
 }
 
-// Block (c block, k block, split): its run of chunks, then its partial sums.
-// kMode: 0 FFMA (float32), 1 TF32 (float32), 2 16-bit tensor cores.
+// Block (c block, k block, split): its run of chunks, then its partial sums. The next chunk's
+// raw values are loaded before this chunk's products and transformed after them, into the other
+// stage: the loads' latency passes under the products. kMode: 0 FFMA (float32), 1 TF32 (float32),
+// 2 16-bit tensor cores.
 template <typename T, int kMode>
-__global__ void __launch_bounds__(kThreads, 2) kernel(const Args<T> g) {
+__global__ void __launch_bounds__(kThreads, 1) kernel(const Args<T> g) {
   using S = std::conditional_t<kMode == 2, T, float>;
   using St = Stage<S>;
+  constexpr bool kFfma = kMode == 0, kTf32 = kMode == 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  S* gs = reinterpret_cast<S*>(smem_raw);
-  S* xs = gs + St::kValues;
+  S* stage = reinterpret_cast<S*>(smem_raw);  // [2][grad_output, x][kValues]
   const int c0 = blockIdx.x * kB, k0 = blockIdx.y * kB, split = blockIdx.z;
   const int first = split * g.per, last = min(g.chunks, first + g.per);
-  constexpr bool kFfma = kMode == 0;
-  // 64 accumulators a thread: [8][8] (FFMA) or [point][mi][ni][4] (mma)
-  float acc_flat[64];
+  // 32 accumulators a thread: [4][8] (FFMA) or [mi][ni][4] (mma)
+  float acc_flat[32];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc_flat[i] = 0.0f;
-  auto& facc = reinterpret_cast<float(&)[8][8]>(acc_flat);
-  auto& acc = reinterpret_cast<float(&)[2][2][4][4]>(acc_flat);
+  for (int i = 0; i < 32; ++i) acc_flat[i] = 0.0f;
+  auto& facc = reinterpret_cast<float(&)[4][8]>(acc_flat);
+  auto& macc = reinterpret_cast<float(&)[2][4][4]>(acc_flat);
   (void)facc;
-  (void)acc;
+  (void)macc;
+  Raw<T> raw;
+  if (first < last) {
+    load_raw(g, first, k0, c0, raw);
+    store_raw<T, S, kTf32>(raw, stage, stage + St::kValues);
+  }
+  __syncthreads();
+  int cur = 0;
   for (int chunk = first; chunk < last; ++chunk) {
-    transform_chunk<T, S, kMode == 1>(g, chunk, k0, c0, gs, xs);
-    __syncthreads();
+    const bool more = chunk + 1 < last;
+    if (more) load_raw(g, chunk + 1, k0, c0, raw);
+    const S* gs = stage + cur * 2 * St::kValues;
     if constexpr (kFfma)
-      products_ffma(gs, xs, facc);
+      products_ffma(gs, gs + St::kValues, facc);
     else
-      products_mma<S, kMode == 1>(gs, xs, acc);
+      products_mma<S>(gs, gs + St::kValues, macc);
+    if (more) {
+      S* next = stage + (cur ^ 1) * 2 * St::kValues;
+      store_raw<T, S, kTf32>(raw, next, next + St::kValues);
+    }
     __syncthreads();
+    cur ^= 1;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float* out = g.part + static_cast<int64_t>(split) * kP * g.Kp * g.Cp;
+  float* out = g.part + (static_cast<int64_t>(split) * kP + warp) * g.Kp * g.Cp;
   if constexpr (kFfma) {
-    const int q = lane & 15, kg = q >> 2, cg = q & 3;
-    const int point = 2 * warp + (lane >> 4);
-    float* o = out + (static_cast<int64_t>(point) * g.Kp + k0 + kg) * g.Cp + c0 + cg;
+    const int kg = lane >> 2, cg = lane & 3;
+    float* o = out + static_cast<int64_t>(k0 + kg) * g.Cp + c0 + cg;
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) o[static_cast<int64_t>(4 * i) * g.Cp + 4 * j] = facc[i][j];
+      for (int j = 0; j < 8; ++j) o[static_cast<int64_t>(8 * i) * g.Cp + 4 * j] = facc[i][j];
   } else {
     const int gq = lane >> 2, t4 = lane & 3;
 #pragma unroll
-    for (int pi = 0; pi < 2; ++pi) {
-      float* o = out + static_cast<int64_t>(2 * warp + pi) * g.Kp * g.Cp;
+    for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int k = k0 + 16 * mi + gq + 8 * (r >> 1), c = c0 + 8 * ni + 2 * t4 + (r & 1);
-            o[static_cast<int64_t>(k) * g.Cp + c] = acc[pi][mi][ni][r];
-          }
-    }
+        for (int r = 0; r < 4; ++r) {
+          const int k = k0 + 16 * mi + gq + 8 * (r >> 1), c = c0 + 8 * ni + 2 * t4 + (r & 1);
+          out[static_cast<int64_t>(k) * g.Cp + c] = macc[mi][ni][r];
+        }
   }
 }
 
@@ -359,7 +366,6 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   g.ow = static_cast<int>(s.ow());
   g.ph = static_cast<int>(s.ph);
   g.pw = static_cast<int>(s.pw);
-  g.tw = static_cast<int>(t.tw);
   g.Kp = static_cast<int>(d.Kp);
   g.Cp = static_cast<int>(d.Cp);
   g.tiles = static_cast<int>(s.S * t.tiles());
@@ -371,7 +377,7 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   constexpr bool kF32 = std::is_same<T, float>::value;
   const int mode = kF32 ? (tf32 ? 1 : 0) : 2;
   using S = std::conditional_t<kF32, float, T>;
-  const size_t smem = wgrad::Stage<S>::kBytes;
+  const size_t smem = 2 * wgrad::Stage<S>::kBytes;  // two stages
   decltype(&wgrad::kernel<T, kF32 ? 0 : 2>) k;
   if constexpr (kF32)
     k = mode == 1 ? wgrad::kernel<T, 1> : wgrad::kernel<T, 0>;
