@@ -430,19 +430,20 @@ def test_winograd_is_offered_on_both_devices():
     for p in (cpu, cuda):
         assert [c for c in tuner.candidates_conv2d(p, "forward") if c.startswith("winograd")] \
             == ["winograd:2", "winograd:4", "winograd:6"]
+        # on CUDA the fused weight gradient too (any width)
         assert [c for c in tuner.candidates_conv2d(p, "weight_grad")
-                if c.startswith("winograd")] == ["winograd:2", "winograd:4"]
+                if c.startswith("winograd")] == ["winograd:2", "winograd:4"] + (
+                    ["winograd:2,fused"] if p.device_type == "cuda" else [])
         assert algorithms.fits("winograd:2", p, "forward") is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_winograd_half_offers_only_the_fused_kernel_on_cuda(dtype):
     # The non-fused pipeline won alone and lost in whole AMP steps (docs/winograd.md): on CUDA
-    # the tuner offers the fused kernel where it runs (forward, input gradient); a pinned
-    # non-fused label runs as asked.
+    # the tuner offers the fused kernels (every pass); a pinned non-fused label runs as asked.
     p = dataclasses.replace(problem(dtype=dtype), device_type="cuda")
     for pass_ in tuner.PASSES:
-        expected = [] if pass_ == "weight_grad" else ["winograd:2,fused"]
+        expected = ["winograd:2,fused"]
         assert [c for c in tuner.candidates_conv2d(p, pass_) if c.startswith("winograd")] == \
             expected
         for label in expected:
