@@ -56,8 +56,9 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
                 " (pass fused=False)");
     // float32's patch comes by TMA alone, whose rows are multiples of 16 bytes (the weight
     // gradient's kernel loads values one by one)
-    TORCH_CHECK(!f32 || pass == Pass::WeightGrad || a.size(3) % 4 == 0, op, ": `fused` in float32 takes `", an,
-                "` of a width that is a multiple of 4, got ", a.size(3), " (pass fused=False)");
+    TORCH_CHECK(!f32 || pass == Pass::WeightGrad || a.size(3) % 4 == 0, op,
+                ": `fused` in float32 takes `", an, "` of a width that is a multiple of 4, got ",
+                a.size(3), " (pass fused=False)");
   }
   constexpr int64_t k = winograd::kKernel;
   Shape s{};

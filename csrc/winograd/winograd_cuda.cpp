@@ -32,7 +32,8 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
     const size_t bytes = winograd::fused_wgrad_workspace_bytes(s);
     const c10::DataPtr ws = cuda_workspace(bytes);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "winograd_fused_wgrad", [&] {
+    const auto dtype = a.scalar_type();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "winograd_fused_wgrad", [&] {
       using T = typename DeviceType<scalar_t>::type;
       if constexpr (std::is_same<scalar_t, double>::value) {
         TORCH_CHECK(false, "winograd: the fused kernel takes no float64 (check())");

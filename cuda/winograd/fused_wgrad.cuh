@@ -5,12 +5,12 @@
 // every 2 x 2 tile of grad_output of every sample, and the 4 x 4 input window under it. A block
 // owns 32 output channels (k) x 32 input channels (c) at all 16 points, its 16 x 32 x 32 sums in
 // registers, and walks a run of chunks of 16 tiles (layout.h: wgrad_dims):
-//   1. every thread transforms 2 (channel, tile) pairs of x and 2 of grad_output, loaded straight
-//      from global memory, into shared memory as [point][channel][tile];
-//   2. each warp multiplies 2 points' 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
+//   1. every thread transforms one (channel, tile) pair of x and one of grad_output, loaded
+//      straight from global memory, into shared memory as [point][channel][tile];
+//   2. each warp multiplies its point's 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
 //      float32 without TF32) into its accumulators.
-// Its partial sums go to the workspace, [split][point][Kp][Cp] float; `finish` adds the splits in
-// order (so the result does not depend on timing) and applies A^T . A.
+// Its partial sums go to the workspace, [split][point][Kp][Cp] float; a second kernel, `finish`,
+// adds the splits in order (so the result does not depend on timing) and applies A^T . A.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,7 +44,8 @@ static_assert(kB == 32 && kT == 16 && kP == kWarps, "the thread maps below assum
 
 // Shared memory of a chunk, [point][channel][tile], in S: float for float32 (FFMA, or TF32 bit
 // patterns), else the 16-bit type. Rows of 20 floats (24 halves) put the 8 rows of an mma
-// fragment's lanes, and the FFMA reads' 8 rows, on distinct banks; channels c and c + 4, the
+// fragment's lanes on distinct banks (and the FFMA reads' 8 rows, though a 16-byte read shared by
+// 4 lanes still takes several wavefronts: docs/winograd.md); channels c and c + 4, the
 // transform's two half-warps, are 16 banks apart. Two stages: one is filled while the other is
 // multiplied.
 template <typename S> struct Stage {
@@ -53,6 +54,7 @@ template <typename S> struct Stage {
   static constexpr int kValues = kP * kPoint;          // one operand
   static constexpr size_t kBytes = 2 * kValues * sizeof(S);  // both operands
 };
+static_assert(2 * Stage<float>::kBytes <= 227 * 1024, "two stages in an SM's shared memory");
 
 template <typename T> struct Args {
   const T* gy;    // [S, K, oh, ow]
@@ -152,7 +154,8 @@ __device__ __forceinline__ void store_raw(const Raw<T>& r, S* __restrict__ gs,
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
-      for (int b = 0; b < 4; ++b) xs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
+      for (int b = 0; b < 4; ++b)
+        xs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
   }
   {
     float d[2][2], v[4][4];
@@ -164,7 +167,8 @@ __device__ __forceinline__ void store_raw(const Raw<T>& r, S* __restrict__ gs,
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
-      for (int b = 0; b < 4; ++b) gs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
+      for (int b = 0; b < 4; ++b)
+        gs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
   }
 }
 
@@ -249,7 +253,8 @@ __device__ __forceinline__ void products_ffma(const float* __restrict__ gs,
 // Block (c block, k block, split): its run of chunks, then its partial sums. The next chunk's
 // raw values are loaded before this chunk's products and transformed after them, into the other
 // stage: the loads' latency passes under the products. kMode: 0 FFMA (float32), 1 TF32 (float32),
-// 2 16-bit tensor cores.
+// 2 16-bit tensor cores. (The FFMA form takes all 128 registers that 512 threads an SM leave a
+// thread: check ptxas -v for spills after changing it.)
 template <typename T, int kMode>
 __global__ void __launch_bounds__(kThreads, 1) kernel(const Args<T> g) {
   using S = std::conditional_t<kMode == 2, T, float>;
@@ -351,8 +356,10 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
   const Tiling t = tiling(Pass::WeightGrad, s);
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  if (s.S * t.tiles() > kIntMax || d.Kp > kIntMax || d.Cp > kIntMax || s.K * s.C > kIntMax ||
-      d.Kp / wgrad::kB > 65535 || d.splits > 65535 || s.H > kIntMax || s.W > kIntMax)
+  // (int tile indices reach chunks * 16 - 1, and finish's pair indices K C + 15)
+  if (d.chunks * kWgradChunk > kIntMax || d.Kp > kIntMax || d.Cp > kIntMax ||
+      s.K * s.C + 15 > kIntMax || d.Kp / wgrad::kB > 65535 || d.splits > 65535 ||
+      s.H > kIntMax || s.W > kIntMax)
     throw std::invalid_argument("fastlayers: too large for the fused Winograd weight gradient");
   wgrad::Args<T> g{};
   g.gy = gy;

@@ -158,8 +158,8 @@ inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) 
 // The fused weight gradient (fused_wgrad.cuh): blocks of kWgradBlock output x kWgradBlock input
 // channels, each summing a run of `per` chunks of kWgradChunk tiles (sample, tile row, tile
 // column in order). The tiles are split into runs so that about kWgradTarget blocks run (four
-// waves of one block an SM on 132 SMs), each run at least kWgradMinChunks chunks: a function of
-// the shape alone, so the sum's order is too. The workspace: the runs' partial sums,
+// waves of one block an SM on 132 SMs), each run but the last at least kWgradMinChunks chunks: a
+// function of the shape alone, so the sum's order is too. The workspace: the runs' partial sums,
 // [splits, 16, Kp, Cp] float.
 constexpr int64_t kWgradBlock = 32, kWgradChunk = 16, kWgradTarget = 528, kWgradMinChunks = 4;
 struct WgradDims {

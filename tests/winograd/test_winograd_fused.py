@@ -65,9 +65,10 @@ BLOCK_SHAPES = [
     (12, 130, 130, 30, 32, 1, 1),
 ]
 # The weight gradient's runs (layout.h, wgrad_dims): 8x16x16 64x64 p1x1 has 512 chunks of 16 tiles
-# on one block of channels, so 128 runs of 4 chunks summed in order; 3x40x36 33x31 p0x2 has an odd
-# grad_output (31 x 33: a last tile row and column of one value) and a partial last chunk.
-WGRAD_SHAPES = [(8, 16, 16, 64, 64, 1, 1), (3, 40, 36, 33, 31, 0, 2)]
+# on one block of channels, so 128 runs of 4 chunks summed in order; 3x40x36 31x31 p0x2 has an odd
+# grad_output (29 x 33: a last tile row and column of one value) and 765 tiles (a last chunk of 13;
+# 12 runs of 4 chunks on 2 x 2 blocks of channels, 36 and 40 of 64 each).
+WGRAD_SHAPES = [(8, 16, 16, 64, 64, 1, 1), (3, 40, 36, 31, 31, 0, 2)]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
 MUTATED = {torch.float16: (0, 1)}
@@ -139,8 +140,9 @@ def test_fused_matches_pytorch_within_its_error(shape, pass_, prec):
 # the one rounding left, the result's to its dtype, is the direct convolution's rounded to it. So
 # the fused kernel must give that bit for bit: a wrong index anywhere, even in one edge tile,
 # shows. Likewise F(3x3,2x2) for the weight gradient (G g G^T of a grad_output tile: quarters up to
-# 4; the sums over every tile: quarters within 2^16). The shapes cross the items' edges, partial chunks of 8 and 16, woff 0..3 in float32 and
-# odd and even columns in the 16-bit layouts; 8x96x130 30x32 gives blocks 2-3 items.
+# 4; the sums over every tile: quarters within 2^16). The shapes cross the items' edges, partial
+# chunks of 8 and 16, woff 0..3 in float32 and odd and even columns in the 16-bit layouts;
+# 8x96x130 30x32 gives blocks 2-3 items.
 EXACT_SHAPES = [s for s in BLOCK_SHAPES if max(s[1], s[2]) <= 56] + [
     (3, 56, 50, 17, 36, 1, 1), (2, 9, 40, 13, 20, 2, 0), (5, 40, 9, 10, 12, 0, 2),
     (8, 96, 130, 30, 32, 1, 1)]

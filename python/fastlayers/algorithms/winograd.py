@@ -22,7 +22,8 @@ class WinogradParams(NamedTuple):
     fused: bool = False
 
 
-FUSED_TILE = 2  # the fused kernel's F(2x2, 3x3) (cuda/winograd/layout.h: kFusedTile)
+# the fused kernels' F(2x2, 3x3) and F(3x3, 2x2) (cuda/winograd/layout.h: kFusedTile)
+FUSED_TILE = 2
 
 
 # The largest alpha offered for float16 (see Winograd.candidates).
