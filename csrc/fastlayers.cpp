@@ -50,8 +50,8 @@ TORCH_LIBRARY(fastlayers, m) {
         "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
   // grad_output [S, K, oh, ow], input [S, C, H, W]  ->  grad_weight [K, C, 3, 3]. `fused`
   // (tile 2, on CUDA: float16, bfloat16 or float32, its products TF32 with `tf32`, else float32):
-  // the fused weight gradient, both transforms, the products and the sum over tiles in one
-  // kernel (cuda/winograd/fused_wgrad.cuh).
+  // the fused weight gradient, both transforms, the products and the sums over runs of tiles in
+  // one kernel, the runs' sum and A^T . A in a second (cuda/winograd/fused_wgrad.cuh).
   m.def("winograd_conv2d_weight_grad(Tensor grad_output, Tensor input, SymInt[2] padding, "
         "int tile=2, bool tf32=False, bool fused=False) -> Tensor");
 
