@@ -138,38 +138,33 @@ __device__ __forceinline__ S stage_value(float v) {
     return v;
 }
 
+// Tm d Tm^T of one raw operand (Tf: UseBT for the x window, UseG for the grad_output tile) into
+// its 16 points of a stage, at the thread's (channel, tile).
+template <typename Tf, typename S, bool kTf32, typename T>
+__device__ __forceinline__ void transform_into(const T (&raw)[Tf::kCols][Tf::kCols],
+                                               S* __restrict__ stage) {
+  using St = Stage<S>;
+  constexpr int N = Tf::kCols;
+  const int at = my_channel() * St::kRow + my_tile();
+  float d[N][N], v[4][4];
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j) d[i][j] = to_compute(raw[i][j]);
+  two_sided<Tf>(d, v);
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+      stage[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
+}
+
 // B^T d B of the window and G g G^T of the tile into a stage (gs: grad_output, xs: x).
 template <typename T, typename S, bool kTf32>
 __device__ __forceinline__ void store_raw(const Raw<T>& r, S* __restrict__ gs,
                                           S* __restrict__ xs) {
-  using St = Stage<S>;
-  const int at = my_channel() * St::kRow + my_tile();
-  {
-    float d[4][4], v[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d[i][j] = to_compute(r.x[i][j]);
-    two_sided<UseBT<Mat>>(d, v);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        xs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
-  }
-  {
-    float d[2][2], v[4][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) d[i][j] = to_compute(r.g[i][j]);
-    two_sided<UseG<Mat>>(d, v);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        gs[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
-  }
+  transform_into<UseBT<Mat>, S, kTf32>(r.x, xs);
+  transform_into<UseG<Mat>, S, kTf32>(r.g, gs);
 }
 
 // The products, tensor cores: warp w owns point w, M [32 k, 32 c] += Gs [32 k, 16 t] Xs^T
@@ -352,7 +347,7 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   if (s.tile != kFusedTile)
     throw std::invalid_argument("fastlayers: the fused Winograd weight gradient takes F(3x3,2x2)");
   const WgradDims d = wgrad_dims(s);
-  if (workspace_size < fused_wgrad_workspace_bytes(s))
+  if (workspace_size < d.bytes())
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
   const Tiling t = tiling(Pass::WeightGrad, s);
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();

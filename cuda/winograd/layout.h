@@ -144,17 +144,6 @@ inline FusedDims fused_dims(Pass pass, const Shape& s, int store_bytes) {
           ceil_div(R, chunk) * chunk};
 }
 
-// Workspace of the fused kernels: the forward's and input gradient's transformed filters U, the
-// weight gradient's partial sums (fused_wgrad_workspace_bytes, declared below).
-inline size_t fused_wgrad_workspace_bytes(const Shape& s);
-inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
-  if (pass == Pass::WeightGrad) return fused_wgrad_workspace_bytes(s);
-  const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
-  const FusedDims f = fused_dims(pass, s, store_bytes);
-  return alpha * alpha * static_cast<size_t>(f.Mo_pad) * static_cast<size_t>(f.R_pad) *
-         store_bytes;
-}
-
 // The fused weight gradient (fused_wgrad.cuh): blocks of kWgradBlock output x kWgradBlock input
 // channels, each summing a run of `per` chunks of kWgradChunk tiles (sample, tile row, tile
 // column in order). The tiles are split into runs so that about kWgradTarget blocks run (four
@@ -166,6 +155,9 @@ struct WgradDims {
   int64_t Kp, Cp;       // K, C rounded up to whole blocks
   int64_t chunks, per;  // chunks of tiles, chunks a run
   int64_t splits;       // runs
+  size_t bytes() const {  // the workspace
+    return static_cast<size_t>(splits * 16 * Kp * Cp) * sizeof(float);
+  }
 };
 inline WgradDims wgrad_dims(const Shape& s) {
   WgradDims d{};
@@ -179,9 +171,16 @@ inline WgradDims wgrad_dims(const Shape& s) {
   d.splits = std::max<int64_t>(1, ceil_div(d.chunks, d.per));
   return d;
 }
-inline size_t fused_wgrad_workspace_bytes(const Shape& s) {
-  const WgradDims d = wgrad_dims(s);
-  return static_cast<size_t>(d.splits * 16 * d.Kp * d.Cp) * sizeof(float);
+inline size_t fused_wgrad_workspace_bytes(const Shape& s) { return wgrad_dims(s).bytes(); }
+
+// Workspace of the fused kernels: the forward's and input gradient's transformed filters U, the
+// weight gradient's partial sums.
+inline size_t fused_workspace_bytes(Pass pass, const Shape& s, int store_bytes) {
+  if (pass == Pass::WeightGrad) return fused_wgrad_workspace_bytes(s);
+  const size_t alpha = static_cast<size_t>(kFusedTile + kKernel - 1);
+  const FusedDims f = fused_dims(pass, s, store_bytes);
+  return alpha * alpha * static_cast<size_t>(f.Mo_pad) * static_cast<size_t>(f.R_pad) *
+         store_bytes;
 }
 
 // Samples per chunk: the most (at least 1, at most S) whose buffers fit `bound` bytes.
