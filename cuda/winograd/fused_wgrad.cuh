@@ -4,15 +4,19 @@
 // grad_w[k, c] = A^T (sum over tiles of (G gy_tile G^T) * (B^T x_window B)) A: the sum runs over
 // every 2 x 2 tile of grad_output of every sample, and the 4 x 4 input window under it. A block
 // owns 32 output channels (k) x 32 input channels (c) at all 16 points, its 16 x 32 x 32 sums in
-// registers, and walks a run of chunks of 16 tiles (layout.h: wgrad_dims):
-//   1. every thread transforms one (channel, tile) pair of x and one of grad_output, loaded
-//      straight from global memory, into shared memory as [point][channel][tile];
-//   2. each warp multiplies its point's 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
+// registers, and walks a run of chunks of 16 tiles, each a rectangle of one sample's tile grid
+// (layout.h: wgrad_dims):
+//   1. the block copies the chunk's input rows and grad_output rows of its 64 channels into
+//      shared memory, each value once, zeros outside (cp.async in float32);
+//   2. every thread transforms one (channel, tile) window of x and one tile of grad_output from
+//      there into a second shared-memory stage, [point][channel][tile];
+//   3. each warp multiplies its point's 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
 //      float32 without TF32) into its accumulators.
 // Its partial sums go to the workspace, [split][point][Kp][Cp] float; a second kernel, `finish`,
 // adds the splits in order (so the result does not depend on timing) and applies A^T . A.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -21,10 +25,12 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "../common/async_copy.cuh"
 #include "../common/check.h"
 #include "../common/fast_div.h"
 #include "../common/mma.cuh"
 #include "../common/storage.h"
+#include "../common/tensor_map.h"
 #include "layout.h"
 #include "matrices.h"
 #include "transforms.cuh"
@@ -54,7 +60,28 @@ template <typename S> struct Stage {
   static constexpr int kValues = kP * kPoint;          // one operand
   static constexpr size_t kBytes = 2 * kValues * sizeof(S);  // both operands
 };
-static_assert(2 * Stage<float>::kBytes <= 227 * 1024, "two stages in an SM's shared memory");
+
+// A chunk's raw values in shared memory, [x: channel][row][column], then [grad_output: channel]
+// [row][column], in T. kRows tile rows x kCols tile columns: x rows 2 kRows + 2 and columns
+// 2 kCols + 2 (the windows overlap by 2), grad_output 2 kRows x 2 kCols. x's rows may start
+// `xoff` values in (Args::xoff: a TMA box starts at a 16-byte aligned column). Row strides (40 and
+// 32 for one tile row, 12 for four) are multiples of 16 bytes, the TMA boxes' widths; with them a
+// half-warp's 16 reads of a row of its windows fall on distinct banks (docs/winograd.md).
+template <typename T, int kRows> struct RawChunk {
+  static constexpr int kCols = kT / kRows;
+  static constexpr int kXh = 2 * kRows + 2, kXw = 2 * kCols + 2;
+  static constexpr int kGh = 2 * kRows, kGw = 2 * kCols;
+  static constexpr int kXld = kRows == 1 ? 40 : 12, kGld = kRows == 1 ? kGw : 12;
+  static constexpr int kXc = kXh * kXld, kGc = kGh * kGld;  // a channel's values
+  static constexpr int kValues = kB * (kXc + kGc);
+  static constexpr size_t kXBytes = kB * kXc * sizeof(T);  // x's part (a TMA box)
+  static constexpr size_t kBytes = kValues * sizeof(T);
+  static_assert(kRows * kCols == kT && kXw + (kRows == 1 ? 3 : 0) <= kXld && kGw <= kGld,
+                "a chunk's rectangle (one tile row: and a TMA box's 3 values before it)");
+  static_assert(kXc % 2 == 0 && kGc % 2 == 0 && kXld % 2 == 0 && kGld % 2 == 0,
+                "value pairs stay aligned");
+  static_assert(kXBytes % 128 == 0 && kBytes % 128 == 0, "TMA destinations 128-byte aligned");
+};
 
 template <typename T> struct Args {
   const T* gy;    // [S, K, oh, ow]
@@ -62,18 +89,82 @@ template <typename T> struct Args {
   float* part;    // [splits, 16, Kp, Cp]
   int K, C, H, W, oh, ow, ph, pw;
   int Kp, Cp;
-  int tiles;      // S * th * tw
-  int chunks, per;
-  FastDiv img;    // th * tw
-  FastDiv row;    // tw
+  int chunks, splits;
+  int xoff;       // x's first column in a buffer's rows (TMA: (-pw) mod 4, else 0)
+  FastDiv img;    // gh * gw: chunks a sample
+  FastDiv row;    // gw
 };
 
-// A thread's raw values of one chunk: its x window (zeros outside the image, the channels and the
-// tiles) and its grad_output tile, as stored.
-template <typename T> struct Raw {
-  T x[4][4];
-  T g[2][2];
-};
+// One value from global memory into shared memory, zero where !ok: a 4-byte cp.async (zero fill)
+// in float32, else a load and a store (cp.async copies no fewer than 4 bytes).
+template <typename T>
+__device__ __forceinline__ void copy_value(T* dst, const T* src, bool ok) {
+  if constexpr (sizeof(T) == 4)
+    cp_async4(dst, src, ok ? 4 : 0);  // (src is not read where !ok)
+  else
+    *dst = ok ? *src : from_compute<T>(0.0f);
+}
+
+// One warp's copy of a kH x kW region of one channel plane (rows of `w` values, `h` of them;
+// `plane` its first value; the region's corner at row y, column x, either possibly outside) into
+// shared-memory rows of kLd, zeros outside the plane or where !any. The lanes go along the rows,
+// a row an instruction (kW >= 32; the columns past 32 then by one more instruction) or
+// 32 / kW rows an instruction, so each lane's column, and its test, holds for every instruction.
+template <typename T, int kH, int kW, int kLd>
+__device__ __forceinline__ void copy_region(T* __restrict__ dst, const T* plane, int h, int w,
+                                            int y, int x, bool any) {
+  constexpr int kLanes = kW < 32 ? kW : 32;  // lanes a row
+  constexpr int kPer = 32 / kLanes;          // rows an instruction
+  const int lane = threadIdx.x & 31;
+  const int sub = lane / kLanes, col = lane - sub * kLanes;
+  const bool cok = any && sub < kPer && static_cast<unsigned>(x + col) < static_cast<unsigned>(w);
+  const T* src = plane + static_cast<int64_t>(y + sub) * w + (x + col);
+#pragma unroll
+  for (int j = 0; j * kPer < kH; ++j) {
+    const int r = j * kPer + sub;
+    if (sub < kPer && (kH % kPer == 0 || r < kH)) {
+      const bool ok = cok && static_cast<unsigned>(y + r) < static_cast<unsigned>(h);
+      copy_value(dst + r * kLd + col, src + static_cast<int64_t>(j) * kPer * w, ok);
+    }
+  }
+  if constexpr (kW > 32) {
+    constexpr int kX = kW - 32;  // columns past 32, kX a row
+    static_assert(kX * kH <= 32, "the columns past 32 in one instruction");
+    if (lane < kX * kH) {
+      const int r = lane / kX, c = 32 + lane - r * kX;
+      const bool ok = any && static_cast<unsigned>(y + r) < static_cast<unsigned>(h) &&
+                      static_cast<unsigned>(x + c) < static_cast<unsigned>(w);
+      copy_value(dst + r * kLd + c, plane + static_cast<int64_t>(y + r) * w + (x + c), ok);
+    }
+  }
+}
+
+// The block's copy of one chunk: warp w copies channels w and w + 16 of x (c0 + ..) and of
+// grad_output (k0 + ..).
+template <typename T, int kRows>
+__device__ __forceinline__ void copy_chunk(const Args<T>& g, int chunk, int k0, int c0,
+                                           T* __restrict__ raw) {
+  using Rc = RawChunk<T, kRows>;
+  const int warp = threadIdx.x >> 5;
+  const uint32_t n = g.img.div(static_cast<uint32_t>(chunk));
+  const uint32_t rem = static_cast<uint32_t>(chunk) - n * g.img.d;
+  const uint32_t ry = g.row.div(rem);
+  const int y = 2 * kRows * static_cast<int>(ry);                       // grad_output row
+  const int x = 2 * Rc::kCols * static_cast<int>(rem - ry * g.row.d);  // and column
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int lc = warp + 16 * h, c = c0 + lc, k = k0 + lc;
+    const bool xany = c < g.C, gany = k < g.K;
+    const T* xp = g.x + (static_cast<int64_t>(n) * g.C + (xany ? c : 0)) *
+                            (static_cast<int64_t>(g.H) * g.W);
+    const T* gp = g.gy + (static_cast<int64_t>(n) * g.K + (gany ? k : 0)) *
+                             (static_cast<int64_t>(g.oh) * g.ow);
+    copy_region<T, Rc::kXh, Rc::kXw, Rc::kXld>(raw + lc * Rc::kXc, xp, g.H, g.W, y - g.ph,
+                                               x - g.pw, xany);
+    copy_region<T, Rc::kGh, Rc::kGw, Rc::kGld>(raw + kB * Rc::kXc + lc * Rc::kGc, gp, g.oh, g.ow,
+                                               y, x, gany);
+  }
+}
 
 // The thread's (channel, tile) of a chunk: tile lane % 16; channel (warp % 4) + 4 (lane / 16) +
 // 8 (warp / 4), the same for x (channel c0 + it) and grad_output (k0 + it).
@@ -83,47 +174,18 @@ __device__ __forceinline__ int my_channel() {
   return (warp & 3) + 4 * (lane >> 4) + 8 * (warp >> 2);
 }
 
+// Two adjacent values of a row (an aligned pair) as floats.
 template <typename T>
-__device__ __forceinline__ void load_raw(const Args<T>& g, int chunk, int k0, int c0,
-                                         Raw<T>& r) {
-  const int tile = chunk * kT + my_tile(), lc = my_channel();
-  const T zero = from_compute<T>(0.0f);
-  bool ok = tile < g.tiles;
-  int n = 0, y = 0, x = 0;
-  if (ok) {
-    const uint32_t nn = g.img.div(static_cast<uint32_t>(tile));
-    const uint32_t rem = static_cast<uint32_t>(tile) - nn * g.img.d;
-    const uint32_t ty = g.row.div(rem);
-    n = static_cast<int>(nn);
-    y = 2 * static_cast<int>(ty);
-    x = 2 * static_cast<int>(rem - ty * g.row.d);
-  }
-  {  // the x window: rows y - ph .., columns x - pw ..
-    const int c = c0 + lc;
-    const bool any = ok && c < g.C;
-    const T* src = g.x + ((static_cast<int64_t>(n) * g.C + (any ? c : 0)) * g.H + (y - g.ph)) *
-                             static_cast<int64_t>(g.W) + (x - g.pw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bool row = any && y - g.ph + i >= 0 && y - g.ph + i < g.H;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        r.x[i][j] = row && x - g.pw + j >= 0 && x - g.pw + j < g.W
-                        ? src[static_cast<int64_t>(i) * g.W + j]
-                        : zero;
-    }
-  }
-  {  // the grad_output tile: rows y, y + 1, columns x, x + 1
-    const int k = k0 + lc;
-    const bool any = ok && k < g.K;
-    const T* src = g.gy + ((static_cast<int64_t>(n) * g.K + (any ? k : 0)) * g.oh + y) *
-                              static_cast<int64_t>(g.ow) + x;
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        r.g[i][j] = any && y + i < g.oh && x + j < g.ow ? src[static_cast<int64_t>(i) * g.ow + j]
-                                                        : zero;
+__device__ __forceinline__ void read_pair(const T* p, float& a, float& b) {
+  if constexpr (sizeof(T) == 4) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    a = v.x;
+    b = v.y;
+  } else {
+    struct alignas(4) Pair { T lo, hi; };
+    const Pair v = *reinterpret_cast<const Pair*>(p);
+    a = to_compute(v.lo);
+    b = to_compute(v.hi);
   }
 }
 
@@ -138,19 +200,14 @@ __device__ __forceinline__ S stage_value(float v) {
     return v;
 }
 
-// Tm d Tm^T of one raw operand (Tf: UseBT for the x window, UseG for the grad_output tile) into
-// its 16 points of a stage, at the thread's (channel, tile).
-template <typename Tf, typename S, bool kTf32, typename T>
-__device__ __forceinline__ void transform_into(const T (&raw)[Tf::kCols][Tf::kCols],
+// Tm d Tm^T of one operand (Tf: UseBT for the x window, UseG for the grad_output tile; d as
+// floats) into its 16 points of a stage, at the thread's (channel, tile).
+template <typename Tf, typename S, bool kTf32>
+__device__ __forceinline__ void transform_into(const float (&d)[Tf::kCols][Tf::kCols],
                                                S* __restrict__ stage) {
   using St = Stage<S>;
-  constexpr int N = Tf::kCols;
   const int at = my_channel() * St::kRow + my_tile();
-  float d[N][N], v[4][4];
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < N; ++j) d[i][j] = to_compute(raw[i][j]);
+  float v[4][4];
   two_sided<Tf>(d, v);
 #pragma unroll
   for (int a = 0; a < 4; ++a)
@@ -159,12 +216,43 @@ __device__ __forceinline__ void transform_into(const T (&raw)[Tf::kCols][Tf::kCo
       stage[(a * 4 + b) * St::kPoint + at] = stage_value<S, kTf32>(v[a][b]);
 }
 
-// B^T d B of the window and G g G^T of the tile into a stage (gs: grad_output, xs: x).
-template <typename T, typename S, bool kTf32>
-__device__ __forceinline__ void store_raw(const Raw<T>& r, S* __restrict__ gs,
-                                          S* __restrict__ xs) {
-  transform_into<UseBT<Mat>, S, kTf32>(r.x, xs);
-  transform_into<UseG<Mat>, S, kTf32>(r.g, gs);
+// The thread's x window and grad_output tile from a chunk's raw values, transformed into a stage
+// (gs: grad_output, xs: x).
+template <typename T, int kRows, typename S, bool kTf32>
+__device__ __forceinline__ void transform_chunk(const T* __restrict__ raw, int xoff,
+                                                S* __restrict__ gs, S* __restrict__ xs) {
+  using Rc = RawChunk<T, kRows>;
+  const int t = my_tile(), lc = my_channel();
+  const int ty = t / Rc::kCols, tx = t - ty * Rc::kCols;
+  {
+    const T* p = raw + lc * Rc::kXc + 2 * ty * Rc::kXld + 2 * tx + xoff;
+    float d[4][4];
+    if (xoff & 1) {  // the window starts at an odd value: three aligned pairs a row
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float lo, hi;
+        read_pair(p + i * Rc::kXld - 1, lo, d[i][0]);
+        read_pair(p + i * Rc::kXld + 1, d[i][1], d[i][2]);
+        read_pair(p + i * Rc::kXld + 3, d[i][3], hi);
+        (void)lo;
+        (void)hi;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        read_pair(p + i * Rc::kXld, d[i][0], d[i][1]);
+        read_pair(p + i * Rc::kXld + 2, d[i][2], d[i][3]);
+      }
+    }
+    transform_into<UseBT<Mat>, S, kTf32>(d, xs);
+  }
+  {
+    const T* p = raw + kB * Rc::kXc + lc * Rc::kGc + 2 * ty * Rc::kGld + 2 * tx;
+    float d[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) read_pair(p + i * Rc::kGld, d[i][0], d[i][1]);
+    transform_into<UseG<Mat>, S, kTf32>(d, gs);
+  }
 }
 
 // The products, tensor cores: warp w owns point w, M [32 k, 32 c] += Gs [32 k, 16 t] Xs^T
@@ -245,20 +333,30 @@ __device__ __forceinline__ void products_ffma(const float* __restrict__ gs,
   }
 }
 
-// Block (c block, k block, split): its run of chunks, then its partial sums. The next chunk's
-// raw values are loaded before this chunk's products and transformed after them, into the other
-// stage: the loads' latency passes under the products. kMode: 0 FFMA (float32), 1 TF32 (float32),
-// 2 16-bit tensor cores. (The FFMA form takes all 128 registers that 512 threads an SM leave a
-// thread: check ptxas -v for spills after changing it.)
-template <typename T, int kMode>
-__global__ void __launch_bounds__(kThreads, 1) kernel(const Args<T> g) {
+// Block (c block, k block, split): its run of chunks, then its partial sums. Raw values in two
+// buffers and transformed values in two stages: while a chunk's products run, the next chunk's
+// raw values (copied during the last chunk) are transformed into the other stage and the one
+// after's are copied. One barrier a chunk. kMode: 0 FFMA (float32), 1 TF32 (float32), 2 16-bit
+// tensor cores; kRows: the chunk's tile rows; kTma: thread 0 copies a chunk's x and grad_output
+// as two TMA boxes (xmap, gmap: [S][C or K][rows][columns]) completing the buffer's mbarrier, else
+// the block copies them value by value (copy_chunk). (The FFMA form takes most of the 128
+// registers that 512 threads an SM leave a thread: check ptxas -v for spills after changing it.)
+template <typename T, int kMode, int kRows, bool kTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    kernel(const Args<T> g, const __grid_constant__ CUtensorMap xmap,
+           const __grid_constant__ CUtensorMap gmap) {
   using S = std::conditional_t<kMode == 2, T, float>;
   using St = Stage<S>;
+  using Rc = RawChunk<T, kRows>;
   constexpr bool kFfma = kMode == 0, kTf32 = kMode == 1;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   S* stage = reinterpret_cast<S*>(smem_raw);  // [2][grad_output, x][kValues]
+  T* raw = reinterpret_cast<T*>(smem_raw + 2 * St::kBytes);  // [2][Rc::kValues]
+  const uint32_t bars = smem_addr(smem_raw + 2 * St::kBytes + 2 * Rc::kBytes);  // 2 (kTma)
   const int c0 = blockIdx.x * kB, k0 = blockIdx.y * kB, split = blockIdx.z;
-  const int first = split * g.per, last = min(g.chunks, first + g.per);
+  // runs of chunks / splits chunks, rounded down or up
+  const int first = static_cast<int>(static_cast<int64_t>(split) * g.chunks / g.splits);
+  const int last = static_cast<int>(static_cast<int64_t>(split + 1) * g.chunks / g.splits);
   // 32 accumulators a thread: [4][8] (FFMA) or [mi][ni][4] (mma)
   float acc_flat[32];
 #pragma unroll
@@ -267,25 +365,72 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(const Args<T> g) {
   auto& macc = reinterpret_cast<float(&)[2][4][4]>(acc_flat);
   (void)facc;
   (void)macc;
-  Raw<T> raw;
-  if (first < last) {
-    load_raw(g, first, k0, c0, raw);
-    store_raw<T, S, kTf32>(raw, stage, stage + St::kValues);
+  (void)xmap;
+  (void)gmap;
+  // Chunk `chunk`'s raw values into buffer b.
+  auto fetch = [&](int chunk, int b) {
+    T* dst = raw + b * Rc::kValues;
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        const uint32_t n = g.img.div(static_cast<uint32_t>(chunk));
+        const uint32_t rem = static_cast<uint32_t>(chunk) - n * g.img.d;
+        const uint32_t ry = g.row.div(rem);
+        const int y = 2 * kRows * static_cast<int>(ry);
+        const int x = 2 * Rc::kCols * static_cast<int>(rem - ry * g.row.d);
+        // The buffer's reads by the transform (generic proxy), ordered before this by the
+        // block's barrier, go before the async writes.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbar_expect_tx(bars + 8 * b, static_cast<uint32_t>(Rc::kBytes));
+        tensor_copy_4d(smem_addr(dst), &xmap, x - g.pw - g.xoff, y - g.ph, c0, static_cast<int>(n),
+                       bars + 8 * b);
+        tensor_copy_4d(smem_addr(dst + kB * Rc::kXc), &gmap, x, y, k0, static_cast<int>(n),
+                       bars + 8 * b);
+      }
+    } else {
+      copy_chunk<T, kRows>(g, chunk, k0, c0, dst);
+    }
+  };
+  uint32_t phase = 0;  // bit b: the parity of buffer b's next completion (kTma)
+  auto ready = [&](int b) {  // buffer b's values here (cp.async: waited for before the barrier)
+    if constexpr (kTma) {
+      mbar_wait(bars + 8 * b, (phase >> b) & 1u);
+      phase ^= 1u << b;
+    }
+  };
+  if constexpr (kTma) {
+    mbar_init_all(bars, 2);
+    __syncthreads();
   }
+  if (first < last) fetch(first, 0);
+  cp_async_commit();
+  if (first + 1 < last) fetch(first + 1, 1);
+  cp_async_commit();
+  cp_async_wait<1>();
   __syncthreads();
+  if (first < last) {
+    ready(0);
+    transform_chunk<T, kRows, S, kTf32>(raw, g.xoff, stage, stage + St::kValues);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  // At the top of each step: stage cur holds chunk's values, raw buffer cur ^ 1 chunk + 1's,
+  // raw buffer cur is free.
   int cur = 0;
   for (int chunk = first; chunk < last; ++chunk) {
-    const bool more = chunk + 1 < last;
-    if (more) load_raw(g, chunk + 1, k0, c0, raw);
+    if (chunk + 2 < last) fetch(chunk + 2, cur);
+    cp_async_commit();
     const S* gs = stage + cur * 2 * St::kValues;
     if constexpr (kFfma)
       products_ffma(gs, gs + St::kValues, facc);
     else
       products_mma<S>(gs, gs + St::kValues, macc);
-    if (more) {
+    if (chunk + 1 < last) {
       S* next = stage + (cur ^ 1) * 2 * St::kValues;
-      store_raw<T, S, kTf32>(raw, next, next + St::kValues);
+      ready(cur ^ 1);
+      transform_chunk<T, kRows, S, kTf32>(raw + (cur ^ 1) * Rc::kValues, g.xoff, next,
+                                          next + St::kValues);
     }
+    cp_async_wait<0>();
     __syncthreads();
     cur ^= 1;
   }
@@ -349,12 +494,12 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   const WgradDims d = wgrad_dims(s);
   if (workspace_size < d.bytes())
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
-  const Tiling t = tiling(Pass::WeightGrad, s);
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  // (int tile indices reach chunks * 16 - 1, and finish's pair indices K C + 15)
-  if (d.chunks * kWgradChunk > kIntMax || d.Kp > kIntMax || d.Cp > kIntMax ||
-      s.K * s.C + 15 > kIntMax || d.Kp / wgrad::kB > 65535 || d.splits > 65535 ||
-      s.H > kIntMax || s.W > kIntMax)
+  // (int chunk indices, rows and columns reach a chunk's rectangle past grad_output's edge, and
+  // finish's pair indices K C + 15)
+  if (d.chunks > kIntMax || d.Kp > kIntMax || d.Cp > kIntMax || s.K * s.C + 15 > kIntMax ||
+      d.Kp / wgrad::kB > 65535 || d.splits > 65535 || s.H > kIntMax || s.W > kIntMax ||
+      s.oh() + 2 * kWgradChunk > kIntMax || s.ow() + 2 * kWgradChunk > kIntMax)
     throw std::invalid_argument("fastlayers: too large for the fused Winograd weight gradient");
   wgrad::Args<T> g{};
   g.gy = gy;
@@ -370,27 +515,65 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   g.pw = static_cast<int>(s.pw);
   g.Kp = static_cast<int>(d.Kp);
   g.Cp = static_cast<int>(d.Cp);
-  g.tiles = static_cast<int>(s.S * t.tiles());
   g.chunks = static_cast<int>(d.chunks);
-  g.per = static_cast<int>(d.per);
-  g.img = FastDiv(static_cast<uint32_t>(t.tiles()));
-  g.row = FastDiv(static_cast<uint32_t>(t.tw));
+  g.splits = static_cast<int>(d.splits);
+  g.img = FastDiv(static_cast<uint32_t>(d.gh * d.gw));
+  g.row = FastDiv(static_cast<uint32_t>(d.gw));
 
   constexpr bool kF32 = std::is_same<T, float>::value;
   const int mode = kF32 ? (tf32 ? 1 : 0) : 2;
+  const bool four = d.rows == 4;
+  // float32 copies its chunks of one tile row by TMA where both operands' rows are multiples of
+  // 16 bytes and their starts 16-byte aligned (the tensor maps' terms), else value by value: the
+  // same values either way. A box's first column is a multiple of 4 (16 bytes): x's boxes start
+  // (-pw) mod 4 values left of the windows' first column.
+  CUtensorMap xmap{}, gmap{};
+  bool tma = kF32 && !four && s.W % 4 == 0 && s.ow() % 4 == 0 &&
+             reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(gy) % 16 == 0;
+  if (tma) {
+    auto encode = [&](CUtensorMap* map, const T* base, int64_t w, int64_t h, int64_t ch,
+                      uint32_t box_w, uint32_t box_h) {
+      const cuuint64_t dims[4] = {static_cast<cuuint64_t>(w), static_cast<cuuint64_t>(h),
+                                  static_cast<cuuint64_t>(ch), static_cast<cuuint64_t>(s.S)};
+      const cuuint64_t row = dims[0] * sizeof(T), strides[3] = {row, row * dims[1],
+                                                                row * dims[1] * dims[2]};
+      const cuuint32_t box[4] = {box_w, box_h, static_cast<cuuint32_t>(wgrad::kB), 1};
+      return encode_tensor_map_4d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, dims, strides, box,
+                                  CU_TENSOR_MAP_SWIZZLE_NONE);
+    };
+    using R1 = wgrad::RawChunk<T, 1>;
+    tma = encode(&xmap, x, s.W, s.H, s.C, R1::kXld, R1::kXh) &&
+          encode(&gmap, gy, s.ow(), s.oh(), s.K, R1::kGld, R1::kGh);
+  }
+  g.xoff = tma ? static_cast<int>(((-s.pw) % 4 + 4) % 4) : 0;
   using S = std::conditional_t<kF32, float, T>;
-  const size_t smem = 2 * wgrad::Stage<S>::kBytes;  // two stages
-  decltype(&wgrad::kernel<T, kF32 ? 0 : 2>) k;
-  if constexpr (kF32)
-    k = mode == 1 ? wgrad::kernel<T, 1> : wgrad::kernel<T, 0>;
-  else
-    k = wgrad::kernel<T, 2>;
+  // two stages, two raw buffers (the larger, one tile row, for either) and their mbarriers
+  const size_t smem = 2 * wgrad::Stage<S>::kBytes + 2 * wgrad::RawChunk<T, 1>::kBytes + 16;
+  static_assert(wgrad::RawChunk<T, 4>::kBytes <= wgrad::RawChunk<T, 1>::kBytes &&
+                    2 * wgrad::Stage<S>::kBytes + 2 * wgrad::RawChunk<T, 1>::kBytes + 16 <=
+                        227 * 1024,
+                "the stages and raw buffers in an SM's shared memory");
+  using Kernel = decltype(&wgrad::kernel<T, kF32 ? 0 : 2, 1, false>);
+  Kernel k;
+  int variant = 0;  // the kernel's index among this type's, for the opt-in below
+  if constexpr (kF32) {
+    const Kernel table[2][2][2] = {
+        {{wgrad::kernel<T, 0, 1, false>, wgrad::kernel<T, 0, 1, true>},
+         {wgrad::kernel<T, 0, 4, false>, nullptr}},
+        {{wgrad::kernel<T, 1, 1, false>, wgrad::kernel<T, 1, 1, true>},
+         {wgrad::kernel<T, 1, 4, false>, nullptr}}};  // (TMA: one tile row)
+    k = table[mode][four ? 1 : 0][tma ? 1 : 0];
+    variant = 4 * mode + (four ? 2 : 0) + (tma ? 1 : 0);
+  } else {
+    k = four ? wgrad::kernel<T, 2, 4, false> : wgrad::kernel<T, 2, 1, false>;
+    variant = four ? 1 : 0;
+  }
   // The shared-memory opt-in once per device and kernel (as run_fused).
-  static std::atomic<uint64_t> opted[2]{};
+  static std::atomic<uint64_t> opted[8]{};
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  std::atomic<uint64_t>& k_opted = opted[mode & 1];
+  std::atomic<uint64_t>& k_opted = opted[variant];
   if (bit == 0 || (k_opted.load(std::memory_order_acquire) & bit) == 0) {
     FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
@@ -398,7 +581,7 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   }
   const dim3 grid(static_cast<unsigned>(d.Cp / wgrad::kB), static_cast<unsigned>(d.Kp / wgrad::kB),
                   static_cast<unsigned>(d.splits));
-  k<<<grid, wgrad::kThreads, smem, stream>>>(g);
+  k<<<grid, wgrad::kThreads, smem, stream>>>(g, xmap, gmap);
   FL_LAUNCH_CHECK();
   const int64_t pairs = s.K * s.C;
   wgrad::finish<T><<<static_cast<unsigned>(ceil_div(pairs, 16)), 256, 0, stream>>>(

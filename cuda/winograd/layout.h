@@ -145,15 +145,21 @@ inline FusedDims fused_dims(Pass pass, const Shape& s, int store_bytes) {
 }
 
 // The fused weight gradient (fused_wgrad.cuh): blocks of kWgradBlock output x kWgradBlock input
-// channels, each summing a run of `per` chunks of kWgradChunk tiles (sample, tile row, tile
-// column in order). The tiles are split into runs so that about kWgradTarget blocks run (four
-// waves of one block an SM on 132 SMs), each run but the last at least kWgradMinChunks chunks: a
-// function of the shape alone, so the sum's order is too. The workspace: the runs' partial sums,
-// [splits, 16, Kp, Cp] float.
+// channels, each summing a run of chunks of kWgradChunk tiles. A chunk is a rectangle of one
+// sample's tiles, `rows` tile rows (1 or 4) x kWgradChunk / rows tile columns: one tile row where
+// both operands' rows are multiples of 4 values (float32 then copies a chunk by TMA), else
+// whichever leaves fewer empty places past the tile grid's edges (1 on a tie); chunks go sample,
+// rectangle row, rectangle column in order. The chunks are split into `splits` runs of as near
+// equal length as the division allows, so that about kWgradTarget blocks run (four waves of one
+// block an SM on 132 SMs), each run at least kWgradMinChunks chunks: a function of the shape
+// alone, so the sum's order is too. The workspace: the runs' partial sums, [splits, 16, Kp, Cp]
+// float.
 constexpr int64_t kWgradBlock = 32, kWgradChunk = 16, kWgradTarget = 528, kWgradMinChunks = 4;
 struct WgradDims {
   int64_t Kp, Cp;       // K, C rounded up to whole blocks
-  int64_t chunks, per;  // chunks of tiles, chunks a run
+  int64_t rows;         // tile rows a chunk (1 or 4)
+  int64_t gh, gw;       // chunks a sample, down and across
+  int64_t chunks;       // S gh gw
   int64_t splits;       // runs
   size_t bytes() const {  // the workspace
     return static_cast<size_t>(splits * 16 * Kp * Cp) * sizeof(float);
@@ -163,12 +169,22 @@ inline WgradDims wgrad_dims(const Shape& s) {
   WgradDims d{};
   d.Kp = ceil_div(s.K, kWgradBlock) * kWgradBlock;
   d.Cp = ceil_div(s.C, kWgradBlock) * kWgradBlock;
-  d.chunks = ceil_div(s.S * tiling(Pass::WeightGrad, s).tiles(), kWgradChunk);
+  const Tiling t = tiling(Pass::WeightGrad, s);
+  const bool aligned = s.W % 4 == 0 && s.ow() % 4 == 0;
+  int64_t best = -1;
+  for (int64_t rows = 1; rows <= (aligned ? 1 : 4); rows *= 4) {
+    const int64_t gh = ceil_div(t.th, rows), gw = ceil_div(t.tw, kWgradChunk / rows);
+    if (best < 0 || gh * gw < best) {
+      best = gh * gw;
+      d.rows = rows;
+      d.gh = gh;
+      d.gw = gw;
+    }
+  }
+  d.chunks = s.S * d.gh * d.gw;
   const int64_t blocks = (d.Kp / kWgradBlock) * (d.Cp / kWgradBlock);
-  const int64_t splits = std::max<int64_t>(
+  d.splits = std::max<int64_t>(
       1, std::min(kWgradTarget / std::max<int64_t>(blocks, 1), d.chunks / kWgradMinChunks));
-  d.per = std::max<int64_t>(1, ceil_div(d.chunks, splits));
-  d.splits = std::max<int64_t>(1, ceil_div(d.chunks, d.per));
   return d;
 }
 inline size_t fused_wgrad_workspace_bytes(const Shape& s) { return wgrad_dims(s).bytes(); }

@@ -64,10 +64,13 @@ BLOCK_SHAPES = [
     (1, 16, 24, 6, 16, 2, 5),
     (12, 130, 130, 30, 32, 1, 1),
 ]
-# The weight gradient's runs (layout.h, wgrad_dims): 8x16x16 64x64 p1x1 has 512 chunks of 16 tiles
-# on one block of channels, so 128 runs of 4 chunks summed in order; 3x40x36 31x31 p0x2 has an odd
-# grad_output (29 x 33: a last tile row and column of one value) and 765 tiles (a last chunk of 13;
-# 12 runs of 4 chunks on 2 x 2 blocks of channels, 36 and 40 of 64 each).
+# The weight gradient's chunks and runs (layout.h, wgrad_dims): 8x16x16 64x64 p1x1 has 512 chunks of
+# one tile row (16 tiles; float32 copies them by TMA) on one block of channels, so 128 runs of 4
+# chunks summed in order; 3x40x36 31x31 p0x2 has an odd grad_output (29 x 33: a last tile row and
+# column of one value) whose 15 x 17 tiles go in 60 chunks of 4 x 4 (the last ones partly past the
+# grid), 15 runs of 4 on 2 x 2 blocks of channels, 36 and 40 of 64 each. The other shapes give
+# either chunk, by TMA or by value-by-value copies (widths not multiples of 4, or data not 16-byte
+# aligned: test_fused_float32_data_anywhere_gives_the_same_results).
 WGRAD_SHAPES = [(8, 16, 16, 64, 64, 1, 1), (3, 40, 36, 31, 31, 0, 2)]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
@@ -265,17 +268,19 @@ def test_fused_patch_copies_agree(dtype):
 @pytest.mark.parametrize("tf32", (True, False), ids=("tf32", "float32"))
 def test_fused_float32_data_anywhere_gives_the_same_results(tf32):
     """float32 data at a start that is not 16-byte aligned (the TMA box's term) is copied to one
-    that is: the same results, bitwise, at offsets of 1, 2 and 3 values."""
+    that is (forward, input gradient), or read by value-by-value copies instead of TMA boxes (the
+    weight gradient, either operand): the same results, bitwise, at offsets of 1, 2 and 3
+    values."""
     shape = (3, 40, 72, 12, 40, 1, 1)
     x, w, b, gy = tensors(shape, torch.float32, "cuda")
     pad = list(shape[5:])
-    for pass_, data in ((0, x), (1, gy)):
+    for pass_, which in ((0, "x"), (1, "gy"), (2, "x"), (2, "gy")):
         want = fused_pass(pass_, x, w, b, gy, pad, tf32)
         for k in (1, 2, 3):
-            d = placed(data, k)
-            out = fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy, pad,
-                             tf32)
-            assert torch.equal(out, want), "pass %d: data at offset %d differs" % (pass_, k)
+            d = placed(x if which == "x" else gy, k)
+            out = fused_pass(pass_, d if which == "x" else x, w, b, d if which == "gy" else gy,
+                             pad, tf32)
+            assert torch.equal(out, want), "pass %d: %s at offset %d differs" % (pass_, which, k)
 
 
 @pytest.mark.gpu
@@ -465,10 +470,12 @@ def test_fused_label():
     q = _problem("float32", "cuda", tf32=True, W=12)
     assert FAMILY.workspace_bytes(c, q, "forward") == 16 * 64 * 8 * 4  # K 16, C 8
     assert FAMILY.workspace_bytes(c, q, "input_grad") == 16 * 64 * 16 * 4  # C 8, K 16
-    # the weight gradient's partial sums: 2 x 10 x 10 at padding 1 is 50 tiles, 4 chunks of 16, one
-    # run on one block of 32 x 32 channels: [1, 16, 32, 32] float
-    assert FAMILY.workspace_bytes(c, p, "weight_grad") == 16 * 32 * 32 * 4
-    assert FAMILY.workspace_bytes(c, q, "weight_grad") == 16 * 32 * 32 * 4
+    # the weight gradient's partial sums on one block of 32 x 32 channels: 2 x 10 x 10 at padding 1
+    # is 5 x 5 tiles a sample, 4 chunks of 4 x 4 a sample (width 10: not a multiple of 4), 8 in all,
+    # 2 runs of 4: [2, 16, 32, 32] float; at width 12, 5 x 6 tiles, 5 chunks of one tile row a
+    # sample, 10 in all, 2 runs (of 5)
+    assert FAMILY.workspace_bytes(c, p, "weight_grad") == 2 * 16 * 32 * 32 * 4
+    assert FAMILY.workspace_bytes(c, q, "weight_grad") == 2 * 16 * 32 * 32 * 4
     from fastlayers import _C
     assert _C.winograd_fused_weight_grad_workspace_bytes(8, 16, 16, 64, 64, 1, 1) == \
         128 * 16 * 32 * 32 * 4  # 512 chunks: 128 runs of 4
