@@ -7,7 +7,8 @@
 // registers, and walks a run of chunks of 16 tiles, each a rectangle of one sample's tile grid
 // (layout.h: wgrad_dims):
 //   1. the block copies the chunk's input rows and grad_output rows of its 64 channels into
-//      shared memory, each value once, zeros outside (cp.async in float32);
+//      shared memory, each value once, zeros outside (float32: two TMA boxes where the rows allow,
+//      else 4-byte cp.async; 16 bits: loads and stores);
 //   2. every thread transforms one (channel, tile) window of x and one tile of grad_output from
 //      there into a second shared-memory stage, [point][channel][tile];
 //   3. each warp multiplies its point's 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
@@ -64,9 +65,11 @@ template <typename S> struct Stage {
 // A chunk's raw values in shared memory, [x: channel][row][column], then [grad_output: channel]
 // [row][column], in T. kRows tile rows x kCols tile columns: x rows 2 kRows + 2 and columns
 // 2 kCols + 2 (the windows overlap by 2), grad_output 2 kRows x 2 kCols. x's rows may start
-// `xoff` values in (Args::xoff: a TMA box starts at a 16-byte aligned column). Row strides (40 and
-// 32 for one tile row, 12 for four) are multiples of 16 bytes, the TMA boxes' widths; with them a
-// half-warp's 16 reads of a row of its windows fall on distinct banks (docs/winograd.md).
+// `xoff` values in (Args::xoff: a TMA box starts at a 16-byte aligned column). Row strides: 40 and
+// 32 values for one tile row (in float32 the TMA boxes' widths, multiples of 16 bytes), 12 for
+// four. In float32 a half-warp's 16 pair reads of a row of its windows fill all 32 banks once; in
+// 16 bits the two half-warps' channels (c, c + 4) meet on the same banks but for x with four tile
+// rows (2 wavefronts a read where 1 would do: a channel stride of 8 mod 16 halves would mend it).
 template <typename T, int kRows> struct RawChunk {
   static constexpr int kCols = kT / kRows;
   static constexpr int kXh = 2 * kRows + 2, kXw = 2 * kCols + 2;

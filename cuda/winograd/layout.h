@@ -147,13 +147,13 @@ inline FusedDims fused_dims(Pass pass, const Shape& s, int store_bytes) {
 // The fused weight gradient (fused_wgrad.cuh): blocks of kWgradBlock output x kWgradBlock input
 // channels, each summing a run of chunks of kWgradChunk tiles. A chunk is a rectangle of one
 // sample's tiles, `rows` tile rows (1 or 4) x kWgradChunk / rows tile columns: one tile row where
-// both operands' rows are multiples of 4 values (float32 then copies a chunk by TMA), else
-// whichever leaves fewer empty places past the tile grid's edges (1 on a tie); chunks go sample,
-// rectangle row, rectangle column in order. The chunks are split into `splits` runs of as near
-// equal length as the division allows, so that about kWgradTarget blocks run (four waves of one
-// block an SM on 132 SMs), each run at least kWgradMinChunks chunks: a function of the shape
-// alone, so the sum's order is too. The workspace: the runs' partial sums, [splits, 16, Kp, Cp]
-// float.
+// both operands' rows are multiples of 4 values (float32 then copies a chunk by TMA; with
+// ow = W + 2 pw - 2 that takes an odd pw), else whichever leaves fewer empty places past
+// the tile grid's edges (1 on a tie); chunks go sample, rectangle row, rectangle column in order.
+// The chunks are split into `splits` runs of as near equal length as the division allows, so that
+// about kWgradTarget blocks run (four waves of one block an SM on 132 SMs), each run at least
+// kWgradMinChunks chunks (one run where there are fewer): a function of the shape alone, so the
+// sum's order is too. The workspace: the runs' partial sums, [splits, 16, Kp, Cp] float.
 constexpr int64_t kWgradBlock = 32, kWgradChunk = 16, kWgradTarget = 528, kWgradMinChunks = 4;
 struct WgradDims {
   int64_t Kp, Cp;       // K, C rounded up to whole blocks

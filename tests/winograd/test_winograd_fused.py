@@ -70,8 +70,10 @@ BLOCK_SHAPES = [
 # column of one value) whose 15 x 17 tiles go in 60 chunks of 4 x 4 (the last ones partly past the
 # grid), 15 runs of 4 on 2 x 2 blocks of channels, 36 and 40 of 64 each. The other shapes give
 # either chunk, by TMA or by value-by-value copies (widths not multiples of 4, or data not 16-byte
-# aligned: test_fused_float32_data_anywhere_gives_the_same_results).
-WGRAD_SHAPES = [(8, 16, 16, 64, 64, 1, 1), (3, 40, 36, 31, 31, 0, 2)]
+# aligned: test_fused_float32_data_anywhere_gives_the_same_results). 1x2x3 2x4 p1x1 and 1x1x1 4x8
+# p1x1 are runs of 1 and 2 chunks by TMA (the pipeline's first and last chunks at once).
+WGRAD_SHAPES = [(8, 16, 16, 64, 64, 1, 1), (3, 40, 36, 31, 31, 0, 2), (1, 2, 3, 2, 4, 1, 1),
+                (1, 1, 1, 4, 8, 1, 1)]
 # The passes whose every comparison also proves the rule rejects the output scaled by
 # (1 + MUTATION): the non-fused kernel's float16 set for F(2x2,3x3) (test_winograd_values.py).
 MUTATED = {torch.float16: (0, 1)}
