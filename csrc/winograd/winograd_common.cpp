@@ -55,7 +55,7 @@ Shape check(Pass pass, const at::Tensor& a, const at::Tensor& b,
                 ": `fused` takes float16, bfloat16 and float32, got ", a.scalar_type(),
                 " (pass fused=False)");
     // float32's patch comes by TMA alone, whose rows are multiples of 16 bytes (the weight
-    // gradient's kernel loads values one by one)
+    // gradient's kernel copies by TMA where the rows allow, else value by value: any width)
     TORCH_CHECK(!f32 || pass == Pass::WeightGrad || a.size(3) % 4 == 0, op,
                 ": `fused` in float32 takes `", an, "` of a width that is a multiple of 4, got ",
                 a.size(3), " (pass fused=False)");

@@ -142,6 +142,17 @@ __device__ __forceinline__ void copy_region(T* __restrict__ dst, const T* plane,
   }
 }
 
+// A chunk's sample n and the grad_output row y and column x of its first tile.
+template <typename T, int kRows>
+__device__ __forceinline__ void chunk_origin(const Args<T>& g, int chunk, uint32_t& n, int& y,
+                                             int& x) {
+  n = g.img.div(static_cast<uint32_t>(chunk));
+  const uint32_t rem = static_cast<uint32_t>(chunk) - n * g.img.d;
+  const uint32_t ry = g.row.div(rem);
+  y = 2 * kRows * static_cast<int>(ry);
+  x = 2 * RawChunk<T, kRows>::kCols * static_cast<int>(rem - ry * g.row.d);
+}
+
 // The block's copy of one chunk: warp w copies channels w and w + 16 of x (c0 + ..) and of
 // grad_output (k0 + ..).
 template <typename T, int kRows>
@@ -149,11 +160,9 @@ __device__ __forceinline__ void copy_chunk(const Args<T>& g, int chunk, int k0, 
                                            T* __restrict__ raw) {
   using Rc = RawChunk<T, kRows>;
   const int warp = threadIdx.x >> 5;
-  const uint32_t n = g.img.div(static_cast<uint32_t>(chunk));
-  const uint32_t rem = static_cast<uint32_t>(chunk) - n * g.img.d;
-  const uint32_t ry = g.row.div(rem);
-  const int y = 2 * kRows * static_cast<int>(ry);                       // grad_output row
-  const int x = 2 * Rc::kCols * static_cast<int>(rem - ry * g.row.d);  // and column
+  uint32_t n;
+  int y, x;
+  chunk_origin<T, kRows>(g, chunk, n, y, x);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int lc = warp + 16 * h, c = c0 + lc, k = k0 + lc;
@@ -375,11 +384,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     T* dst = raw + b * Rc::kValues;
     if constexpr (kTma) {
       if (threadIdx.x == 0) {
-        const uint32_t n = g.img.div(static_cast<uint32_t>(chunk));
-        const uint32_t rem = static_cast<uint32_t>(chunk) - n * g.img.d;
-        const uint32_t ry = g.row.div(rem);
-        const int y = 2 * kRows * static_cast<int>(ry);
-        const int x = 2 * Rc::kCols * static_cast<int>(rem - ry * g.row.d);
+        uint32_t n;
+        int y, x;
+        chunk_origin<T, kRows>(g, chunk, n, y, x);
         // The buffer's reads by the transform (generic proxy), ordered before this by the
         // block's barrier, go before the async writes.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
