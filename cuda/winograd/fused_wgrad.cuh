@@ -11,8 +11,8 @@
 //      else 4-byte cp.async; 16 bits: loads and stores);
 //   2. every thread transforms one (channel, tile) window of x and one tile of grad_output from
 //      there into a second shared-memory stage, [point][channel][tile];
-//   3. each warp multiplies its point's 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync, or FFMA in
-//      float32 without TF32) into its accumulators.
+//   3. each warp multiplies its point's 32 x 16 by 16 x 32 (TF32 or 16-bit mma.sync; float32
+//      without TF32 as four TF32 products of split values, hi and lo) into its accumulators.
 // Its partial sums go to the workspace, [split][point][Kp][Cp] float; a second kernel, `finish`,
 // adds the splits in order (so the result does not depend on timing) and applies A^T . A.
 #pragma once
@@ -49,12 +49,11 @@ constexpr int kT = static_cast<int>(kWgradChunk);  // tiles a chunk
 constexpr int kP = Mat::kAlpha * Mat::kAlpha;      // 16 points, a warp each
 static_assert(kB == 32 && kT == 16 && kP == kWarps, "the thread maps below assume these");
 
-// Shared memory of a chunk, [point][channel][tile], in S: float for float32 (FFMA, or TF32 bit
-// patterns), else the 16-bit type. Rows of 20 floats (24 halves) put the 8 rows of an mma
-// fragment's lanes on distinct banks (and the FFMA reads' 8 rows, though a 16-byte read shared by
-// 4 lanes still takes several wavefronts: docs/winograd.md); channels c and c + 4, the
-// transform's two half-warps, are 16 banks apart. Two stages: one is filled while the other is
-// multiplied.
+// Shared memory of a chunk, [point][channel][tile], in S: float for float32 (TF32 bit patterns
+// under TF32, else whole values, split as the products read them), else the 16-bit type. Rows of
+// 20 floats (24 halves) put the 8 rows of an mma fragment's lanes on distinct banks; channels c
+// and c + 4, the transform's two half-warps, are 16 banks apart. Two stages: one is filled while
+// the other is multiplied.
 template <typename S> struct Stage {
   static constexpr int kRow = sizeof(S) == 4 ? 20 : 24;
   static constexpr int kPoint = kB * kRow;
@@ -267,10 +266,22 @@ __device__ __forceinline__ void transform_chunk(const T* __restrict__ raw, int x
   }
 }
 
+// A float32 value as two TF32 values, hi + lo: hi rounded to TF32 (11 significant bits), lo the
+// rest (exact in float32, at most 12 significant bits) rounded to TF32, off v by at most 2^-23 v.
+__device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
+  hi = to_tf32(v);
+  lo = to_tf32(v - __uint_as_float(hi));
+}
+
 // The products, tensor cores: warp w owns point w, M [32 k, 32 c] += Gs [32 k, 16 t] Xs^T
 // [16 t, 32 c] as 2 x 4 fragments of 16 x 8. acc[mi][ni][4]: the mma D layout (mma.cuh),
-// k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1).
-template <typename S>
+// k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1). kSplit (float32 without TF32): the stage holds whole
+// float32 values, each split into TF32 hi + lo as it is read; a k-step's 8 products are
+// lo lo + lo hi + hi lo + hi hi, four TF32 mma from zero, the small terms first, added to the
+// accumulators by FADD. So a product is off by about float32's rounding (the split's), and the
+// long sums round to nearest as FFMA's would (the tensor cores' own accumulation truncates, a
+// bias that grows over a run's thousands of tiles: docs/winograd.md).
+template <typename S, bool kSplit>
 __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* __restrict__ xs,
                                              float (&acc)[2][4][4]) {
   using St = Stage<S>;
@@ -281,25 +292,58 @@ __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* 
   if constexpr (sizeof(S) == 4) {  // TF32, m16n8k8: two k-steps of 8 tiles
 #pragma unroll
     for (int kt = 0; kt < kT; kt += 8) {
-      uint32_t a[2][4], b[4][2];
+      float av[2][4], bv[4][2];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const S* p = gp + (16 * mi + gq) * St::kRow + kt + t4;
-        a[mi][0] = __float_as_uint(p[0]);
-        a[mi][1] = __float_as_uint(p[8 * St::kRow]);
-        a[mi][2] = __float_as_uint(p[4]);
-        a[mi][3] = __float_as_uint(p[8 * St::kRow + 4]);
+        av[mi][0] = p[0];
+        av[mi][1] = p[8 * St::kRow];
+        av[mi][2] = p[4];
+        av[mi][3] = p[8 * St::kRow + 4];
       }
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
         const S* p = xp + (8 * ni + gq) * St::kRow + kt + t4;
-        b[ni][0] = __float_as_uint(p[0]);
-        b[ni][1] = __float_as_uint(p[4]);
+        bv[ni][0] = p[0];
+        bv[ni][1] = p[4];
       }
+      uint32_t a[2][4], b[4][2];
+      if constexpr (kSplit) {
+        uint32_t al[2][4], bl[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+        for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) mma1688_tf32(acc[mi][ni], a[mi], b[ni]);
+          for (int r = 0; r < 4; ++r) split_tf32(av[mi][r], a[mi][r], al[mi][r]);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) split_tf32(bv[ni][r], b[ni][r], bl[ni][r]);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma1688_tf32(d, al[mi], bl[ni]);
+            mma1688_tf32(d, al[mi], b[ni]);
+            mma1688_tf32(d, a[mi], bl[ni]);
+            mma1688_tf32(d, a[mi], b[ni]);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[mi][ni][r] += d[r];
+          }
+      } else {  // the stage holds TF32 bit patterns
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a[mi][r] = __float_as_uint(av[mi][r]);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) b[ni][r] = __float_as_uint(bv[ni][r]);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) mma1688_tf32(acc[mi][ni], a[mi], b[ni]);
+      }
     }
   } else {  // 16-bit, m16n8k16: the chunk's 16 tiles in one k-step
     uint32_t a[2][4], b[4][2];
@@ -315,44 +359,14 @@ __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* 
   }
 }
 
-// The products by FFMA (float32 without TF32): warp w owns point w, a thread k = kg + 8 i (i < 4),
-// c = cg + 4 j (j < 8), kg = lane / 4, cg = lane % 4, reading 4 tiles a 16-byte load.
-__device__ __forceinline__ void products_ffma(const float* __restrict__ gs,
-                                              const float* __restrict__ xs,
-                                              float (&acc)[4][8]) {
-  using St = Stage<float>;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int kg = lane >> 2, cg = lane & 3;
-  const float* gp = gs + warp * St::kPoint + kg * St::kRow;
-  const float* xp = xs + warp * St::kPoint + cg * St::kRow;
-#pragma unroll
-  for (int t0 = 0; t0 < kT; t0 += 4) {
-    float4 a[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      a[i] = *reinterpret_cast<const float4*>(gp + 8 * i * St::kRow + t0);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float4 b = *reinterpret_cast<const float4*>(xp + 4 * j * St::kRow + t0);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[i][j] = fmaf(a[i].x, b.x, acc[i][j]);
-        acc[i][j] = fmaf(a[i].y, b.y, acc[i][j]);
-        acc[i][j] = fmaf(a[i].z, b.z, acc[i][j]);
-        acc[i][j] = fmaf(a[i].w, b.w, acc[i][j]);
-      }
-    }
-  }
-}
-
 // Block (c block, k block, split): its run of chunks, then its partial sums. Raw values in two
 // buffers and transformed values in two stages: while a chunk's products run, the next chunk's
 // raw values (copied during the last chunk) are transformed into the other stage and the one
-// after's are copied. One barrier a chunk. kMode: 0 FFMA (float32), 1 TF32 (float32), 2 16-bit
-// tensor cores; kRows: the chunk's tile rows; kTma: thread 0 copies a chunk's x and grad_output
-// as two TMA boxes (xmap, gmap: [S][C or K][rows][columns]) completing the buffer's mbarrier, else
-// the block copies them value by value (copy_chunk). (The FFMA form takes most of the 128
-// registers that 512 threads an SM leave a thread: check ptxas -v for spills after changing it.)
+// after's are copied. One barrier a chunk. kMode: 0 float32 as split TF32 (three products), 1 TF32,
+// 2 16-bit tensor cores; kRows: the chunk's tile rows; kTma: thread 0 copies a chunk's x and
+// grad_output as two TMA boxes (xmap, gmap: [S][C or K][rows][columns]) completing the buffer's
+// mbarrier, else the block copies them value by value (copy_chunk). (512 threads an SM leave a
+// thread 128 registers: check ptxas -v for spills after changing it.)
 template <typename T, int kMode, int kRows, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     kernel(const Args<T> g, const __grid_constant__ CUtensorMap xmap,
@@ -360,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using S = std::conditional_t<kMode == 2, T, float>;
   using St = Stage<S>;
   using Rc = RawChunk<T, kRows>;
-  constexpr bool kFfma = kMode == 0, kTf32 = kMode == 1;
+  constexpr bool kSplit = kMode == 0, kTf32 = kMode == 1;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   S* stage = reinterpret_cast<S*>(smem_raw);  // [2][grad_output, x][kValues]
   T* raw = reinterpret_cast<T*>(smem_raw + 2 * St::kBytes);  // [2][Rc::kValues]
@@ -369,14 +383,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // runs of chunks / splits chunks, rounded down or up
   const int first = static_cast<int>(static_cast<int64_t>(split) * g.chunks / g.splits);
   const int last = static_cast<int>(static_cast<int64_t>(split + 1) * g.chunks / g.splits);
-  // 32 accumulators a thread: [4][8] (FFMA) or [mi][ni][4] (mma)
-  float acc_flat[32];
+  float acc[2][4][4];  // the mma D layout
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc_flat[i] = 0.0f;
-  auto& facc = reinterpret_cast<float(&)[4][8]>(acc_flat);
-  auto& macc = reinterpret_cast<float(&)[2][4][4]>(acc_flat);
-  (void)facc;
-  (void)macc;
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
   (void)xmap;
   (void)gmap;
   // Chunk `chunk`'s raw values into buffer b.
@@ -430,10 +443,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (chunk + 2 < last) fetch(chunk + 2, cur);
     cp_async_commit();
     const S* gs = stage + cur * 2 * St::kValues;
-    if constexpr (kFfma)
-      products_ffma(gs, gs + St::kValues, facc);
-    else
-      products_mma<S>(gs, gs + St::kValues, macc);
+    products_mma<S, kSplit>(gs, gs + St::kValues, acc);
     if (chunk + 1 < last) {
       S* next = stage + (cur ^ 1) * 2 * St::kValues;
       ready(cur ^ 1);
@@ -446,14 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* out = g.part + (static_cast<int64_t>(split) * kP + warp) * g.Kp * g.Cp;
-  if constexpr (kFfma) {
-    const int kg = lane >> 2, cg = lane & 3;
-    float* o = out + static_cast<int64_t>(k0 + kg) * g.Cp + c0 + cg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) o[static_cast<int64_t>(8 * i) * g.Cp + 4 * j] = facc[i][j];
-  } else {
+  {
     const int gq = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
@@ -462,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int k = k0 + 16 * mi + gq + 8 * (r >> 1), c = c0 + 8 * ni + 2 * t4 + (r & 1);
-          out[static_cast<int64_t>(k) * g.Cp + c] = macc[mi][ni][r];
+          out[static_cast<int64_t>(k) * g.Cp + c] = acc[mi][ni][r];
         }
   }
 }
