@@ -267,7 +267,9 @@ __device__ __forceinline__ void transform_chunk(const T* __restrict__ raw, int x
 }
 
 // A float32 value as two TF32 values, hi + lo: hi rounded to TF32 (11 significant bits), lo the
-// rest (exact in float32, at most 12 significant bits) rounded to TF32, off v by at most 2^-23 v.
+// rest (exact in float32, at most 12 significant bits) rounded to TF32: hi + lo is off v by at
+// most 2^-23 v for |v| above about 5e-35 (below, lo falls on TF32's subnormal grid); from 3.4e38
+// (and for inf) hi is inf and lo not finite.
 __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
   hi = to_tf32(v);
   lo = to_tf32(v - __uint_as_float(hi));
@@ -278,7 +280,7 @@ __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) 
 // k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1). kSplit (float32 without TF32): the stage holds whole
 // float32 values, each split into TF32 hi + lo as it is read; a k-step's 8 products are
 // lo lo + lo hi + hi lo + hi hi, four TF32 mma from zero, the small terms first, added to the
-// accumulators by FADD. So a product is off by about float32's rounding (the split's), and the
+// accumulators by FADD. So a product is within 2^-22 of itself (a few float32 roundings), and the
 // long sums round to nearest as FFMA's would (the tensor cores' own accumulation truncates, a
 // bias that grows over a run's thousands of tiles: docs/winograd.md).
 template <typename S, bool kSplit>
@@ -362,7 +364,7 @@ __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* 
 // Block (c block, k block, split): its run of chunks, then its partial sums. Raw values in two
 // buffers and transformed values in two stages: while a chunk's products run, the next chunk's
 // raw values (copied during the last chunk) are transformed into the other stage and the one
-// after's are copied. One barrier a chunk. kMode: 0 float32 as split TF32 (three products), 1 TF32,
+// after's are copied. One barrier a chunk. kMode: 0 float32 as split TF32 (four products), 1 TF32,
 // 2 16-bit tensor cores; kRows: the chunk's tile rows; kTma: thread 0 copies a chunk's x and
 // grad_output as two TMA boxes (xmap, gmap: [S][C or K][rows][columns]) completing the buffer's
 // mbarrier, else the block copies them value by value (copy_chunk). (512 threads an SM leave a

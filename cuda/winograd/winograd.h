@@ -53,9 +53,10 @@ template <typename T>
 void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
                void* workspace, size_t workspace_size, bool tf32, cudaStream_t stream);
 
-// The fused weight gradient (fused_wgrad.cuh), float16 and bfloat16, or float32 (TF32 products
-// with `tf32`, else four TF32 products of split values, hi + lo): F(3x3, 2x2), grad_w [K, C, 3, 3] from gy [S, K, oh, ow] and
-// x [S, C, H, W]; `workspace` of fused_wgrad_workspace_bytes (layout.h) holds the partial sums.
+// The fused weight gradient (fused_wgrad.cuh), float16 and bfloat16, or float32 (TF32 products with
+// `tf32`, else four TF32 products of split values, hi + lo): F(3x3, 2x2), grad_w [K, C, 3, 3] from
+// gy [S, K, oh, ow] and x [S, C, H, W]; `workspace` of fused_wgrad_workspace_bytes (layout.h) holds
+// the partial sums.
 template <typename T>
 void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void* workspace,
                            size_t workspace_size, bool tf32, cudaStream_t stream);
