@@ -51,6 +51,15 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return r;
 }
 
+// A float32 value as two TF32 values, hi + lo: hi rounded to TF32 (11 significant bits), lo the
+// rest (exact in float32, at most 12 significant bits) rounded to TF32: hi + lo is off v by at
+// most 2^-23 v for |v| above about 5e-35 (below, lo falls on TF32's subnormal grid); from 3.4e38
+// (and for inf) hi is inf and lo not finite.
+__device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
+  hi = to_tf32(v);
+  lo = to_tf32(v - __uint_as_float(hi));
+}
+
 // The A fragment of rows r0.., columns k0.. of a row-major operand in shared memory with row
 // stride `ld` (values), and the B fragment of a column-major one stored as rows of n (B^T
 // row-major, stride `ld`); `p` points at (r0 + g, k0 + 2t).

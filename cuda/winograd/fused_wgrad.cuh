@@ -266,15 +266,6 @@ __device__ __forceinline__ void transform_chunk(const T* __restrict__ raw, int x
   }
 }
 
-// A float32 value as two TF32 values, hi + lo: hi rounded to TF32 (11 significant bits), lo the
-// rest (exact in float32, at most 12 significant bits) rounded to TF32: hi + lo is off v by at
-// most 2^-23 v for |v| above about 5e-35 (below, lo falls on TF32's subnormal grid); from 3.4e38
-// (and for inf) hi is inf and lo not finite.
-__device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
-  hi = to_tf32(v);
-  lo = to_tf32(v - __uint_as_float(hi));
-}
-
 // The products, tensor cores: warp w owns point w, M [32 k, 32 c] += Gs [32 k, 16 t] Xs^T
 // [16 t, 32 c] as 2 x 4 fragments of 16 x 8. acc[mi][ni][4]: the mma D layout (mma.cuh),
 // k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1). kSplit (float32 without TF32): the stage holds whole
@@ -458,18 +449,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* out = g.part + (static_cast<int64_t>(split) * kP + warp) * g.Kp * g.Cp;
-  {
-    const int gq = lane >> 2, t4 = lane & 3;
+  const int gq = lane >> 2, t4 = lane & 3;
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+  for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+    for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int k = k0 + 16 * mi + gq + 8 * (r >> 1), c = c0 + 8 * ni + 2 * t4 + (r & 1);
-          out[static_cast<int64_t>(k) * g.Cp + c] = acc[mi][ni][r];
-        }
-  }
+      for (int r = 0; r < 4; ++r) {
+        const int k = k0 + 16 * mi + gq + 8 * (r >> 1), c = c0 + 8 * ni + 2 * t4 + (r & 1);
+        out[static_cast<int64_t>(k) * g.Cp + c] = acc[mi][ni][r];
+      }
 }
 
 // grad_w [K, C, 3, 3] = A^T (sum of the splits' partial sums) A. Block: 16 (k, c) pairs x 16
