@@ -51,13 +51,17 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return r;
 }
 
-// A float32 value as two TF32 values, hi + lo: hi rounded to TF32 (11 significant bits), lo the
-// rest (exact in float32, at most 12 significant bits) rounded to TF32: hi + lo is off v by at
-// most 2^-23 v for |v| above about 5e-35 (below, lo falls on TF32's subnormal grid); from 3.4e38
+// A float32 value as two TF32 operands, hi + lo: hi rounded to TF32 (11 significant bits), lo the
+// rest, exact in float32 with at most 12 significant bits, left whole. An mma reads a .tf32
+// operand's 11 leading bits (sm_80 on, the tensor cores drop the low 13 bits of the register, which
+// CUTLASS's round_half_ulp_truncate conversion also relies on), so lo enters truncated to its 11
+// leading bits: hi + lo is off v by at most 2^-23 v, the bound of lo rounded to TF32 (the two differ
+// only at ties), and one instruction less. A reading that kept more of lo would only be closer. The
+// bound holds for |v| above about 5e-35 (below, lo falls on TF32's subnormal grid); from 3.4e38
 // (and for inf) hi is inf and lo not finite.
 __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
   hi = to_tf32(v);
-  lo = to_tf32(v - __uint_as_float(hi));
+  lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
 // The A fragment of rows r0.., columns k0.. of a row-major operand in shared memory with row
