@@ -1,10 +1,15 @@
-// What the element-wise kernels of every family share: the block size, the grid for a count of
-// threads (grid-stride loops cover the rest), and the GEMM types of a storage type.
+// What the kernels of every family share at launch: the element-wise kernels' block size and grid
+// for a count of threads (grid-stride loops cover the rest), the GEMM types of a storage type, and
+// the shared-memory opt-in of kernels that take more than 48 KB.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
+#include "check.h"
 #include "gemm.h"
 #include "storage.h"
 
@@ -33,5 +38,21 @@ template <> struct GemmTypes<__half> {
 template <> struct GemmTypes<__nv_bfloat16> {
   static constexpr gemm::Type store = gemm::Type::BF16, acc = gemm::Type::F32;
 };
+
+// Raises kernel k's dynamic shared-memory limit to `bytes` on the current device, once per device
+// and record (an attribute set on every call costs host time): `record` is the caller's, one per
+// kernel, bit d for device d; devices from 64 on opt in on every call. Returns the device.
+template <typename Kernel>
+inline int opt_in_shared_memory(Kernel k, size_t bytes, std::atomic<uint64_t>& record) {
+  int dev = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit == 0 || (record.load(std::memory_order_acquire) & bit) == 0) {
+    FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+    record.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  return dev;
+}
 
 }  // namespace fastlayers

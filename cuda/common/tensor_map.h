@@ -39,4 +39,17 @@ inline bool encode_tensor_map_4d(CUtensorMap* map, CUtensorMapDataType type, con
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A tensor map over a dense [n][c][h][w] tensor of `elem`-byte values at `base` (w innermost),
+// boxes of box_w x box_h x box_c values of one n.
+inline bool encode_nchw_map(CUtensorMap* map, CUtensorMapDataType type, size_t elem,
+                            const void* base, int64_t n, int64_t c, int64_t h, int64_t w,
+                            uint32_t box_w, uint32_t box_h, uint32_t box_c,
+                            CUtensorMapSwizzle swizzle) {
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(w), static_cast<cuuint64_t>(h),
+                              static_cast<cuuint64_t>(c), static_cast<cuuint64_t>(n)};
+  const cuuint64_t row = dims[0] * elem, strides[3] = {row, row * dims[1], row * dims[1] * dims[2]};
+  const cuuint32_t box[4] = {box_w, box_h, box_c, 1};
+  return encode_tensor_map_4d(map, type, base, dims, strides, box, swizzle);
+}
+
 }  // namespace fastlayers

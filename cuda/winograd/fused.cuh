@@ -812,19 +812,13 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     throw std::invalid_argument("fastlayers: the fused Winograd kernel takes float32 data whose "
                                 "width is a multiple of 4, 16-byte aligned");
   if (tma) {
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.data_w),
-                                static_cast<cuuint64_t>(t.data_h),
-                                static_cast<cuuint64_t>(t.data_ch), static_cast<cuuint64_t>(s.S)};
-    const cuuint64_t row = dims[0] * sizeof(T), strides[3] = {row, row * dims[1],
-                                                              row * dims[1] * dims[2]};
-    const cuuint32_t box[4] = {fused::kTmaBox, fused::kTmaRows,
-                               static_cast<cuuint32_t>(fused::kChunkOf<T>), 1};
-    tma = encode_tensor_map_4d(&patch_map,
-                               kF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                               : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                               a, dims, strides, box,
-                               kF32 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+    tma = encode_nchw_map(&patch_map,
+                          kF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                          : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                          sizeof(T), a, s.S, t.data_ch, t.data_h, t.data_w, fused::kTmaBox,
+                          fused::kTmaRows, static_cast<uint32_t>(fused::kChunkOf<T>),
+                          kF32 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
     if (kF32 && !tma)
       throw std::runtime_error("fastlayers: the fused Winograd kernel's tensor map was refused");
   }
@@ -846,18 +840,8 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
         : variant == 2 ? fused::kernel<T, Mat, 0, true>
         : variant == 1 ? fused::kernel<T, Mat, 1, false>
                        : fused::kernel<T, Mat, 0, false>;
-  // The shared-memory opt-in once per device (a per-call attribute set costs host time); the
-  // bits remember devices 0..63, any other opts in on every call.
-  static std::atomic<uint64_t> opted[8]{};
-  int dev = 0;
-  FL_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  std::atomic<uint64_t>& k_opted = opted[variant];
-  if (bit == 0 || (k_opted.load(std::memory_order_acquire) & bit) == 0) {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    k_opted.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static std::atomic<uint64_t> opted[8]{};  // opt_in_shared_memory's records, one a variant
+  const int dev = opt_in_shared_memory(k, smem, opted[variant]);
   // One block an SM (the accumulators take its registers), each a stream of items.
   int sms = 0;
   FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -29,6 +29,7 @@
 #include "../common/async_copy.cuh"
 #include "../common/check.h"
 #include "../common/fast_div.h"
+#include "../common/launch.cuh"
 #include "../common/mma.cuh"
 #include "../common/storage.h"
 #include "../common/tensor_map.h"
@@ -535,19 +536,11 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
   bool tma = kF32 && !four && s.W % 4 == 0 && s.ow() % 4 == 0 &&
              reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(gy) % 16 == 0;
   if (tma) {
-    auto encode = [&](CUtensorMap* map, const T* base, int64_t w, int64_t h, int64_t ch,
-                      uint32_t box_w, uint32_t box_h) {
-      const cuuint64_t dims[4] = {static_cast<cuuint64_t>(w), static_cast<cuuint64_t>(h),
-                                  static_cast<cuuint64_t>(ch), static_cast<cuuint64_t>(s.S)};
-      const cuuint64_t row = dims[0] * sizeof(T), strides[3] = {row, row * dims[1],
-                                                                row * dims[1] * dims[2]};
-      const cuuint32_t box[4] = {box_w, box_h, static_cast<cuuint32_t>(wgrad::kB), 1};
-      return encode_tensor_map_4d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, dims, strides, box,
-                                  CU_TENSOR_MAP_SWIZZLE_NONE);
-    };
     using R1 = wgrad::RawChunk<T, 1>;
-    tma = encode(&xmap, x, s.W, s.H, s.C, R1::kXld, R1::kXh) &&
-          encode(&gmap, gy, s.ow(), s.oh(), s.K, R1::kGld, R1::kGh);
+    tma = encode_nchw_map(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(T), x, s.S, s.C, s.H,
+                          s.W, R1::kXld, R1::kXh, wgrad::kB, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+          encode_nchw_map(&gmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(T), gy, s.S, s.K,
+                          s.oh(), s.ow(), R1::kGld, R1::kGh, wgrad::kB, CU_TENSOR_MAP_SWIZZLE_NONE);
   }
   g.xoff = tma ? static_cast<int>(((-s.pw) % 4 + 4) % 4) : 0;
   using S = std::conditional_t<kF32, float, T>;
@@ -572,17 +565,8 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
     k = four ? wgrad::kernel<T, 2, 4, false> : wgrad::kernel<T, 2, 1, false>;
     variant = four ? 1 : 0;
   }
-  // The shared-memory opt-in once per device and kernel (as run_fused).
-  static std::atomic<uint64_t> opted[8]{};
-  int dev = 0;
-  FL_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  std::atomic<uint64_t>& k_opted = opted[variant];
-  if (bit == 0 || (k_opted.load(std::memory_order_acquire) & bit) == 0) {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    k_opted.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static std::atomic<uint64_t> opted[8]{};  // opt_in_shared_memory's records, one a variant
+  opt_in_shared_memory(k, smem, opted[variant]);
   const dim3 grid(static_cast<unsigned>(d.Cp / wgrad::kB), static_cast<unsigned>(d.Kp / wgrad::kB),
                   static_cast<unsigned>(d.splits));
   k<<<grid, wgrad::kThreads, smem, stream>>>(g, xmap, gmap);
