@@ -100,17 +100,6 @@ def check(plain, conv, x, target, mode) -> dict:
     return row
 
 
-def pass_counts(choices: dict):
-    """(passes decided, passes that run a fastlayers algorithm) of a network's decisions {key:
-    label}: the tuner's layer checks are not passes, and one that sent its layer to PyTorch's path
-    leaves that shape's passes there."""
-    back = {k.split("|", 1)[1].split("|bias=")[0] for k, c in choices.items()
-            if k.startswith("conv2d.layer|") and c == "native"}
-    passes = {k: c for k, c in choices.items() if not k.startswith("conv2d.layer|")}
-    return len(passes), sum(c != "native" and k.split("|", 1)[1] not in back
-                            for k, c in passes.items())
-
-
 def run_network(doc, res, stats, name, mode, args):
     N, side = NETWORKS[name]
     if args.quick:
@@ -133,7 +122,8 @@ def run_network(doc, res, stats, name, mode, args):
                                "converted": common.first_call_s(steps["converted"])}
         decisions = [d for d in tuner.decisions() if d["source"] in ("tuned", "file")]
         row["choices"] = {d["key"].split("|torch=")[0]: d["choice"] for d in decisions}
-        row["passes_tuned"], row["passes_on_fastlayers"] = pass_counts(row["choices"])
+        import make_docs
+        row["passes_tuned"], row["passes_on_fastlayers"] = make_docs.pass_counts(row["choices"])
         log("  %-8s %-4s N=%-3d first step: plain %.2f s, converted %.2f s (%d passes tuned, "
             "%d on fastlayers)" % (name, mode, N, row["first_step_s"]["plain"],
                                    row["first_step_s"]["converted"], row["passes_tuned"],

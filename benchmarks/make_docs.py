@@ -363,6 +363,28 @@ def _network_failure(r: dict) -> str:
     return "outside tolerance: " + "; ".join(bad) if bad else r["failed"][:160]
 
 
+def pass_counts(choices: dict):
+    """(passes decided, passes that run a fastlayers algorithm) of a network's decisions {key:
+    label}. The tuner's layer checks are not passes; each names the labels its layer runs
+    (tuner.conv2d.layer_labels): "tuned" keeps the passes' own, "native" sends all three to
+    PyTorch's path, and "a/b/c" runs those labels in pass order, whatever the passes' own were."""
+    order = {"conv2d.forward": 0, "conv2d.input_grad": 1, "conv2d.weight_grad": 2}
+    plans = {}
+    for k, c in choices.items():
+        if k.startswith("conv2d.layer|") and c != "tuned":
+            shape = k.split("|", 1)[1].split("|bias=")[0]
+            plans[shape] = ["native"] * 3 if c == "native" else c.split("/")
+    passes = {k: c for k, c in choices.items() if not k.startswith("conv2d.layer|")}
+    on = 0
+    for k, c in passes.items():
+        op, shape = k.split("|", 1)
+        plan, i = plans.get(shape), order.get(op)
+        if plan is not None and i is not None and i < len(plan):
+            c = plan[i]
+        on += c != "native"
+    return len(passes), on
+
+
 def networks(doc: dict) -> str:
     out = ["| network | mode | N | step plain ms | converted ms | x (quartiles; min-max) "
            "| A/A x (quartiles; min-max) "
@@ -376,7 +398,8 @@ def networks(doc: dict) -> str:
         ab, aa, fs = r["ab"], r["aa"], r["first_step_s"]
         out.append(head + " %.2f | %.2f | %s | %s | %.1f / %.1f | %d of %d |" % (
             ab["a_ms"], ab["b_ms"], _spread(ab), _spread(aa), fs["plain"], fs["converted"],
-            r["passes_on_fastlayers"], r["passes_tuned"]))
+            *reversed(pass_counts(r["choices"]) if "choices" in r else
+                      (r["passes_tuned"], r["passes_on_fastlayers"]))))
     out += ["", "Training steps (forward, loss, backward, SGD) back to back, wall clock; x = plain / "
             "converted, the median of per-round ratios, its quartiles where the row has them; "
             "A/A: plain over a second plain copy. Rows with quartiles timed the three models in "
@@ -864,7 +887,7 @@ def summary(docs: dict) -> str:
                for r in nw[1].get("rows", []) if "ratio" not in r]
         rows.append(("Training steps after `convert` (%s), over the plain model" % ", ".join(
             dict.fromkeys(r["network"] for r in nw[1].get("rows", []))),
-            "; ".join("%s %s" % (m, span(v)) + "x" for m, v in by_mode.items())
+            "; ".join("%s %s" % (m, span(v, ".3f")) + "x" for m, v in by_mode.items())
             + " (target: none below 0.97x)"
             + ("; no ratio: %s" % ", ".join(bad) if bad else "")))
     wg = docs.get("winograd")
@@ -929,9 +952,19 @@ def summary(docs: dict) -> str:
     dirty = [k for k in shown if k in docs and docs[k][1].get("git", {}).get("dirty") is not False]
     out = ["| benchmark (%s) | result |" % " / ".join(dict.fromkeys(devices)), "|---|---|"]
     out += ["| %s | %s |" % r for r in rows]
+    where = {}
+    for k in shown:
+        if k in docs:
+            where.setdefault(docs[k][1].get("device", {}).get("name", "?"), []).append(k)
+    notes = []
+    if len(where) > 1:
+        notes.append("Machines: %s." % "; ".join("%s: %s" % (d, ", ".join(ks))
+                                                for d, ks in where.items()))
     if dirty:
-        out += ["", "Measured on a tree that was not a clean commit, or whose commit was not recorded "
-                "(%s); a run on a clean commit replaces these." % ", ".join(sorted(dirty))]
+        notes.append("Measured on a tree that was not a clean commit, or whose commit was not "
+                     "recorded (%s); a run on a clean commit replaces these." % ", ".join(sorted(dirty)))
+    if notes:
+        out += ["", " ".join(notes)]
     return "\n".join(out)
 
 

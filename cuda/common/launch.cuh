@@ -41,7 +41,9 @@ template <> struct GemmTypes<__nv_bfloat16> {
 
 // Raises kernel k's dynamic shared-memory limit to `bytes` on the current device, once per device
 // and record (an attribute set on every call costs host time): `record` is the caller's, one per
-// kernel, bit d for device d; devices from 64 on opt in on every call. Returns the device.
+// kernel and size (it remembers devices, bit d for device d, not the size: a record whose kernel
+// may ask for more takes fbfft's allow_smem, which keeps the largest); devices from 64 on opt in on
+// every call. Returns the device.
 template <typename Kernel>
 inline int opt_in_shared_memory(Kernel k, size_t bytes, std::atomic<uint64_t>& record) {
   int dev = 0;

@@ -52,13 +52,14 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 }
 
 // A float32 value as two TF32 operands, hi + lo: hi rounded to TF32 (11 significant bits), lo the
-// rest, exact in float32 with at most 12 significant bits, left whole. An mma reads a .tf32
-// operand's 11 leading bits (sm_80 on, the tensor cores drop the low 13 bits of the register, which
-// CUTLASS's round_half_ulp_truncate conversion also relies on), so lo enters truncated to its 11
-// leading bits: hi + lo is off v by at most 2^-23 v, the bound of lo rounded to TF32 (the two differ
-// only at ties), and one instruction less. A reading that kept more of lo would only be closer. The
-// bound holds for |v| above about 5e-35 (below, lo falls on TF32's subnormal grid); from 3.4e38
-// (and for inf) hi is inf and lo not finite.
+// rest, exact in float32 with at most 12 significant bits, left whole (one instruction less than
+// rounding it). The tensor cores read a .tf32 operand's 11 leading bits and drop the low 13 of the
+// register (measured behaviour, which CUTLASS's round_half_ulp_truncate conversion also relies on;
+// PTX does not state it), so lo enters truncated: hi + lo is off v by at most 2^-23 |v|, as with lo
+// rounded to TF32 (the two differ only in sign, at ties), and a reading that kept more of lo would
+// only be closer. That holds for |v| from 2^-114 (about 4.8e-35); below, lo is subnormal in TF32
+// and truncated there, off by up to 2^-136. From about 3.4028e38 (and for inf) hi is inf and lo
+// not finite.
 __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
   hi = to_tf32(v);
   lo = __float_as_uint(v - __uint_as_float(hi));

@@ -39,8 +39,9 @@ inline bool encode_tensor_map_4d(CUtensorMap* map, CUtensorMapDataType type, con
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A tensor map over a dense [n][c][h][w] tensor of `elem`-byte values at `base` (w innermost),
-// boxes of box_w x box_h x box_c values of one n.
+// A tensor map over a dense [n][c][h][w] tensor at `base` (w innermost) of `type`'s values, `elem`
+// bytes each (the strides' unit: the two must agree), boxes of box_w x box_h x box_c values of one
+// n. False where encode_tensor_map_4d refuses.
 inline bool encode_nchw_map(CUtensorMap* map, CUtensorMapDataType type, size_t elem,
                             const void* base, int64_t n, int64_t c, int64_t h, int64_t w,
                             uint32_t box_w, uint32_t box_h, uint32_t box_c,
