@@ -32,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import make_docs  # noqa: E402
 from common import log, torch  # noqa: E402
 
 import fastlayers  # noqa: E402
@@ -122,7 +123,6 @@ def run_network(doc, res, stats, name, mode, args):
                                "converted": common.first_call_s(steps["converted"])}
         decisions = [d for d in tuner.decisions() if d["source"] in ("tuned", "file")]
         row["choices"] = {d["key"].split("|torch=")[0]: d["choice"] for d in decisions}
-        import make_docs
         row["passes_tuned"], row["passes_on_fastlayers"] = make_docs.pass_counts(row["choices"])
         log("  %-8s %-4s N=%-3d first step: plain %.2f s, converted %.2f s (%d passes tuned, "
             "%d on fastlayers)" % (name, mode, N, row["first_step_s"]["plain"],
@@ -158,7 +158,6 @@ def run_network(doc, res, stats, name, mode, args):
 
 
 def render(doc) -> str:
-    import make_docs
     return make_docs.networks(doc)
 
 
