@@ -6,8 +6,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "check.h"
 #include "gemm.h"
@@ -39,21 +42,45 @@ template <> struct GemmTypes<__nv_bfloat16> {
   static constexpr gemm::Type store = gemm::Type::BF16, acc = gemm::Type::F32;
 };
 
-// Raises kernel k's dynamic shared-memory limit to `bytes` on the current device, once per device
-// and record (an attribute set on every call costs host time): `record` is the caller's, one per
-// kernel and size (it remembers devices, bit d for device d, not the size: a record whose kernel
-// may ask for more takes fbfft's allow_smem, which keeps the largest); devices from 64 on opt in on
-// every call. Returns the device.
+// Allows kernel k `bytes` of dynamic shared memory on the current device (above 48 KB a kernel
+// must opt in) and returns the device. The attribute is a limit, so each (device, kernel) is set
+// once to the largest size asked for so far and smaller launches stay valid; setting it costs
+// microseconds of host time, so a call that finds it set takes no lock: each thread keeps the
+// sizes it has seen set (a few entries by kernel address), behind the process-wide record.
+namespace detail {
+struct SharedMemoryRecord {
+  std::mutex mutex;
+  std::map<std::pair<int, const void*>, size_t> allowed;
+};
+inline SharedMemoryRecord& shared_memory_record() {
+  static SharedMemoryRecord record;
+  return record;
+}
+}  // namespace detail
+
 template <typename Kernel>
-inline int opt_in_shared_memory(Kernel k, size_t bytes, std::atomic<uint64_t>& record) {
+inline int allow_shared_memory(Kernel k, size_t bytes) {
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit == 0 || (record.load(std::memory_order_acquire) & bit) == 0) {
+  if (bytes <= 48 * 1024) return dev;
+  const void* key = reinterpret_cast<const void*>(k);
+  struct Seen {
+    const void* kernel;
+    int dev;
+    size_t bytes;
+  };
+  thread_local Seen seen[8] = {};
+  Seen& mine = seen[(reinterpret_cast<uintptr_t>(key) >> 4) & 7];
+  if (mine.kernel == key && mine.dev == dev && mine.bytes >= bytes) return dev;
+  detail::SharedMemoryRecord& record = detail::shared_memory_record();
+  std::lock_guard<std::mutex> lock(record.mutex);
+  size_t& have = record.allowed[{dev, key}];
+  if (have < bytes) {
     FL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
-    record.fetch_or(bit, std::memory_order_acq_rel);
+    have = bytes;
   }
+  mine = Seen{key, dev, have};
   return dev;
 }
 

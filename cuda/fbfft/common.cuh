@@ -5,14 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
 #include "../common/check.h"
 #include "../common/complex.h"
+#include "../common/launch.cuh"
 #include "../common/storage.h"
 #include "fbfft.h"
 
@@ -44,24 +43,6 @@ inline unsigned grid_for(int64_t batch, int per_block) {
   const int64_t blocks = (batch + per_block - 1) / per_block;
   if (blocks > 0x7fffffff) throw std::runtime_error("fastlayers: fbfft batch too large");
   return static_cast<unsigned>(blocks);
-}
-
-// Dynamic shared memory above 48 KiB must be allowed per kernel and device. cudaFuncSetAttribute
-// costs microseconds of host time, so each (device, kernel) is set once, to the largest size asked
-// for so far (a limit: smaller launches stay valid).
-template <typename Kernel>
-void allow_smem(Kernel kernel, size_t smem) {
-  if (smem <= 48 * 1024) return;
-  int dev = 0;
-  FL_CUDA_CHECK(cudaGetDevice(&dev));
-  static std::mutex mutex;
-  static std::map<std::pair<int, const void*>, size_t> allowed;
-  std::lock_guard<std::mutex> lock(mutex);
-  size_t& have = allowed[{dev, reinterpret_cast<const void*>(kernel)}];
-  if (have >= smem) return;
-  FL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  have = smem;
 }
 
 // Whether a kernel whose spectrum has bin stride 1 moves it directly: where `measured` says so,
@@ -98,7 +79,7 @@ inline bool vec4_window(const void* in, Real type, int nw, int w, int ox) {
 // memory.
 template <typename Cfg, typename Kernel, typename... Args>
 void launch(Kernel kernel, int64_t batch, int per_block, cudaStream_t stream, Args... args) {
-  allow_smem(kernel, Cfg::SMEM);
+  allow_shared_memory(kernel, Cfg::SMEM);
   kernel<<<grid_for(batch, per_block), Cfg::THREADS, Cfg::SMEM, stream>>>(args...);
   FL_LAUNCH_CHECK();
 }

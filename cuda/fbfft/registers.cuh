@@ -522,7 +522,7 @@ bool rfft2_registers_run_two(const ForwardArgs& a, const ForwardArgs& b) {
   if (!job(a, &ja) || !job(b, &jb)) return false;
   const unsigned fa = grid_for(a.batch, Cfg::G), fb = grid_for(b.batch, Cfg::G);
   if (static_cast<uint64_t>(fa) + fb > 0x7fffffffu) return false;
-  allow_smem(rfft2_registers_two<NH, NW>, Cfg::SMEM);
+  allow_shared_memory(rfft2_registers_two<NH, NW>, Cfg::SMEM);
   rfft2_registers_two<NH, NW><<<fa + fb, Cfg::THREADS, Cfg::SMEM, a.stream>>>(ja, fa, jb, a.type);
   FL_LAUNCH_CHECK();
   return true;

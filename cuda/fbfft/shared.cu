@@ -144,7 +144,7 @@ int log2i(int n) {
 
 void rfft2_shared_run(const ForwardArgs& a) {
   const size_t smem = sizeof(float2) * static_cast<size_t>(a.nh) * a.nw;
-  allow_smem(rfft2_shared, smem);
+  allow_shared_memory(rfft2_shared, smem);
   const int threads = std::min(256, std::max(32, a.nh * a.nw / 2));
   rfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(a.batch, 1 << 20)), threads, smem,
                  a.stream>>>(a.in, a.type, a.out, a.os, a.batch, a.h, a.w, a.nh, a.nw,
@@ -154,7 +154,7 @@ void rfft2_shared_run(const ForwardArgs& a) {
 
 void irfft2_shared_run(const InverseArgs& a) {
   const size_t smem = sizeof(float2) * static_cast<size_t>(a.nh) * a.nw;
-  allow_smem(irfft2_shared, smem);
+  allow_shared_memory(irfft2_shared, smem);
   const int threads = std::min(256, std::max(32, a.nh * a.nw / 2));
   irfft2_shared<<<static_cast<unsigned>(std::min<int64_t>(a.batch, 1 << 20)), threads, smem,
                   a.stream>>>(a.in, a.is, a.out, a.type, a.batch, a.nh, a.nw, log2i(a.nh),

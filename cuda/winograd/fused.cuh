@@ -26,7 +26,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -840,8 +839,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
         : variant == 2 ? fused::kernel<T, Mat, 0, true>
         : variant == 1 ? fused::kernel<T, Mat, 1, false>
                        : fused::kernel<T, Mat, 0, false>;
-  static std::atomic<uint64_t> opted[8]{};  // opt_in_shared_memory's records, one a variant
-  const int dev = opt_in_shared_memory(k, smem, opted[variant]);
+  const int dev = allow_shared_memory(k, smem);
   // One block an SM (the accumulators take its registers), each a stream of items.
   int sms = 0;
   FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -20,7 +20,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -552,7 +551,6 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
                 "the stages and raw buffers in an SM's shared memory");
   using Kernel = decltype(&wgrad::kernel<T, kF32 ? 0 : 2, 1, false>);
   Kernel k;
-  int variant = 0;  // the kernel's index among this type's, for the opt-in below
   if constexpr (kF32) {
     const Kernel table[2][2][2] = {
         {{wgrad::kernel<T, 0, 1, false>, wgrad::kernel<T, 0, 1, true>},
@@ -560,13 +558,10 @@ void run_fused_weight_grad(const Shape& s, const T* gy, const T* x, T* out, void
         {{wgrad::kernel<T, 1, 1, false>, wgrad::kernel<T, 1, 1, true>},
          {wgrad::kernel<T, 1, 4, false>, nullptr}}};  // (TMA: one tile row)
     k = table[mode][four ? 1 : 0][tma ? 1 : 0];
-    variant = 4 * mode + (four ? 2 : 0) + (tma ? 1 : 0);
   } else {
     k = four ? wgrad::kernel<T, 2, 4, false> : wgrad::kernel<T, 2, 1, false>;
-    variant = four ? 1 : 0;
   }
-  static std::atomic<uint64_t> opted[8]{};  // opt_in_shared_memory's records, one a variant
-  opt_in_shared_memory(k, smem, opted[variant]);
+  allow_shared_memory(k, smem);
   const dim3 grid(static_cast<unsigned>(d.Cp / wgrad::kB), static_cast<unsigned>(d.Kp / wgrad::kB),
                   static_cast<unsigned>(d.splits));
   k<<<grid, wgrad::kThreads, smem, stream>>>(g, xmap, gmap);
