@@ -1,6 +1,6 @@
 // The fused Winograd kernel: F(2x2, 3x3) forward or input gradient in float16 / bfloat16, or in
 // float32 with TF32 or float32 products. The data transform, the alpha^2 products (on tensor cores:
-// mma.sync m16n8k16, or m16n8k8 for TF32; float32 without TF32 by FFMA, kFfma; float32
+// mma.sync m16n8k16, or m16n8k8 for TF32; float32 without TF32 as split TF32, kSplit; float32
 // accumulation) and the inverse transform run in one kernel; the transformed tiles live in shared
 // memory and the products in registers, so no V or M buffer goes through global memory (the
 // non-fused pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2,
@@ -9,8 +9,7 @@
 //
 // An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
 // points, reduced over the reduction channels in chunks of 32 bytes a row (16 channels; 8 in
-// float32: the bytes and layouts of U and V are the same, PatchF32, read by ldmatrix for the tensor
-// cores or as 16-byte halves of rows for FFMA). The accumulators of an item fill a block's
+// float32: the bytes and layouts of U and V are the same, PatchF32, read by ldmatrix). The accumulators of an item fill a block's
 // registers, so one block runs an SM; the grid is one block an SM and each block takes its items as
 // one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by one bulk copy on
 // an mbarrier, and the chunk's input patch (the rectangle's windows, overlapping, read once: 2 TR +
@@ -78,19 +77,6 @@ __device__ __forceinline__ V kept(V x) {
     asm volatile("" : "+r"(x));
   }
   return x;
-}
-
-// Four float32 values from shared memory by one 16-byte read (`at` 16-byte aligned), and value k
-// of them (k a constant).
-__device__ __forceinline__ float4 lds4(uint32_t at) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(at));
-  return v;
-}
-__device__ __forceinline__ float at(const float4& v, int k) {
-  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
 }
 
 template <typename T>
@@ -181,14 +167,14 @@ __host__ __device__ constexpr uint32_t bt_bits(bool neg) {
 // kXoff: the windows' column offset in a patch, the same for every rectangle (its first
 // column, 2 tx0 - ox, has the parity of ox; the patch starts at an even column at or before).
 // kTma: the patch's layout and copies (Patch). T = float: the patch by TMA (PatchF32; kXoff the
-// parity of ox), the products TF32 on tensor cores, or float32 by FFMA (kFfma). U and V are
-// addressed in 16-bit units (S) either way.
-template <typename T, typename Mat, int kXoff, bool kTma, bool kFfma = false>
+// parity of ox), the products TF32 on tensor cores, or split TF32 (kSplit: U and V hold whole
+// float32 values). U and V are addressed in 16-bit units (S) either way.
+template <typename T, typename Mat, int kXoff, bool kTma, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads)
     kernel(Args<T> g, const __grid_constant__ CUtensorMap patch_map) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   static_assert(!kF32 || kTma, "float32's patch comes by TMA alone");
-  static_assert(!kFfma || kF32, "FFMA products are float32's");
+  static_assert(!kSplit || kF32, "split TF32 products are float32's");
   using P = std::conditional_t<kF32, PatchF32, Patch<kTma>>;
   using S = std::conditional_t<kF32, uint16_t, T>;  // a 16-bit unit of U and V
   constexpr int kCh = kChunkOf<T>;  // reduction channels a chunk
@@ -331,7 +317,7 @@ __global__ void __launch_bounds__(kThreads)
       // float32: lane (j, c) of warp w transforms the window of the tile in row w / 2, column
       // 4 (w % 2) + j of the rectangle, channel c (j = lane / 4 % 4, c = 2 (lane % 4) + lane / 16),
       // in float32 adds: B^T d B by sum_nonzero (the non-fused float32 pipeline's sums), each
-      // point rounded to TF32 (for FFMA products kept whole) and stored as one 32-bit word, so
+      // point rounded to TF32 (kept whole for split TF32) and stored as one 32-bit word, so
       // that a warp's store of a point fills 4 whole V rows (tiles) x 8 channels, 128 contiguous
       // bytes. A window row is read as two 64-bit pairs (woff odd: a word, a pair, a word); the
       // 16 lanes of a half-warp read 4 channels of one parity, whose rows' swizzles (3 c + row
@@ -392,7 +378,7 @@ __global__ void __launch_bounds__(kThreads)
             const float p = sum_nonzero<A>([&](int k) { return Mat::BT(x, k); },
                                            [&](int k) { return t[i][k]; });
             *reinterpret_cast<uint32_t*>(v + vpoint<kTma>(A * i + x)) =
-                kFfma ? __float_as_uint(p) : to_tf32(p);
+                kSplit ? __float_as_uint(p) : to_tf32(p);
           }
       };
     } else {
@@ -495,35 +481,13 @@ __global__ void __launch_bounds__(kThreads)
   // The products' share: warp w multiplies the points of row pa = w / 2 (xi = 4 pa + b) for
   // result channels 32 mh.. (mh = w % 2, two m-tiles of 16) x all 32 tiles (four n-tiles of 8):
   // 32 x 32 a point: a chunk's fragments are half the bytes of 16 x 16 tiles at all 16 points.
-  // kFfma: the same share, lane (g, t) accumulating the entries the mma layout gives it
-  // (channels 32 mh + 16 i + g (+8), tiles 8 j + 2 t (+1): mma1688_tf32's d), so that finish
-  // reads them alike; a k-step is 4 reduction channels, each operand row's half read as 16 bytes
-  // (f_u, f_v: byte offsets of channel row 32 mh + g's and tile row 2 t's half kh from a stage's
-  // point pa's rows; the rows' other offsets are constants: ffma_rows_ok). A warp's read of one
-  // half of 8 channel rows (4 tile rows) takes 8 (4) distinct 16-byte chunks, in distinct banks
-  // (swz).
   const int pa = warp >> 1, mh = warp & 1;
   const S* const a_src =
-      kFfma ? Us
-            : kept(Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) +
-                   pa * A * kBM * 16);
+      kept(Us + swz(mh * 32 + (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8) +
+           pa * A * kBM * 16);
   const S* const b_src =
-      kFfma ? Vs
-            : kept(Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) +
-                   vpoint<kTma>(A * pa));
+      kept(Vs + swz((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8) + vpoint<kTma>(A * pa));
   static_assert(swz(16, 0) == 16 * 16 && swz(16, 8) == 16 * 16 + 8, "16 rows on: +256 values");
-  static_assert(ffma_rows_ok(), "the FFMA reads' row offsets");
-  uint32_t f_u[2] = {}, f_v[2] = {};
-  if constexpr (kFfma) {
-#pragma unroll
-    for (int kh = 0; kh < 2; ++kh) {
-      const int u = pa * A * kBM * 16 + swz(mh * 32 + (lane >> 2), 8 * kh);
-      const int v = vpoint<kTma>(A * pa) + swz(2 * (lane & 3), 8 * kh);
-      f_u[kh] = kept(2u * static_cast<uint32_t>(u));
-      f_v[kh] = kept(2u * static_cast<uint32_t>(v));
-    }
-  }
-  const uint32_t us_at = smem_addr(Us), vs_at = smem_addr(Vs);
   float acc[A][2][4][4];  // [point b][m-tile][n-tile][accumulator]
 #pragma unroll
   for (int b = 0; b < A; ++b)
@@ -678,44 +642,44 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       mbar_wait(bars + 8 * ust, u_parity);
     }
-    if constexpr (kFfma) {
-      const uint32_t ub = us_at + 2u * static_cast<uint32_t>(ust * kUStage),
-                     vb = vs_at + 2u * static_cast<uint32_t>(vst * kVStage);
+    const S* us = a_src + ust * kUStage;
+    const S* vs = b_src + vst * kVStage;
 #pragma unroll
-      for (int b = 0; b < A; ++b)
+    for (int b = 0; b < A; ++b) {
+      uint32_t af[2][4], bf[2][4];
 #pragma unroll
-        for (int kh = 0; kh < 2; ++kh) {
-          float4 u[2][2], v[4][2];  // [m-tile][row +8], [n-tile][tile +1]
+      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
 #pragma unroll
-          for (int i = 0; i < 2; ++i)
+      for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
+      if constexpr (kSplit) {
+        // whole float32 values, each split as read into TF32 hi + lo (split_tf32); a point's
+        // products are lo lo + lo hi + hi lo + hi hi, four mma from zero, the small terms first,
+        // added to the accumulators by FADD (the fused weight gradient's products, where the
+        // reasons are given: fused_wgrad.cuh)
+        uint32_t bl[2][4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              u[i][h] = lds4(ub + f_u[kh] + 2 * (b * kBM * 16 + (16 * i + 8 * h) * 16));
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
+          for (int r = 0; r < 4; ++r) split_tf32(__uint_as_float(bf[h][r]), bf[h][r], bl[h][r]);
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-              v[j][e] = lds4(vb + f_v[kh] + 2 * (vpoint<kTma>(b) + (8 * j + e) * 16));
+        for (int i = 0; i < 2; ++i) {
+          uint32_t al[4];
 #pragma unroll
-          for (int k = 0; k < 4; ++k)
+          for (int r = 0; r < 4; ++r) split_tf32(__uint_as_float(af[i][r]), af[i][r], al[r]);
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
+            const uint32_t bjl[2] = {bl[j >> 1][2 * (j & 1)], bl[j >> 1][2 * (j & 1) + 1]};
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            mma1688_tf32(d, al, bjl);
+            mma1688_tf32(d, al, bj);
+            mma1688_tf32(d, af[i], bjl);
+            mma1688_tf32(d, af[i], bj);
 #pragma unroll
-              for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int r = 0; r < 4; ++r)
-                  acc[b][i][j][r] = fmaf(at(u[i][r >> 1], k), at(v[j][r & 1], k), acc[b][i][j][r]);
+            for (int r = 0; r < 4; ++r) acc[b][i][j][r] += d[r];
+          }
         }
-    } else {
-      const S* us = a_src + ust * kUStage;
-      const S* vs = b_src + vst * kVStage;
-#pragma unroll
-      for (int b = 0; b < A; ++b) {
-        uint32_t af[2][4], bf[2][4];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], us + b * kBM * 16 + i * 256);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
+      } else {
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -763,12 +727,12 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   const Tiling t = tiling(pass, s);
   constexpr bool kF32 = std::is_same<T, float>::value;
   const FusedDims f = fused_dims(pass, s, sizeof(T));
-  // float32: TF32 products where allowed, else FFMA (the filters then kept whole)
-  const bool ffma = kF32 && !tf32;
+  // float32: TF32 products where allowed, else split TF32 (the filters then kept whole)
+  const bool split = kF32 && !tf32;
   T* U = static_cast<T*>(workspace);
   auto filters = fused::filter_transform_padded<T, Mat>;
   if constexpr (kF32)
-    if (ffma) filters = fused::filter_transform_padded<T, Mat, false>;
+    if (split) filters = fused::filter_transform_padded<T, Mat, false>;
   filters<<<blocks_for(f.Mo_pad * f.R_pad), kThreads, 0, stream>>>(b, U, f, s.C,
                                                                     pass == Pass::InputGrad);
   FL_LAUNCH_CHECK();
@@ -827,7 +791,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   static_assert(smem_tma <= 227 * 1024 && smem_words <= 227 * 1024,
                 "an SM's shared memory (sm_90)");
   const size_t smem = tma ? smem_tma : smem_words;
-  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (tma ? 2 : 0) + (ffma ? 4 : 0);
+  const int variant = ((t.ox & 1) != 0 ? 1 : 0) + (tma ? 2 : 0) + (split ? 4 : 0);
   decltype(&fused::kernel<T, Mat, 0, true>) k;
   if constexpr (kF32)
     k = variant == 7   ? fused::kernel<T, Mat, 1, true, true>

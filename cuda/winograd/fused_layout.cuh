@@ -29,8 +29,8 @@ constexpr int kBP = kTR * kTC;   // 32 tiles
 constexpr int kBK = static_cast<int>(kFusedChunk);  // reduction channels per chunk: one mma k-step
 static_assert(kBK == 16 && kBP == 32 && kBM == 64, "the warp layout below");
 constexpr int kVStages = 2;
-// Reduction channels a chunk (fused_chunk; float32 values go to the tensor cores as TF32, or to
-// FFMA whole).
+// Reduction channels a chunk (fused_chunk; float32 values go to the tensor cores as TF32, or
+// whole, split into TF32 hi + lo as they are read).
 template <typename T>
 constexpr int kChunkOf = static_cast<int>(fused_chunk(static_cast<int>(sizeof(T))));
 static_assert(kChunkOf<__half> == kBK, "a chunk of 16-bit values is one m16n8k16 k-step");
@@ -79,7 +79,7 @@ struct Patch {
 };
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
-// float32 (TF32 or FFMA products): the patch by TMA alone (the width a multiple of 4, the data
+// float32 (TF32 or split TF32 products): the patch by TMA alone (the width a multiple of 4, the data
 // 16-byte aligned), a box of kTmaBox values x kTmaRows rows x 8 channels from the multiple of 4
 // at or before the windows' first column, so the windows start woff = -ox mod 4 values into a
 // row (the same for every item). A row takes 32 words (128 bytes), a channel kTmaRows rows, under
@@ -111,7 +111,7 @@ __host__ __device__ constexpr int swz(int row, int k) {
 // shared memory takes it, one contiguous block of A2 * kBM rows of 32 bytes per (result-channel
 // block, reduction chunk of kCh): [Mo_pad / kBM][R_pad / kCh][xi][kBM rows, swizzled by swz in
 // 16-bit units: value k of a float32 row is units 2 k, 2 k + 1]; float32 values rounded to TF32
-// where the products take them so (kTf32), else kept whole (the FFMA products).
+// where the products take them so (kTf32), else kept whole (split TF32 products).
 template <typename T, typename Mat, bool kTf32 = true>
 __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__ U, FusedDims f,
                                         int64_t C, bool input_grad) {
@@ -145,23 +145,6 @@ __global__ void filter_transform_padded(const T* __restrict__ w, T* __restrict__
           *v = from_compute<T>(out[a][b]);
       }
   }
-}
-
-// The FFMA products' reads (fused.cuh, kFfma): channel row 32 mh + 16 i + 8 h + g lies
-// (16 i + 8 h) rows of 16 units past row 32 mh + g, in the same k-half, and tile row 8 j + 2 t + e
-// (8 j + e) rows past row 2 t, for g < 8, t < 4: swz's swap depends on bit 2 of the row alone.
-constexpr bool ffma_rows_ok() {
-  for (int kh = 0; kh < 2; ++kh)
-    for (int g = 0; g < 8; ++g)
-      for (int mh = 0; mh < 2; ++mh)
-        for (int i = 0; i < 2; ++i)
-          for (int h = 0; h < 2; ++h) {
-            const int row = 32 * mh + 16 * i + 8 * h + g;
-            if (swz(row, 8 * kh) != swz(32 * mh + g, 8 * kh) + (16 * i + 8 * h) * 16) return false;
-            const int t = g & 3, j = 2 * i + h, e = g >> 2, tile = 8 * j + 2 * t + e;
-            if (swz(tile, 8 * kh) != swz(2 * t, 8 * kh) + (8 * j + e) * 16) return false;
-          }
-  return true;
 }
 
 // The transformed tiles' point p starts vpoint(p) values into a V stage: kBP rows of 16 values

@@ -1,5 +1,5 @@
-// The fused kernel in float32, TF32 or FFMA products (fused.cuh), in a unit of its own so that it
-// compiles beside the 16-bit ones.
+// The fused kernel in float32, TF32 or split TF32 products (fused.cuh), in a unit of its own so
+// that it compiles beside the 16-bit ones.
 #include "fused.cuh"
 
 namespace fastlayers {

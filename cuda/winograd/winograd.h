@@ -45,7 +45,7 @@ void transform_filters(const T* w, T* U, int64_t K, int64_t C, int64_t tile, cud
 
 // The fused kernel (fused.cuh), float16 and bfloat16, or float32: the filter transform into
 // `workspace` (fused_workspace_bytes, layout.h), then one kernel for the data transform, the
-// products (float32 accumulation; on tensor cores, but in float32 without `tf32` by FFMA) and
+// products (float32 accumulation, on tensor cores; in float32 without `tf32` split TF32) and
 // the inverse transform, all samples at once. Forward (a = x, b = w, bias) or InputGrad
 // (a = grad_y, b = w); s.tile must satisfy fused_ok, `workspace` be 16-byte aligned, and float32
 // data (a) have a width that is a multiple of 4 and be 16-byte aligned (throws otherwise).

@@ -6,9 +6,9 @@ passes).
 gradient (2, 4 or 6), and the grad_output tile r of F(3x3, r x r) for the weight gradient (2 or 4).
 `fused` (tile 2, on CUDA: float16, bfloat16 and float32; in the forward and input gradient float32
 data whose width is a multiple of 4) runs a fused kernel: the transforms, the products (on tensor
-cores; in float32 without `tf32` by FFMA, but in the weight gradient as TF32 products of split
-values, hi + lo) and the inverse transform in one kernel (the weight gradient's sum over runs of
-tiles and its inverse transform in a second one).
+cores; in float32 without `tf32` as TF32 products of split values, hi + lo) and the inverse
+transform in one kernel (the weight gradient's sum over runs of tiles and its inverse transform
+in a second one).
 Every op is a pure function of its arguments: the tile, the TF32 switch and the kernel are
 explicit.
 """

@@ -72,9 +72,9 @@ class Winograd(Family):
             return [fused] if self.fits(fused, p, pass_) is None else []
         tiles = _tiles(pass_)
         if p.dtype == "float32" and p.device_type == "cuda":
-            # The fused kernel's products are TF32 on tensor cores under TF32, else float32 by
-            # FFMA (split TF32 in the weight gradient); it is measured beside the pipelines (the
-            # accuracy guard sees its rounding like theirs).
+            # The fused kernel's products are TF32 on tensor cores under TF32, else split TF32
+            # (hi + lo, four TF32 products); it is measured beside the pipelines (the accuracy
+            # guard sees its rounding like theirs).
             fused = self.make(FUSED_TILE, fused=True)
             extra = [fused] if self.fits(fused, p, pass_) is None else []
             return [self.make(t) for t in tiles] + extra
