@@ -186,11 +186,11 @@ def winograd_cases(dev):
 
 def winograd_fused_cases(g):
     """The fused kernel (forward and input gradient, fp16 and bf16, and fp32 with TF32 and with
-    split TF32 products where the data's width is a multiple of 4): partial blocks of result channels,
-    tile rectangles and reduction chunks, padding 0..4, odd widths (patches through registers),
-    even ones (by 4-byte cp.async, windows at odd and even columns) and multiples of 8 (by TMA,
-    windows 0..3 words into the box's rows), and on an H100 2-3 items a block (a stream that
-    crosses items, reuses each U stage and refills the stage an exchange used)."""
+    split TF32 products where the data's width is a multiple of 4): partial blocks of result
+    channels, tile rectangles and reduction chunks, padding 0..4, odd widths (patches through
+    registers), even ones (by 4-byte cp.async, windows at odd and even columns) and multiples of 8
+    (by TMA, windows 0..3 words into the box's rows), and on an H100 2-3 items a block (a stream
+    that crosses items, reuses each U stage and refills the stage an exchange used)."""
     worst = 0.0
     fl = torch.ops.fastlayers
     for S, C, K, H, W, pad in ((2, 17, 65, 9, 7, (1, 1)), (3, 33, 18, 6, 11, (0, 3)),

@@ -42,12 +42,8 @@ template <> struct GemmTypes<__nv_bfloat16> {
   static constexpr gemm::Type store = gemm::Type::BF16, acc = gemm::Type::F32;
 };
 
-// Allows kernel k `bytes` of dynamic shared memory on the current device (above 48 KB a kernel
-// must opt in) and returns the device. The attribute is a limit, so each (device, kernel) is set
-// once to the largest size asked for so far and smaller launches stay valid; setting it costs
-// microseconds of host time, so a call that finds it set takes no lock: each thread keeps the
-// sizes it has seen set (a few entries by kernel address), behind the process-wide record.
 namespace detail {
+// The largest dynamic shared-memory size set so far per (device, kernel), process-wide.
 struct SharedMemoryRecord {
   std::mutex mutex;
   std::map<std::pair<int, const void*>, size_t> allowed;
@@ -58,6 +54,12 @@ inline SharedMemoryRecord& shared_memory_record() {
 }
 }  // namespace detail
 
+// Allows kernel k `bytes` of dynamic shared memory on the current device and returns the device.
+// Above 48 KB a kernel must opt in (the callers' kernels declare no static shared memory, so 48 KB
+// of dynamic memory needs none). The attribute is a limit, so each (device, kernel) is set once to
+// the largest size asked for so far and smaller launches stay valid. Setting it costs microseconds
+// of host time, so a call that finds it set takes no lock: each thread keeps the sizes it has seen
+// set (8 entries a kernel signature, by kernel address and device) in front of the record.
 template <typename Kernel>
 inline int allow_shared_memory(Kernel k, size_t bytes) {
   int dev = 0;
@@ -70,7 +72,7 @@ inline int allow_shared_memory(Kernel k, size_t bytes) {
     size_t bytes;
   };
   thread_local Seen seen[8] = {};
-  Seen& mine = seen[(reinterpret_cast<uintptr_t>(key) >> 4) & 7];
+  Seen& mine = seen[((reinterpret_cast<uintptr_t>(key) >> 4) + static_cast<uintptr_t>(dev)) & 7];
   if (mine.kernel == key && mine.dev == dev && mine.bytes >= bytes) return dev;
   detail::SharedMemoryRecord& record = detail::shared_memory_record();
   std::lock_guard<std::mutex> lock(record.mutex);

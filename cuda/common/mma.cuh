@@ -65,6 +65,22 @@ __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) 
   lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
+// acc += A B for float32 operands split into TF32 hi + lo (split_tf32): lo lo + lo hi + hi lo +
+// hi hi, four mma from zero, the small terms first, then added to acc by FADD. A product is then
+// within 2^-22 of itself, and sums over many k-steps round to nearest as FFMA's would (the tensor
+// cores' own accumulation truncates, a bias that grows over long sums: docs/winograd.md).
+__device__ __forceinline__ void mma1688_tf32_split(float (&acc)[4], const uint32_t (&a)[4],
+                                                   const uint32_t (&al)[4], const uint32_t (&b)[2],
+                                                   const uint32_t (&bl)[2]) {
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  mma1688_tf32(d, al, bl);
+  mma1688_tf32(d, al, b);
+  mma1688_tf32(d, a, bl);
+  mma1688_tf32(d, a, b);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) acc[r] += d[r];
+}
+
 // The A fragment of rows r0.., columns k0.. of a row-major operand in shared memory with row
 // stride `ld` (values), and the B fragment of a column-major one stored as rows of n (B^T
 // row-major, stride `ld`); `p` points at (r0 + g, k0 + 2t).

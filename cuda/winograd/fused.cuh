@@ -1,27 +1,28 @@
 // The fused Winograd kernel: F(2x2, 3x3) forward or input gradient in float16 / bfloat16, or in
-// float32 with TF32 or float32 products. The data transform, the alpha^2 products (on tensor cores:
-// mma.sync m16n8k16, or m16n8k8 for TF32; float32 without TF32 as split TF32, kSplit; float32
-// accumulation) and the inverse transform run in one kernel; the transformed tiles live in shared
-// memory and the products in registers, so no V or M buffer goes through global memory (the
+// float32 with TF32 or split TF32 products. The data transform, the alpha^2 products (on tensor
+// cores: mma.sync m16n8k16, or m16n8k8 for TF32; float32 without TF32 as split TF32, kSplit;
+// float32 accumulation) and the inverse transform run in one kernel; the transformed tiles live in
+// shared memory and the products in registers, so no V or M buffer goes through global memory (the
 // non-fused pipeline writes and reads both, 4x the input and 8x the result in bytes for F(2x2,
 // 3x3), which bounds it below cuDNN's implicit GEMM on tensor cores). The filter transform stays
 // its own kernel (U in the workspace, laid out as the kernel's shared memory takes it).
 //
 // An item is BM result channels x a rectangle of TR x TC tiles of one sample, for all alpha^2
 // points, reduced over the reduction channels in chunks of 32 bytes a row (16 channels; 8 in
-// float32: the bytes and layouts of U and V are the same, PatchF32, read by ldmatrix). The accumulators of an item fill a block's
-// registers, so one block runs an SM; the grid is one block an SM and each block takes its items as
-// one stream of chunks, whose copies are issued kAhead chunks ahead: U's chunk by one bulk copy on
-// an mbarrier, and the chunk's input patch (the rectangle's windows, overlapping, read once: 2 TR +
-// 2 rows of at least 2 TC + 2 values a channel, zeros outside the image) by one TMA copy on the
-// same mbarrier where the data allow, else by cp.async. While the warps multiply chunk k, they
-// transform (B^T d B) chunk k + 1 from the patch, in 16 bits also on tensor cores: a window's 16
-// values times a constant 16 x 16 matrix (Transform); in float32 by adds; one barrier a chunk. A
-// warp multiplies one row of 4 points for 32 result channels x all the item's tiles; at the item's
-// end the rows' reductions meet in shared memory for A^T M A (finish, below). Items of the same
-// tiles and other result channels are neighbours in the stream order, so the patch is read from
-// memory once and from L2 by the others. The shared-memory layouts, and the filter transform that
-// writes U in its layout, are in fused_layout.cuh.
+// float32: the bytes and layouts of U and V are the same, PatchF32, read by ldmatrix). The
+// accumulators of an item fill a block's registers, so one block runs an SM; the grid is one block
+// an SM and each block takes its items as one stream of chunks, whose copies are issued kAhead
+// chunks ahead: U's chunk by one bulk copy on an mbarrier, and the chunk's input patch (the
+// rectangle's windows, overlapping, read once: 2 TR + 2 rows of at least 2 TC + 2 values a channel,
+// zeros outside the image) by one TMA copy on the same mbarrier where the data allow, else by
+// cp.async. While the warps multiply chunk k, they transform (B^T d B) chunk k + 1 from the patch,
+// in 16 bits also on tensor cores: a window's 16 values times a constant 16 x 16 matrix
+// (Transform); in float32 by adds; one barrier a chunk. A warp multiplies one row of 4 points for
+// 32 result channels x all the item's tiles; at the item's end the rows' reductions meet in shared
+// memory for A^T M A (finish, below). Items of the same tiles and other result channels are
+// neighbours in the stream order, so the patch is read from memory once and from L2 by the others.
+// The shared-memory layouts, and the filter transform that writes U in its layout, are in
+// fused_layout.cuh.
 #pragma once
 
 #include <algorithm>
@@ -652,10 +653,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
       if constexpr (kSplit) {
-        // whole float32 values, each split as read into TF32 hi + lo (split_tf32); a point's
-        // products are lo lo + lo hi + hi lo + hi hi, four mma from zero, the small terms first,
-        // added to the accumulators by FADD (the fused weight gradient's products, where the
-        // reasons are given: fused_wgrad.cuh)
+        // whole float32 values, each split as read into TF32 hi + lo (split_tf32), multiplied by
+        // mma1688_tf32_split
         uint32_t bl[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -670,13 +669,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int j = 0; j < 4; ++j) {
             const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
             const uint32_t bjl[2] = {bl[j >> 1][2 * (j & 1)], bl[j >> 1][2 * (j & 1) + 1]};
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-            mma1688_tf32(d, al, bjl);
-            mma1688_tf32(d, al, bj);
-            mma1688_tf32(d, af[i], bjl);
-            mma1688_tf32(d, af[i], bj);
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[b][i][j][r] += d[r];
+            mma1688_tf32_split(acc[b][i][j], af[i], al, bj, bjl);
           }
         }
       } else {

@@ -79,14 +79,14 @@ struct Patch {
 };
 static_assert(2 * kPatchWords >= 2 * kTC + 3, "a patch row holds an odd start's windows");
 static_assert(kPatchWords < 32, "a bit a patch word");
-// float32 (TF32 or split TF32 products): the patch by TMA alone (the width a multiple of 4, the data
-// 16-byte aligned), a box of kTmaBox values x kTmaRows rows x 8 channels from the multiple of 4
-// at or before the windows' first column, so the windows start woff = -ox mod 4 values into a
-// row (the same for every item). A row takes 32 words (128 bytes), a channel kTmaRows rows, under
-// the 128-byte swizzle (the 16-byte chunk j of a row at j ^ bits 7-9 of its shared address): a
-// channel's rows start 3 c + row rows modulo 8 into the swizzle's period, and the transform's
-// reads pick channels so that this keeps them apart (the kernel, kF32). A stage is the 16-bit
-// layout's bytes (11 swizzle periods), so the shared memory and the copies' sizes are its.
+// float32 (TF32 or split TF32 products): the patch by TMA alone (the width a multiple of 4, the
+// data 16-byte aligned), a box of kTmaBox values x kTmaRows rows x 8 channels from the multiple of
+// 4 at or before the windows' first column, so the windows start woff = -ox mod 4 values into a row
+// (the same for every item). A row takes 32 words (128 bytes), a channel kTmaRows rows, under the
+// 128-byte swizzle (the 16-byte chunk j of a row at j ^ bits 7-9 of its shared address): a
+// channel's rows start 3 c + row rows modulo 8 into the swizzle's period, and the transform's reads
+// pick channels so that this keeps them apart (the kernel, kF32). A stage is the 16-bit layout's
+// bytes (11 swizzle periods), so the shared memory and the copies' sizes are its.
 struct PatchF32 {
   static constexpr int kAhead = 3, kUStages = kAhead + 1, kStages = kAhead;
   static constexpr int kRow = kTmaBox, kChannel = kTmaRows * kRow;

@@ -269,11 +269,9 @@ __device__ __forceinline__ void transform_chunk(const T* __restrict__ raw, int x
 // The products, tensor cores: warp w owns point w, M [32 k, 32 c] += Gs [32 k, 16 t] Xs^T
 // [16 t, 32 c] as 2 x 4 fragments of 16 x 8. acc[mi][ni][4]: the mma D layout (mma.cuh),
 // k = 16 mi + g (+8), c = 8 ni + 2 t4 (+1). kSplit (float32 without TF32): the stage holds whole
-// float32 values, each split into TF32 hi + lo as it is read; a k-step's 8 products are
-// lo lo + lo hi + hi lo + hi hi, four TF32 mma from zero, the small terms first, added to the
-// accumulators by FADD. So a product is within 2^-22 of itself (a few float32 roundings), and the
-// long sums round to nearest as FFMA's would (the tensor cores' own accumulation truncates, a
-// bias that grows over a run's thousands of tiles: docs/winograd.md).
+// float32 values, each split into TF32 hi + lo as it is read, a k-step's 8 products by
+// mma1688_tf32_split (mma.cuh: four TF32 mma from zero, added by FADD, so that the sums over a
+// run's thousands of tiles round to nearest).
 template <typename S, bool kSplit>
 __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* __restrict__ xs,
                                              float (&acc)[2][4][4]) {
@@ -314,15 +312,8 @@ __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* 
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-          for (int ni = 0; ni < 4; ++ni) {
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma1688_tf32(d, al[mi], bl[ni]);
-            mma1688_tf32(d, al[mi], b[ni]);
-            mma1688_tf32(d, a[mi], bl[ni]);
-            mma1688_tf32(d, a[mi], b[ni]);
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[mi][ni][r] += d[r];
-          }
+          for (int ni = 0; ni < 4; ++ni)
+            mma1688_tf32_split(acc[mi][ni], a[mi], al[mi], b[ni], bl[ni]);
       } else {  // the stage holds TF32 bit patterns
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)

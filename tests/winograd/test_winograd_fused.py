@@ -1,5 +1,5 @@
 """The fused Winograd kernels (`fused=True` on CUDA, float16 and bfloat16, and float32 with TF32 or
-float32 products: F(2x2,3x3) for the forward and input gradient, F(3x3,2x2) for the weight
+split TF32 products: F(2x2,3x3) for the forward and input gradient, F(3x3,2x2) for the weight
 gradient) against PyTorch in float64 within the tolerance rule of conv_samples, as the non-fused
 ops are (test_winograd_values.py), on the shape matrix and on shapes that cross the kernels' items
 (64 result channels x 4 x 8 tiles, chunks of 16 reduction channels, 8 in float32; the weight
@@ -194,7 +194,7 @@ def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
 
 @pytest.mark.gpu
 def test_fused_float32_products_follow_tf32():
-    """float32's fused kernel multiplies in TF32 with tf32=True and in float32 without: on data
+    """float32's fused kernel multiplies in TF32 with tf32=True and in split TF32 without: on data
     that TF32 cannot hold, the TF32 results are orders of magnitude less accurate, so neither
     setting runs the other's kernel (the value tests' tolerances would not see TF32 run as
     float32)."""
