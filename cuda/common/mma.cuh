@@ -65,15 +65,18 @@ __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) 
   lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
-// acc += A B for float32 operands split into TF32 hi + lo (split_tf32): lo lo + lo hi + hi lo +
-// hi hi, four mma from zero, the small terms first, then added to acc by FADD. A product is then
-// within 2^-22 of itself, and sums over many k-steps round to nearest as FFMA's would (the tensor
-// cores' own accumulation truncates, a bias that grows over long sums: docs/winograd.md).
+// acc += A B for float32 operands split into TF32 hi + lo (split_tf32): lo lo (kLoLo) + lo hi +
+// hi lo + hi hi, mma from zero, the small terms first, then added to acc by FADD. With all four a
+// product is within 2^-22 of itself; lo lo is at most 2^-24 of it, so without it the bound grows
+// by a quarter (a pass whose tests hold without it saves a quarter of the mma). The sums over many
+// k-steps round to nearest as FFMA's would (the tensor cores' own accumulation truncates, a bias
+// that grows over long sums: docs/winograd.md).
+template <bool kLoLo = true>
 __device__ __forceinline__ void mma1688_tf32_split(float (&acc)[4], const uint32_t (&a)[4],
                                                    const uint32_t (&al)[4], const uint32_t (&b)[2],
                                                    const uint32_t (&bl)[2]) {
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  mma1688_tf32(d, al, bl);
+  if constexpr (kLoLo) mma1688_tf32(d, al, bl);
   mma1688_tf32(d, al, b);
   mma1688_tf32(d, a, bl);
   mma1688_tf32(d, a, b);
