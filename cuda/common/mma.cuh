@@ -65,10 +65,11 @@ __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) 
   lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
-// acc += A B for float32 operands split into TF32 hi + lo (split_tf32): lo lo (kLoLo) + lo hi +
-// hi lo + hi hi, mma from zero, the small terms first, then added to acc by FADD. With all four a
-// product is within 2^-22 of itself; lo lo is at most 2^-24 of it, so without it the bound grows
-// by a quarter (a pass whose tests hold without it saves a quarter of the mma). The sums over many
+// acc += A B for float32 operands split into TF32 hi + lo (split_tf32): lo lo (if kLoLo) + lo hi
+// + hi lo + hi hi, mma from zero, the small terms first, then added to acc by FADD. With all four
+// a product is within 2^-22 of itself. lo is at most 2^-11 of its value, so lo lo is up to 2^-22
+// of the product: without it the bound doubles, to 2^-21, for a quarter fewer mma (the forward
+// and input gradient drop it; the weight gradient's tests fail without it). The sums over many
 // k-steps round to nearest as FFMA's would (the tensor cores' own accumulation truncates, a bias
 // that grows over long sums: docs/winograd.md).
 template <bool kLoLo = true>

@@ -654,9 +654,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int h = 0; h < 2; ++h) ldmatrix_x4(bf[h], vs + vpoint<kTma>(b) + h * 256);
       if constexpr (kSplit) {
         // whole float32 values, each split as read into TF32 hi + lo (split_tf32), multiplied by
-        // mma1688_tf32_split without lo lo: three mma, not four. The forward's and input
-        // gradient's error tests hold without it (the weight gradient's do not); the errors and
-        // times are in docs/winograd.md.
+        // mma1688_tf32_split without lo lo: three mma, not four, a product within 2^-21 of
+        // itself rather than 2^-22. The forward's and input gradient's error tests hold so (the
+        // weight gradient's do not); docs/winograd.md gives the errors and times.
         uint32_t bl[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h)

@@ -313,7 +313,7 @@ __device__ __forceinline__ void products_mma(const S* __restrict__ gs, const S* 
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
           for (int ni = 0; ni < 4; ++ni)
-            mma1688_tf32_split(acc[mi][ni], a[mi], al[mi], b[ni], bl[ni]);
+            mma1688_tf32_split<true>(acc[mi][ni], a[mi], al[mi], b[ni], bl[ni]);
       } else {  // the stage holds TF32 bit patterns
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
