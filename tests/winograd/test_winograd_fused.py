@@ -18,7 +18,8 @@ from winograd_samples import (PASS_NAMES, SHAPES, SMALL_SHAPES, float64_passes, 
 fl = torch.ops.fastlayers
 HALF = [torch.float16, torch.bfloat16]
 # The fused kernel's precisions: float32 data's products are TF32 with tf32=True ("tf32"), else
-# split TF32 ("float32": hi + lo, four TF32 products, within float32's error).
+# split TF32 ("float32": hi + lo, three TF32 products in the forward and input gradient and four
+# in the weight gradient, within float32's error).
 FUSED = ["float16", "bfloat16", "tf32", "float32"]
 # Items (64 result channels x a rectangle of 4 x 8 tiles, chunks of 16 reduction channels): K or C
 # of 64 + 1 and 16 + 1 (a partial block and a partial chunk), partial rectangles both ways, more

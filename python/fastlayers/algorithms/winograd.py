@@ -73,8 +73,9 @@ class Winograd(Family):
         tiles = _tiles(pass_)
         if p.dtype == "float32" and p.device_type == "cuda":
             # The fused kernel's products are TF32 on tensor cores under TF32, else split TF32
-            # (hi + lo, four TF32 products); it is measured beside the pipelines (the accuracy
-            # guard sees its rounding like theirs).
+            # (hi + lo: three TF32 products in the forward and input gradient, four in the weight
+            # gradient); it is measured beside the pipelines (the accuracy guard sees its
+            # rounding like theirs).
             fused = self.make(FUSED_TILE, fused=True)
             extra = [fused] if self.fits(fused, p, pass_) is None else []
             return [self.make(t) for t in tiles] + extra
