@@ -54,17 +54,18 @@ inline SharedMemoryRecord& shared_memory_record() {
 }
 }  // namespace detail
 
-// Allows kernel k `bytes` of dynamic shared memory on the current device and returns the device.
-// Above 48 KB a kernel must opt in (the callers' kernels declare no static shared memory, so 48 KB
-// of dynamic memory needs none). The attribute is a limit, so each (device, kernel) is set once to
-// the largest size asked for so far and smaller launches stay valid. Setting it costs microseconds
-// of host time, so a call that finds it set takes no lock: each thread keeps the sizes it has seen
-// set (8 entries a kernel signature, by kernel address and device) in front of the record.
+// Allows kernel k `bytes` of dynamic shared memory on the current device. Up to 48 KB a kernel
+// needs no opt-in (the callers' kernels declare no static shared memory), so such a launch returns
+// before asking anything of the runtime. The attribute is a limit, so each (device, kernel) is set
+// once to the largest size asked for so far and smaller launches stay valid. Setting it costs
+// microseconds of host time, so a call that finds it set takes no lock: each thread keeps the sizes
+// it has seen set (8 entries a kernel signature, by kernel address and device) in front of the
+// record.
 template <typename Kernel>
-inline int allow_shared_memory(Kernel k, size_t bytes) {
+inline void allow_shared_memory(Kernel k, size_t bytes) {
+  if (bytes <= 48 * 1024) return;
   int dev = 0;
   FL_CUDA_CHECK(cudaGetDevice(&dev));
-  if (bytes <= 48 * 1024) return dev;
   const void* key = reinterpret_cast<const void*>(k);
   struct Seen {
     const void* kernel;
@@ -73,7 +74,7 @@ inline int allow_shared_memory(Kernel k, size_t bytes) {
   };
   thread_local Seen seen[8] = {};
   Seen& mine = seen[((reinterpret_cast<uintptr_t>(key) >> 4) + static_cast<uintptr_t>(dev)) & 7];
-  if (mine.kernel == key && mine.dev == dev && mine.bytes >= bytes) return dev;
+  if (mine.kernel == key && mine.dev == dev && mine.bytes >= bytes) return;
   detail::SharedMemoryRecord& record = detail::shared_memory_record();
   std::lock_guard<std::mutex> lock(record.mutex);
   size_t& have = record.allowed[{dev, key}];
@@ -83,7 +84,19 @@ inline int allow_shared_memory(Kernel k, size_t bytes) {
     have = bytes;
   }
   mine = Seen{key, dev, have};
-  return dev;
+}
+
+// The current device's multiprocessor count, for grids of one block an SM. Each thread keeps the
+// count of the device it asked last, so a launch asks the runtime for the current device alone.
+inline int sm_count() {
+  thread_local int seen_dev = -1, seen_sms = 0;
+  int dev = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev != seen_dev) {
+    FL_CUDA_CHECK(cudaDeviceGetAttribute(&seen_sms, cudaDevAttrMultiProcessorCount, dev));
+    seen_dev = dev;
+  }
+  return seen_sms;
 }
 
 }  // namespace fastlayers

@@ -104,6 +104,14 @@ struct Args {
 struct Item {
   int m0, s, ty0, tx0;
 };
+
+// n-tile j's B fragment (two registers) from the two ldmatrix_x4 reads of a point's 32 tiles:
+// f[h] holds n-tiles 2 h and 2 h + 1.
+__device__ __forceinline__ void n_tile(const uint32_t (&f)[2][4], int j, uint32_t (&out)[2]) {
+  out[0] = f[j >> 1][2 * (j & 1)];
+  out[1] = f[j >> 1][2 * (j & 1) + 1];
+}
+
 template <typename T>
 __device__ __forceinline__ Item item_of(const Args<T>& g, int it) {
   const uint32_t u = static_cast<uint32_t>(it), q1 = g.blocks_m.div(u), q2 = g.blocks_x.div(q1),
@@ -669,8 +677,9 @@ __global__ void __launch_bounds__(kThreads)
           for (int r = 0; r < 4; ++r) split_tf32(__uint_as_float(af[i][r]), af[i][r], al[r]);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
-            const uint32_t bjl[2] = {bl[j >> 1][2 * (j & 1)], bl[j >> 1][2 * (j & 1) + 1]};
+            uint32_t bj[2], bjl[2];
+            n_tile(bf, j, bj);
+            n_tile(bl, j, bjl);
             mma1688_tf32_split<false>(acc[b][i][j], af[i], al, bj, bjl);
           }
         }
@@ -679,7 +688,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < 2; ++i)
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const uint32_t bj[2] = {bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]};
+            uint32_t bj[2];
+            n_tile(bf, j, bj);
             if constexpr (kF32)
               mma1688_tf32(acc[b][i][j], af[i], bj);
             else
@@ -798,11 +808,9 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
         : variant == 2 ? fused::kernel<T, Mat, 0, true>
         : variant == 1 ? fused::kernel<T, Mat, 1, false>
                        : fused::kernel<T, Mat, 0, false>;
-  const int dev = allow_shared_memory(k, smem);
+  allow_shared_memory(k, smem);
   // One block an SM (the accumulators take its registers), each a stream of items.
-  int sms = 0;
-  FL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(items, std::max(sms, 1))));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(items, std::max(sm_count(), 1))));
   k<<<grid, fused::kThreads, smem, stream>>>(g, patch_map);
   FL_LAUNCH_CHECK();
 }
