@@ -798,7 +798,8 @@ TITLES = {
     "networks": ("Whole training steps after convert", "`benchmarks/bench_networks.py`: torchvision "
                  "networks, `fastlayers.convert` against the plain model in the same process; each "
                  "converted model's logits and first-layer weight gradient checked against a float64 "
-                 "copy first (tolerance: 2 x the plain model's error, at least the tuner's floor)."),
+                 "copy first, on 5 batches with cuDNN's heuristics (tolerance on the median error: "
+                 "2 x the plain model's median, at least the tuner's floor)."),
     "large-kernels": ("Large kernels", "`benchmarks/bench_large_kernels.py`: images with 15x15 to "
                       "63x63 kernels and 1-D kernels of 255 to 4095 taps, `fastlayers.Conv2d` / "
                       "`Conv1d` (tuned) against `nn.Conv2d` / `nn.Conv1d` (cuDNN) and "
