@@ -33,8 +33,9 @@ from torch import nn  # noqa: E402
 import fastlayers  # noqa: E402
 from fastlayers import tuner  # noqa: E402
 
-# name, S, C, K, H (= W), k, padding: the layers issue 15 names, a VGG layer whose passes the fused
-# Winograd kernel can take (issue 16's host-time target), and a small one.
+# name, S, C, K, H (= W), k, padding: the layers issue 15 names, a 3x3 layer of VGG's first
+# widths (64 channels, 112 wide; not one of VGG-16's own shapes) whose passes the fused Winograd
+# kernel can take (issue 16's host-time target), and a small one.
 LAYERS = [("resnet-3x3", 32, 256, 256, 14, 3, 1),
           ("resnet-first-3x3", 32, 64, 64, 56, 3, 1),
           ("vgg-3x3", 8, 64, 64, 112, 3, 1),

@@ -9,11 +9,11 @@ Per network and precision mode (fp32: TF32 off; tf32: PyTorch's convolution defa
 autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's method says:
   first step  wall time of the first training step of each model on a fresh tuner cache (the
               converted model tunes its layers there; the plain one pays cuDNN's benchmark)
-  check       one forward + backward's logits and first-layer weight gradient of both models (eval
-              mode: no dropout, batch-norm running statistics; cuDNN's heuristics, not its
-              benchmark) against a float64 copy of the plain model, on CHECK_BATCHES batches: the
-              converted model gets a ratio only if its median error is within max(2 x the plain
-              model's median error, floor)
+  check       the logits and first-layer weight gradient of a forward + backward of both models
+              (eval mode: no dropout, batch-norm running statistics; cuDNN's heuristics, not its
+              benchmark) against a float64 copy of the plain model, on CHECK_BATCHES batches, each
+              error within max(2 x the plain model's, floor): the logits on every batch, the
+              weight gradient by the medians over the batches; any non-finite output fails
   steps       forward, loss, backward and an SGD step, STEPS steps back to back (wall clock to the
               last one's completion, host and device together); plain, converted and a second
               plain copy in an order rotated round by round; the ratio plain / converted is the
@@ -26,6 +26,7 @@ The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>
 from __future__ import annotations
 
 import copy
+import math
 import os
 import statistics
 import sys
@@ -91,14 +92,15 @@ def outputs(model, x, target, mode):
 
 
 def check(plain, conv, x, target, mode) -> dict:
-    """Both models' errors against float64, the median over CHECK_BATCHES batches (x and target,
-    then seeded draws of the same shapes). In float32 the first layer's weight gradient is off by
-    max-pool and ReLU routes that flip with the rounding, a count that varies from batch to batch
-    and with cuDNN's algorithms in either model; one batch let a plain model that drew few flips
-    fail a converted one that drew many. The medians compare typical errors, and cuDNN's heuristics
-    (benchmark off) run the same algorithms in the layers both models give to cuDNN."""
+    """Both models' errors against float64 over CHECK_BATCHES batches (x and target, then seeded
+    draws of the same shapes), with cuDNN's heuristics (benchmark off), so that the layers both
+    models give to cuDNN run the same algorithms. The logits must be within tolerance on every
+    batch. In float32 the first layer's weight gradient is far off float64 (a thousand times the
+    rounding), by an amount that varies from batch to batch in either model; over one batch a
+    converted model failed where other runs of it passed, so that gradient is compared by its
+    median over the batches. A non-finite output fails either way."""
     ref = copy.deepcopy(plain).double()
-    gen = torch.Generator(device="cuda").manual_seed(1)
+    gen = torch.Generator(device=x.device).manual_seed(1)
     errs = {"logits": ([], []), "conv1_weight_grad": ([], [])}
     bench = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False
@@ -117,10 +119,16 @@ def check(plain, conv, x, target, mode) -> dict:
     del ref
     row = {}
     for what, (ep, ec) in errs.items():
-        mp, mc = statistics.median(ep), statistics.median(ec)
-        tol = common.tolerance(mp, 2.0, FLOOR[mode])
-        row[what] = {"plain_err": mp, "converted_err": mc, "tolerance": tol, "ok": mc <= tol,
-                     "plain_errs": ep, "converted_errs": ec}
+        if what == "logits":  # the batch nearest its tolerance stands for all
+            tols = [common.tolerance(p, 2.0, FLOOR[mode]) for p in ep]
+            b = max(range(len(ec)), key=lambda i: ec[i] / tols[i])
+            mp, mc, tol, rule = ep[b], ec[b], tols[b], "every batch"
+        else:
+            mp, mc = statistics.median(ep), statistics.median(ec)
+            tol, rule = common.tolerance(mp, 2.0, FLOOR[mode]), "median"
+        ok = mc <= tol and all(math.isfinite(e) for e in ec)
+        row[what] = {"plain_err": mp, "converted_err": mc, "tolerance": tol, "ok": ok,
+                     "rule": rule, "plain_errs": ep, "converted_errs": ec}
     row["ok"] = all(v["ok"] for v in row.values() if isinstance(v, dict))
     return row
 
@@ -205,7 +213,8 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     doc = common.meta("networks", args, steps=args.steps, rounds=args.rounds,
                       best_of=args.best_of, quick=args.quick,
-                      cudnn_benchmark=True, timer="wall clock, steps back to back")
+                      cudnn_benchmark=True, check_batches=CHECK_BATCHES,
+                      check_cudnn_benchmark=False, timer="wall clock, steps back to back")
     doc["rows"] = []
     res = common.Results(args.out, doc)
     stats = {"errors": 0, "oom": 0}

@@ -357,9 +357,15 @@ def _network_failure(r: dict) -> str:
     """Why a network's row has no ratio: the checked outputs outside tolerance, each with its
     error against the plain model's, or the recorded failure."""
     chk = r.get("check") or {}
-    bad = ["%s error %.2e over the tolerance %.2e (the plain model's %.2e)" % (
-        k, v["converted_err"], v["tolerance"], v["plain_err"])
-        for k, v in chk.items() if isinstance(v, dict) and not v.get("ok", True)]
+    def why(k, v):
+        inf = sum(1 for e in v.get("converted_errs", ()) if not math.isfinite(e))
+        if inf:
+            return "%s not finite on %d of %d batches" % (k, inf, len(v["converted_errs"]))
+        return "%s error %.2e over the tolerance %.2e (the plain model's %.2e%s)" % (
+            k, v["converted_err"], v["tolerance"], v["plain_err"],
+            {"median": "; medians over the batches",
+             "every batch": "; the batch nearest its tolerance"}.get(v.get("rule"), ""))
+    bad = [why(k, v) for k, v in chk.items() if isinstance(v, dict) and not v.get("ok", True)]
     return "outside tolerance: " + "; ".join(bad) if bad else r["failed"][:160]
 
 
@@ -798,8 +804,9 @@ TITLES = {
     "networks": ("Whole training steps after convert", "`benchmarks/bench_networks.py`: torchvision "
                  "networks, `fastlayers.convert` against the plain model in the same process; each "
                  "converted model's logits and first-layer weight gradient checked against a float64 "
-                 "copy first, on 5 batches with cuDNN's heuristics (tolerance on the median error: "
-                 "2 x the plain model's median, at least the tuner's floor)."),
+                 "copy first, on several batches (the count in the JSON) with cuDNN's heuristics "
+                 "(tolerance: 2 x the plain model's error, at least the tuner's floor; the logits "
+                 "on every batch, the weight gradient by its median over the batches)."),
     "large-kernels": ("Large kernels", "`benchmarks/bench_large_kernels.py`: images with 15x15 to "
                       "63x63 kernels and 1-D kernels of 255 to 4095 taps, `fastlayers.Conv2d` / "
                       "`Conv1d` (tuned) against `nn.Conv2d` / `nn.Conv1d` (cuDNN) and "
