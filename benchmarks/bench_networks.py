@@ -107,8 +107,8 @@ def check(plain, conv, x, target, mode) -> dict:
     try:
         for b in range(CHECK_BATCHES):
             if b:
-                x = torch.randn(x.shape, device="cuda", generator=gen)
-                target = torch.randint(0, 1000, target.shape, device="cuda", generator=gen)
+                x = torch.randn(x.shape, device=x.device, generator=gen)
+                target = torch.randint(0, 1000, target.shape, device=x.device, generator=gen)
             r = outputs(ref, x.double(), target, "fp64")
             p, c = outputs(plain, x, target, mode), outputs(conv, x, target, mode)
             for i, (ep, ec) in enumerate(errs.values()):

@@ -21,9 +21,9 @@ given both ways: "lsu" (without them) and "all". Items are 64 result channels x 
 one sample, the grid one block an SM, items round-robin; the bound is the busiest SM's time at
 the clock given (1.83 GHz: the clock behind the published 989 TFLOP/s of dense fp16 of the H100
 SXM and the H200; both boost to 1.98). "kernel at" is the bound over the fused candidate's
-measured time. The network totals at the bound take per layer the fastest of cuDNN, the measured Winograd
-candidates and the bound, each layer times its count, cuDNN's time as each row's `cudnn.ms`;
-"measured" is the result's own tuned total (bench_winograd's `tuned_ratio`).
+measured time. The network totals at the bound take per layer the fastest of cuDNN, the measured
+Winograd candidates and the bound, each layer times its count, cuDNN's time as each row's
+`cudnn.ms`; "measured" is the result's own tuned total (bench_winograd's `tuned_ratio`).
 """
 import argparse
 import json
