@@ -6,6 +6,7 @@ a kernel change that must pay (scripts/ab-builds builds both trees on the GPU ma
 this).
 
     python3 benchmarks/ab_builds.py run --tree DIR --out FILE.json [--family fft|winograd]
+                                        [--only SUB,SUB...]   # cases whose key holds one
     python3 benchmarks/ab_builds.py compare A1.json B1.json B2.json A2.json ...
 
 Only the public op surface (torch.ops.fastlayers.*) is called, so two trees whose Python packages
@@ -113,7 +114,7 @@ def events_ms(torch, fn):
     return s.elapsed_time(e) / 10
 
 
-def run(tree, out_path, family="fft"):
+def run(tree, out_path, family="fft", only=()):
     sys.path.insert(0, tree + "/python")
     import torch
     import torch.nn.functional as F
@@ -130,6 +131,8 @@ def run(tree, out_path, family="fft"):
         return ((out - ref).norm() / ref.norm()).item()
 
     for op, a in cases(family):
+        if only and not any(sub in key(op, a) for sub in only):
+            continue
         torch.cuda.empty_cache()
         ref_fn = None
         if op == "winograd":
@@ -272,6 +275,8 @@ if __name__ == "__main__":
         fam = sys.argv[sys.argv.index("--family") + 1] if "--family" in sys.argv else "fft"
         if fam not in ("fft", "winograd"):
             raise SystemExit("ab_builds run: --family must be fft or winograd, not %r" % fam)
-        run(sys.argv[sys.argv.index("--tree") + 1], sys.argv[sys.argv.index("--out") + 1], fam)
+        only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else ()
+        run(sys.argv[sys.argv.index("--tree") + 1], sys.argv[sys.argv.index("--out") + 1], fam,
+            only)
     else:
         compare(sys.argv[2:])
