@@ -96,6 +96,8 @@ struct Args {
   // within int: copy_reach), else value by value
   bool async_patch;
   bool pair_store;         // a tile row's two results by one store: ow even, out aligned to two
+  // 1: tile column tx covers result columns 2 tx - 1 and 2 tx (run_fused's shift), else 2 tx, +1
+  int col_shift;
 };
 
 // One work item: result channels m0.. of the rectangle of tiles (ty0.., tx0..) of sample s.
@@ -527,8 +529,9 @@ __global__ void __launch_bounds__(kThreads)
     // before any store (a load after the stores of the previous channel would wait for them:
     // the compiler cannot tell the bias from the result).
     const int t = lane;
-    const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC, y0 = ty * m, x0 = tx * m;
-    const bool tile_in = ty < dst.th && tx < dst.tw, row1 = y0 + 1 < dst.oh,
+    const int64_t ty = it.ty0 + t / kTC, tx = it.tx0 + t % kTC, y0 = ty * m,
+                  x0 = tx * m - g.col_shift;
+    const bool tile_in = ty < dst.th && tx < dst.tw, row1 = y0 + 1 < dst.oh, col0 = x0 >= 0,
                col1 = x0 + 1 < dst.ow;
     float bias[2][4];
 #pragma unroll
@@ -584,7 +587,7 @@ __global__ void __launch_bounds__(kThreads)
           if (g.pair_store && col1) {
             store_pair(q, v[i][0], v[i][1]);
           } else {
-            q[0] = from_compute<T>(v[i][0]);
+            if (col0) q[0] = from_compute<T>(v[i][0]);
             if (col1) q[1] = from_compute<T>(v[i][1]);
           }
         }
@@ -729,11 +732,21 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
     throw std::invalid_argument("fastlayers: fused Winograd workspace too small");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)  // U's blocks go by bulk copies
     throw std::invalid_argument("fastlayers: fused Winograd workspace not 16-byte aligned");
-  const Tiling t = tiling(pass, s);
   constexpr bool kF32 = std::is_same<T, float>::value;
   const FusedDims f = fused_dims(pass, s, sizeof(T));
   // float32: TF32 products where allowed, else split TF32 (the filters then kept whole)
   const bool split = kF32 && !tf32;
+  // Where the windows start at odd columns (ox odd), the tiles start one column left of the
+  // result's first, so that the windows start at even ones: the 16-bit and TF32 transforms read
+  // an even start's window rows in fewer instructions (no joined halves, no single words). Taken
+  // where it adds no column of rectangles (the result's width not a multiple of 2 kTC tile
+  // columns) and not for split TF32, whose odd starts cost nothing measurable.
+  Tiling t = tiling(pass, s);
+  const bool col_shift = (t.ox & 1) != 0 && !split && t.res_w % (t.m * fused::kTC) != 0;
+  if (col_shift) {
+    t.ox += 1;
+    t.tw = ceil_div(t.res_w + 1, t.m);
+  }
   T* U = static_cast<T*>(workspace);
   auto filters = fused::filter_transform_padded<T, Mat>;
   if constexpr (kF32)
@@ -767,7 +780,10 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
                              2 * t.tw + 40;
   g.async_patch = t.data_w % 2 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0 &&
                   copy_reach <= int64_t{std::numeric_limits<int32_t>::max()};
-  g.pair_store = t.res_w % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(T)) == 0;
+  g.col_shift = col_shift ? 1 : 0;
+  // (a shifted tile's two columns start at an odd one: no pair stores)
+  g.pair_store = !col_shift && t.res_w % 2 == 0 &&
+                 reinterpret_cast<uintptr_t>(out) % (2 * sizeof(T)) == 0;
   // The patch by TMA where the data's strides are multiples of 16 bytes and its start 16-byte
   // aligned (the tensor map's terms), else by cp.async: the same values either way. float32
   // takes TMA alone (the callers check its terms: winograd_host::check, run_cuda).
