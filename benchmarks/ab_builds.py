@@ -19,6 +19,7 @@ over the op's as well: the process's own speed cancels there.
 """
 import hashlib
 import json
+import os
 import statistics
 import sys
 
@@ -116,12 +117,17 @@ def run(tree, out_path, family="fft", only=()):
     sys.path.insert(0, tree + "/python")
     import torch
     import torch.nn.functional as F
-    import fastlayers  # noqa: F401
+    import fastlayers
+    # The build loaded must be the tree's: a process of A that found B's would time B twice.
+    loaded = os.path.realpath(fastlayers._C.__file__)
+    if not loaded.startswith(os.path.realpath(tree) + os.sep):
+        raise SystemExit("ab_builds run: loaded %s, not a build of the tree %s" % (loaded, tree))
     fl = torch.ops.fastlayers
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = "cuda"
-    res = {"device": torch.cuda.get_device_name(), "tree": tree, "family": family, "rows": {}}
+    res = {"device": torch.cuda.get_device_name(), "tree": tree, "loaded": loaded,
+           "family": family, "rows": {}}
     g = torch.Generator(device=dev).manual_seed(0)
 
     def rel(out, ref):
