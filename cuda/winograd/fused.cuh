@@ -95,7 +95,8 @@ struct Args {
   // not kTma: the patch by 4-byte cp.async (iw even, data 4-byte aligned, a chunk's word offsets
   // within int: copy_reach), else value by value
   bool async_patch;
-  bool pair_store;         // a tile row's two results by one store: ow even, out aligned to two
+  bool pair_store;         // a tile row's two results by one store: ow even, out aligned to two,
+                           // no col_shift
   // 1: tile column tx covers result columns 2 tx - 1 and 2 tx (run_fused's shift), else 2 tx, +1
   int col_shift;
 };
@@ -517,7 +518,8 @@ __global__ void __launch_bounds__(kThreads)
   // in phase p the m-tile i = p of every warp, [pa][jj][32 channels][32 tiles], a channel's row
   // rotated by rot(c) so a warp's stores fall in distinct banks. Then thread (tile = lane,
   // channels warp + 8 k) applies Y = A^T Z, adds the bias, clips and stores its 2x2 tiles (a
-  // row's two values by one store, 32-bit or 64-bit, where the result's width is even).
+  // row's two values by one store, 32-bit or 64-bit, where the result's width is even and the
+  // tiles are not shifted; a shifted tile's row starts at an odd column).
   constexpr int m = Mat::kM;
   static_assert(m == 2 && A * m * 32 * 32 * sizeof(float) <= kUStage * sizeof(S),
                 "an exchange phase fits a U stage");
@@ -739,7 +741,7 @@ void run_fused(Pass pass, const Shape& s, const T* a, const T* b, const T* bias,
   // Where the windows start at odd columns (ox odd), the tiles start one column left of the
   // result's first, so that the windows start at even ones: the 16-bit and TF32 transforms read
   // an even start's window rows in fewer instructions (no joined halves, no single words). Taken
-  // where it adds no column of rectangles (the result's width not a multiple of 2 kTC tile
+  // where it adds no column of rectangles (the result's width not a multiple of kTC tiles, m kTC
   // columns) and not for split TF32, whose odd starts cost nothing measurable.
   Tiling t = tiling(pass, s);
   const bool col_shift = (t.ox & 1) != 0 && !split && t.res_w % (t.m * fused::kTC) != 0;

@@ -189,17 +189,19 @@ def test_fused_is_exact_on_small_integers(shape, pass_, prec):
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_fused_is_the_same_algorithm_as_the_pipeline(dtype):
     """The same transforms and stored operands as the non-fused F(2x2,3x3): the two differ only in
-    the order of the float32 sums of products, far below either's error against float64. Padding
-    (1, 2) starts every window at an even column, where the fused kernel's tiles are the
-    pipeline's (at odd starts it may shift them a column, and its results are other roundings)."""
-    shape = (4, 96, 80, 13, 15, 1, 2)
-    x, w, b, gy = tensors(shape, dtype, "cuda")
-    ref = float64_passes(x, w, b, gy, shape[5:])
-    for pass_ in (0, 1):
-        a = fused_pass(pass_, x, w, b, gy, shape[5:]).cpu()
-        n = run_pass(pass_, x, w, b, gy, shape[5:], 2).cpu()
-        gap, err = rel_err(a, n.double()), rel_err(n, ref[pass_].cpu())
-        assert gap < 0.5 * err, (PASS_NAMES[pass_], gap, err)
+    the order of the float32 sums of products, far below either's error against float64. On
+    shapes whose tiles are the pipeline's: padding (1, 2) starts every window at an even column
+    (odd widths, values through registers); 13x16 p1x1 at odd ones, its result 16 wide, so not
+    shifted (the TMA box, joined halves). Where the kernel shifts its tiles a column, its results
+    are other roundings."""
+    for shape in ((4, 96, 80, 13, 15, 1, 2), (4, 96, 80, 13, 16, 1, 1)):
+        x, w, b, gy = tensors(shape, dtype, "cuda")
+        ref = float64_passes(x, w, b, gy, shape[5:])
+        for pass_ in (0, 1):
+            a = fused_pass(pass_, x, w, b, gy, shape[5:]).cpu()
+            n = run_pass(pass_, x, w, b, gy, shape[5:], 2).cpu()
+            gap, err = rel_err(a, n.double()), rel_err(n, ref[pass_].cpu())
+            assert gap < 0.5 * err, (shape_id(shape), PASS_NAMES[pass_], gap, err)
 
 
 @pytest.mark.gpu
@@ -262,18 +264,20 @@ def test_fused_autograd_uses_the_fused_passes(prec, shape):
 def test_fused_patch_copies_agree(dtype):
     """The patch's three copy paths (a TMA box for a 16-byte aligned operand whose width is a
     multiple of 8, 4-byte copies for a 4-byte aligned one, values through registers else) read
-    the same windows into the same arithmetic: bitwise equal results."""
-    shape = (3, 40, 72, 12, 40, 1, 1)
-    x, w, b, gy = tensors(shape, dtype, "cuda")
-    pad = list(shape[5:])
-    for pass_, data in ((0, x), (1, gy)):
-        outs = []
-        for k in (0, 2, 1):
-            d = placed(data, k)
-            outs.append(fused_pass(pass_, d if pass_ == 0 else x, w, b, d if pass_ == 1 else gy,
-                                   pad))
-        for k, out in zip((2, 1), outs[1:]):
-            assert torch.equal(out, outs[0]), "pass %d: data at offset %d differs" % (pass_, k)
+    the same windows into the same arithmetic: bitwise equal results. 12x40 p1x1 with the tiles
+    shifted a column (even window starts), 12x32 p1x1 not (its results 32 wide: odd starts)."""
+    for shape in ((3, 40, 72, 12, 40, 1, 1), (3, 40, 72, 12, 32, 1, 1)):
+        x, w, b, gy = tensors(shape, dtype, "cuda")
+        pad = list(shape[5:])
+        for pass_, data in ((0, x), (1, gy)):
+            outs = []
+            for k in (0, 2, 1):
+                d = placed(data, k)
+                outs.append(fused_pass(pass_, d if pass_ == 0 else x, w, b,
+                                       d if pass_ == 1 else gy, pad))
+            for k, out in zip((2, 1), outs[1:]):
+                assert torch.equal(out, outs[0]), "%s pass %d: data at offset %d differs" % (
+                    shape_id(shape), pass_, k)
 
 
 @pytest.mark.gpu
@@ -354,12 +358,14 @@ def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
     """One inf or NaN in the data operand makes non-finite at most the 2x2 result tiles whose 4x4
     windows hold it (Winograd's spread, docs/tuner.md), and some of them; every other result is
     the clean run's, bitwise. Both passes, on each copy path (data widths 16, 10, and 9 or 7;
-    float32: 16, by TMA)."""
+    float32: 16 and 20, by TMA), with the tiles where the kernel puts them: one column left of the
+    result where it shifts them (odd window starts, the result's width not a multiple of 16, not
+    split TF32: 10x10 p1x1 in 16 bits, 9x20 p1x1 in TF32)."""
     tf32, f32 = prec == "tf32", DTYPES[prec] == torch.float32
-    # float32: woff 3 in both passes (padding 1); 2 (the forward, padding 2) and 2 (the input
-    # gradient of 12 wide grad_output, padding 0)
+    # float32: woff 3 in both passes (padding 1; 9x20 under TF32: shifted, woff 2); 2 (the forward,
+    # padding 2) and 2 (the input gradient of 12 wide grad_output, padding 0)
     shapes = ((2, 20, 24, 9, 16, 1, 1), (2, 20, 24, 9, 16, 2, 2),
-              (2, 20, 24, 9, 14, 0, 0)) if f32 else (
+              (2, 20, 24, 9, 14, 0, 0), (2, 20, 24, 9, 20, 1, 1)) if f32 else (
         (2, 20, 24, 9, 16, 1, 1), (1, 17, 70, 10, 10, 1, 1), (2, 16, 16, 7, 9, 2, 0))
     for shape in shapes:
         x, w, b, gy = tensors(shape, DTYPES[prec], "cuda")
@@ -374,9 +380,11 @@ def test_fused_nonfinite_stays_in_its_tiles(bad, prec):
             data[s, c, py, px] = bad
             out = fused_pass(pass_, data if pass_ == 0 else x, w, b,
                              data if pass_ == 1 else gy, [ph, pw], tf32)
-            # result rows 2t, 2t + 1 of the tiles t whose window rows 2t - oy .. + 3 hold py
+            # result rows 2t, 2t + 1 of the tiles t whose window rows 2t - oy .. + 3 hold py;
+            # columns likewise from each tile's first column, -1 + 2t where the tiles are shifted
+            sh = int(ox % 2 == 1 and not (f32 and not tf32) and out.shape[3] % 16 != 0)
             rows = torch.arange(out.shape[2], device="cuda") // 2 * 2
-            cols = torch.arange(out.shape[3], device="cuda") // 2 * 2
+            cols = (torch.arange(out.shape[3], device="cuda") + sh) // 2 * 2 - sh
             near = (((rows - oy <= py) & (py <= rows - oy + 3))[:, None] &
                     ((cols - ox <= px) & (px <= cols - ox + 3))[None, :])
             mask = torch.zeros(out.shape, dtype=torch.bool, device="cuda")
