@@ -582,6 +582,8 @@ __global__ void __launch_bounds__(kThreads)
             for (int a = 0; a < A; ++a)
               if (Mat::AT(i, a) != 0.0) v[i][jj] += static_cast<float>(Mat::AT(i, a)) * z[a][jj];
           }
+        // (q may sit one value before the output's first: a shifted first tile starts at column
+        // -1, which col0 leaves unstored; offsets in place of q cost the finish instructions)
         T* q = g.out + ((it.s * dst.ch + o) * dst.oh + y0) * dst.ow + x0;
 #pragma unroll
         for (int i = 0; i < m; ++i, q += dst.ow) {
