@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
-"""docs/benchmarks.md, the README's results table and the Table 4 plot, from the results JSON.
+"""docs/benchmarks.md, the README's results table and the plots, from the results JSON.
 
     python3 benchmarks/make_docs.py [--results DIR] [--allow-dirty] [--check]
 
 Reads the newest document of each kind in DIR (default benchmarks/results: table4, modules,
-winograd, networks, fbfft, paper-conv, spectral-gemm, fbfft-block-sweep), renders tables only
-(every figure comes from the JSON), and writes docs/benchmarks.md, the block between the results
-markers in README.md, and DIR/table4-<device>.png (when matplotlib is there). A document from a
-dirty tree, or one without a recorded commit, is refused unless --allow-dirty, and then marked
-where it is shown. --check: exit 1 when the files on disk differ from what would be written (CI; it
+winograd, networks, fbfft, paper-conv, spectral-gemm, fbfft-block-sweep), renders tables only (every
+figure comes from the JSON), and writes docs/benchmarks.md, the block between the results markers in
+README.md, and the table4, networks and winograd plots beside their JSON, as .png (when matplotlib
+is there). A document from a dirty tree, or one without a recorded commit, is refused unless
+--allow-dirty, and then marked where it is shown. --check: exit 1 when the files on disk differ from
+what would be written, or a plot's recorded source (its JSON's digest) is not its JSON (CI; it
 publishes nothing, so it does not refuse).
 The benchmarks import the render functions to print their own tables.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
+import struct
 import sys
 from pathlib import Path
 
@@ -979,6 +982,41 @@ def summary(docs: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+# A plot's PNG carries the digest of the results JSON it was drawn from (a tEXt chunk), so that
+# --check sees a plot left behind by its JSON without drawing it again (pixels differ between
+# matplotlib versions; the digest does not).
+PLOT_SOURCE_KEY = "Source"
+
+
+def plot_source(png: Path) -> str:
+    """The digest a plot at `png` must carry: its JSON's name (beside it, the same stem) and
+    the SHA-256 of that file's bytes."""
+    js = png.with_suffix(".json")
+    return "%s sha256:%s" % (js.name, hashlib.sha256(js.read_bytes()).hexdigest())
+
+
+def save_plot(fig, path: Path, dpi: int) -> None:
+    fig.savefig(path, dpi=dpi, format="png",
+                metadata={"Software": None, PLOT_SOURCE_KEY: plot_source(path)})
+
+
+def png_text(path: Path) -> dict:
+    """A PNG's tEXt chunks, key -> value ({} for a file that is not a PNG)."""
+    data = path.read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return {}
+    out, i = {}, 8
+    while i + 8 <= len(data):
+        n, kind = struct.unpack(">I4s", data[i:i + 8])
+        if kind == b"tEXt":
+            key, _, value = data[i + 8:i + 8 + n].partition(b"\0")
+            out[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"IEND":
+            break
+        i += 12 + n  # length, type, data, CRC
+    return out
+
+
 def plot_table4(doc: dict, path: Path):
     try:
         import matplotlib
@@ -1024,7 +1062,7 @@ def plot_table4(doc: dict, path: Path):
                  % doc.get("device", {}).get("name", ""), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png", metadata={"Software": None})
+    save_plot(fig, path, 110)
     plt.close(fig)
     return path
 
@@ -1093,7 +1131,7 @@ def plot_winograd(doc: dict, path: Path):
     fig.suptitle("Winograd vs cuDNN, VGG-E 3x3 layers (hatched: the fused kernel; dashed: the "
                  "targets), %s" % doc.get("device", {}).get("name", ""), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100, format="png", metadata={"Software": None})
+    save_plot(fig, path, 100)
     plt.close(fig)
     return path
 
@@ -1138,7 +1176,7 @@ def plot_networks(doc: dict, path: Path):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png", metadata={"Software": None})
+    save_plot(fig, path, 110)
     plt.close(fig)
     return path
 
@@ -1236,9 +1274,9 @@ def main(argv=None) -> int:
         print("make_docs: refusing results that are not from a clean commit: %s (--allow-dirty "
               "publishes them, marked)" % ", ".join(unclean), file=sys.stderr)
         return 2
+    plots = (("table4", plot_table4), ("networks", plot_networks), ("winograd", plot_winograd))
     if not args.check:  # the plots first: the page links those that exist
-        for kind, plot in (("table4", plot_table4), ("networks", plot_networks),
-                           ("winograd", plot_winograd)):
+        for kind, plot in plots:
             if kind in docs:
                 name, doc = docs[kind]
                 png = plot(doc, plot_path(results, name))
@@ -1254,6 +1292,11 @@ def main(argv=None) -> int:
     if args.check:
         stale = [str(p) for p, text in ((DOC, page), (README, new_readme))
                  if not p.exists() or p.read_text() != text]
+        for kind, _ in plots:  # a plot drawn from another JSON than its kind's newest
+            png = plot_path(results, docs[kind][0]) if kind in docs else None
+            if png is not None and png.exists() and \
+                    png_text(png).get(PLOT_SOURCE_KEY) != plot_source(png):
+                stale.append("%s (drawn from other results)" % png)
         if stale:
             print("make_docs: out of date: %s" % ", ".join(stale), file=sys.stderr)
             return 1
