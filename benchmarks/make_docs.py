@@ -989,10 +989,15 @@ PLOT_SOURCE_KEY = "Source"
 
 
 def plot_source(png: Path) -> str:
-    """The digest a plot at `png` must carry: its JSON's name (beside it, the same stem) and
-    the SHA-256 of that file's bytes."""
+    """The digest a plot at `png` must carry: its JSON's name (beside it, the same stem: see
+    plot_path) and the SHA-256 of that file's bytes."""
     js = png.with_suffix(".json")
     return "%s sha256:%s" % (js.name, hashlib.sha256(js.read_bytes()).hexdigest())
+
+
+def stale_plot(png: Path) -> bool:
+    """A plot on disk that was not drawn from its JSON as that file is now."""
+    return png.exists() and png_text(png).get(PLOT_SOURCE_KEY) != plot_source(png)
 
 
 def save_plot(fig, path: Path, dpi: int) -> None:
@@ -1204,8 +1209,8 @@ def load(results: Path) -> dict:
 
 
 def plot_path(results: Path, name: str) -> Path:
-    """Where a results JSON's plot lies: beside it, the same name with .png."""
-    return results / name.replace(".json", ".png")
+    """Where a results JSON's plot lies: beside it, the same stem with .png."""
+    return results / Path(name).with_suffix(".png")
 
 
 def render_doc(docs: dict, results: Path = RESULTS) -> str:
@@ -1282,6 +1287,10 @@ def main(argv=None) -> int:
                 png = plot(doc, plot_path(results, name))
                 if png:
                     print("wrote %s" % png)
+                elif stale_plot(plot_path(results, name)):  # (no matplotlib here)
+                    print("make_docs: %s was drawn from other results and cannot be redrawn here "
+                          "(matplotlib missing?)" % plot_path(results, name), file=sys.stderr)
+                    return 1
     page = render_doc(docs, results)
     readme = README.read_text()
     if BEGIN not in readme or END not in readme:
@@ -1293,10 +1302,9 @@ def main(argv=None) -> int:
         stale = [str(p) for p, text in ((DOC, page), (README, new_readme))
                  if not p.exists() or p.read_text() != text]
         for kind, _ in plots:  # a plot drawn from another JSON than its kind's newest
-            png = plot_path(results, docs[kind][0]) if kind in docs else None
-            if png is not None and png.exists() and \
-                    png_text(png).get(PLOT_SOURCE_KEY) != plot_source(png):
-                stale.append("%s (drawn from other results)" % png)
+            if kind in docs and stale_plot(plot_path(results, docs[kind][0])):
+                stale.append("%s (drawn from other results: redraw it with matplotlib)"
+                             % plot_path(results, docs[kind][0]))
         if stale:
             print("make_docs: out of date: %s" % ", ".join(stale), file=sys.stderr)
             return 1
