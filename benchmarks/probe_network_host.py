@@ -3,6 +3,7 @@
 (a diagnosis, not a result.)
 
     python3 benchmarks/probe_network_host.py [--nets resnet50] [--modes bf16] [--steps 3]
+        [--rotate R [--rotate-steps 20]] [--native-channels C,...]
 
 Per network and mode, for the plain model, the converted one (tuned) and the converted one with
 every pass forced to PyTorch's path, interleaved over rounds (medians):
@@ -13,6 +14,10 @@ every pass forced to PyTorch's path, interleaved over rounds (medians):
 then torch.profiler tables per step: the host's ops (CPU self time, every thread) of the plain
 model against the other two, and the device's kernels of plain against converted; each with its
 total and the names whose time differs most.
+With --rotate R, first: whole steps (--rotate-steps a trial, back to back) of those models, a
+plain copy (A/A) and, with --native-channels C,..., the converted model with its 3x3 layers of
+those input channels on PyTorch's path, rotated over R rounds as bench_networks rotates its
+three; plain's time over each and over converted, medians with their 95% intervals.
 """
 from __future__ import annotations
 
@@ -68,7 +73,12 @@ def main() -> int:
     ap.add_argument("--nets", default="resnet50")
     ap.add_argument("--modes", default="bf16")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rotate", type=int, default=0, help="rounds of whole steps (0: none)")
+    ap.add_argument("--rotate-steps", type=int, default=20, help="steps a trial in --rotate")
+    ap.add_argument("--native-channels", default="",
+                    help="C,...: a model more, its 3x3 layers of these input channels native")
     args = ap.parse_args()
+    native_channels = {int(c) for c in args.native_channels.split(",") if c}
     if not common.require_cuda("probe_network_host"):
         return 0
     torch.backends.cudnn.benchmark = True
@@ -80,20 +90,41 @@ def main() -> int:
             plain = bn.build(name)
             conv = fastlayers.convert(copy.deepcopy(plain))
             nat = fastlayers.convert(copy.deepcopy(plain))
+            part = fastlayers.convert(copy.deepcopy(plain)) if native_channels else None
             with warnings.catch_warnings():  # (stride-2 layers: pinned but PyTorch's anyway)
                 warnings.simplefilter("ignore")
                 for m in nat.modules():
                     if isinstance(m, (fastlayers.Conv2d, fastlayers.Conv1d)):
                         m.force_algorithms("native", "native", "native")
+                for m in part.modules() if part is not None else ():
+                    if isinstance(m, fastlayers.Conv2d) and m.kernel_size == (3, 3) and \
+                            m.in_channels in native_channels:
+                        m.force_algorithms("native", "native", "native")
             x = torch.randn(N, 3, side, side, device="cuda")
             target = torch.randint(0, 1000, (N,), device="cuda")
             models = {"plain": plain, "converted": conv, "all-native": nat}
+            if part is not None:
+                models["3x3 at %s native" % args.native_channels] = part
+            if args.rotate:
+                models["plain copy"] = copy.deepcopy(plain)
             steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
             tuner.clear()
             for s in steps.values():
                 for _ in range(3):
                     s()
             torch.cuda.synchronize()
+            if args.rotate:
+                per = common.rotating({k: common.back_to_back(s, args.rotate_steps)
+                                       for k, s in steps.items()}, lambda fn: fn(), args.rotate)
+                others = [k for k in steps if k not in ("plain", "converted", "plain copy")]
+                pairs = [("plain", k) for k in steps if k != "plain"] + [
+                    (k, "converted") for k in others]
+                for a, b in pairs:
+                    r = common.ratio_of(per[a], per[b])
+                    log("%-8s %-4s %s / %s x%.3f (95%% %.3f-%.3f; quartiles %.3f-%.3f), %d rounds"
+                        " of %d steps" % (name, mode, a, b, r["ratio"], r["ratio_ci95"][0],
+                                          r["ratio_ci95"][1], r["ratio_q1"], r["ratio_q3"],
+                                          args.rotate, args.rotate_steps))
             res = {k: [] for k in steps}
             for r in range(7):  # interleaved rounds
                 order = list(steps) if r % 2 == 0 else list(reversed(list(steps)))
