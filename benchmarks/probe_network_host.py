@@ -68,6 +68,16 @@ def profile_ms(step, steps, device: bool):
     return out
 
 
+def pin_native(model, which) -> None:
+    """Every pass of the model's fastlayers convolutions for which `which(layer)` holds pinned to
+    PyTorch's path."""
+    with warnings.catch_warnings():  # (stride-2 layers: pinned but PyTorch's anyway)
+        warnings.simplefilter("ignore")
+        for m in model.modules():
+            if isinstance(m, (fastlayers.Conv2d, fastlayers.Conv1d)) and which(m):
+                m.force_algorithms("native", "native", "native")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nets", default="resnet50")
@@ -91,15 +101,10 @@ def main() -> int:
             conv = fastlayers.convert(copy.deepcopy(plain))
             nat = fastlayers.convert(copy.deepcopy(plain))
             part = fastlayers.convert(copy.deepcopy(plain)) if native_channels else None
-            with warnings.catch_warnings():  # (stride-2 layers: pinned but PyTorch's anyway)
-                warnings.simplefilter("ignore")
-                for m in nat.modules():
-                    if isinstance(m, (fastlayers.Conv2d, fastlayers.Conv1d)):
-                        m.force_algorithms("native", "native", "native")
-                for m in part.modules() if part is not None else ():
-                    if isinstance(m, fastlayers.Conv2d) and m.kernel_size == (3, 3) and \
-                            m.in_channels in native_channels:
-                        m.force_algorithms("native", "native", "native")
+            pin_native(nat, lambda m: True)
+            if part is not None:
+                pin_native(part, lambda m: m.kernel_size == (3, 3) and
+                           m.in_channels in native_channels)
             x = torch.randn(N, 3, side, side, device="cuda")
             target = torch.randint(0, 1000, (N,), device="cuda")
             models = {"plain": plain, "converted": conv, "all-native": nat}
