@@ -3,7 +3,7 @@
 (a diagnosis, not a result.)
 
     python3 benchmarks/probe_network_host.py [--nets resnet50] [--modes bf16] [--steps 3]
-        [--rotate R [--rotate-steps 20]] [--native-channels C,...]
+        [--rotate R [--rotate-steps 20]] [--pin 'C,...=F/I/W[;...]' ...]
 
 Per network and mode, for the plain model, the converted one (tuned) and the converted one with
 every pass forced to PyTorch's path, interleaved over rounds (medians):
@@ -11,13 +11,16 @@ every pass forced to PyTorch's path, interleaved over rounds (medians):
           step never fills the launch queue, so this is the host's own time; a device-bound one
           blocks once the queue is full, and then host nears wall)
   wall    ms per step, STEPS steps back to back to the device's completion (bench_networks' figure)
-then torch.profiler tables per step: the host's ops (CPU self time, every thread) of the plain
-model against the other two, and the device's kernels of plain against converted; each with its
-total and the names whose time differs most.
-With --rotate R, first: whole steps (--rotate-steps a trial, back to back) of those models, a
-plain copy (A/A) and, with --native-channels C,..., the converted model with its 3x3 layers of
-those input channels on PyTorch's path, rotated over R rounds as bench_networks rotates its
-three; plain's time over each and over converted, medians with their 95% intervals.
+then torch.profiler tables per step, the plain model against each other one (a plain copy among
+them, the A/A): the host's ops (CPU self time, every thread) and the device's kernels, each with
+its total and the names whose time differs most, and for the device the time of the kernels both
+steps run.
+Each --pin C,...=F/I/W[;C,...=F/I/W] adds a model: the converted one with its 3x3 layers of those
+input channels pinned to the labels F, I and W (forward, input and weight gradient;
+`native/native/native` puts them on PyTorch's path).
+With --rotate R, first: whole steps (--rotate-steps a trial, back to back) of those models and a
+plain copy (A/A), rotated over R rounds as bench_networks rotates its three; plain's time over
+each and each's over converted, medians with their 95% intervals.
 """
 from __future__ import annotations
 
@@ -68,14 +71,19 @@ def profile_ms(step, steps, device: bool):
     return out
 
 
-def pin_native(model, which) -> None:
-    """Every pass of the model's fastlayers convolutions for which `which(layer)` holds pinned to
-    PyTorch's path."""
+def differing(a, b, count):
+    """The `count` names whose figures differ most between the {name: ms} tables a and b."""
+    return sorted(set(a) | set(b), key=lambda n: -abs(b.get(n, 0) - a.get(n, 0)))[:count]
+
+
+def pin(model, which, labels=("native", "native", "native")) -> None:
+    """The passes of the model's fastlayers convolutions for which `which(layer)` holds pinned to
+    `labels` (forward, input and weight gradient)."""
     with warnings.catch_warnings():  # (stride-2 layers: pinned but PyTorch's anyway)
         warnings.simplefilter("ignore")
         for m in model.modules():
             if isinstance(m, (fastlayers.Conv2d, fastlayers.Conv1d)) and which(m):
-                m.force_algorithms("native", "native", "native")
+                m.force_algorithms(*labels)
 
 
 def main() -> int:
@@ -85,10 +93,20 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rotate", type=int, default=0, help="rounds of whole steps (0: none)")
     ap.add_argument("--rotate-steps", type=int, default=20, help="steps a trial in --rotate")
-    ap.add_argument("--native-channels", default="",
-                    help="C,...: a model more, its 3x3 layers of these input channels native")
+    ap.add_argument("--pin", action="append", default=[], metavar="C,...=F/I/W[;...]",
+                    help="a model more: the converted one, its 3x3 layers of these input channels "
+                         "pinned to these labels (repeatable)")
     args = ap.parse_args()
-    native_channels = {int(c) for c in args.native_channels.split(",") if c}
+    pins = []  # (name, [(input channels, labels), ...])
+    for spec in args.pin:
+        groups = []
+        for group in spec.split(";"):
+            chans, _, labels = group.partition("=")
+            passes = tuple(labels.split("/"))
+            if len(passes) != 3 or not chans:
+                ap.error("--pin %r: expected C,...=forward/input_grad/weight_grad[;...]" % spec)
+            groups.append(({int(c) for c in chans.split(",")}, passes))
+        pins.append((spec, groups))
     if not common.require_cuda("probe_network_host"):
         return 0
     torch.backends.cudnn.benchmark = True
@@ -100,18 +118,16 @@ def main() -> int:
             plain = bn.build(name)
             conv = fastlayers.convert(copy.deepcopy(plain))
             nat = fastlayers.convert(copy.deepcopy(plain))
-            part = fastlayers.convert(copy.deepcopy(plain)) if native_channels else None
-            pin_native(nat, lambda m: True)
-            if part is not None:
-                pin_native(part, lambda m: m.kernel_size == (3, 3) and
-                           m.in_channels in native_channels)
+            pin(nat, lambda m: True)
             x = torch.randn(N, 3, side, side, device="cuda")
             target = torch.randint(0, 1000, (N,), device="cuda")
             models = {"plain": plain, "converted": conv, "all-native": nat}
-            if part is not None:
-                models["3x3 at %s native" % args.native_channels] = part
-            if args.rotate:
-                models["plain copy"] = copy.deepcopy(plain)
+            for spec, groups in pins:
+                models[spec] = fastlayers.convert(copy.deepcopy(plain))
+                for chans, passes in groups:
+                    pin(models[spec], lambda m: m.kernel_size == (3, 3) and m.in_channels in chans,
+                        passes)
+            models["plain copy"] = copy.deepcopy(plain)
             steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
             tuner.clear()
             for s in steps.values():
@@ -139,29 +155,30 @@ def main() -> int:
                 log("%-8s %-4s %-10s host %6.2f ms  wall %6.2f ms" % (
                     name, mode, k, statistics.median(r[0] for r in rows),
                     statistics.median(r[1] for r in rows)))
-            host_ops = {k: profile_ms(steps[k], args.steps, device=False)
-                        for k in ("plain", "all-native", "converted")}
-            log("host ms per step by the profiler (CPU self time, all threads): plain %.2f, "
-                "all-native %.2f, converted %.2f" % tuple(sum(host_ops[k].values()) for k in
-                                                          ("plain", "all-native", "converted")))
-            for other in ("all-native", "converted"):
-                names = set(host_ops["plain"]) | set(host_ops[other])
-                diff = sorted(names, key=lambda n: -abs(host_ops[other].get(n, (0))
-                                                         - host_ops["plain"].get(n, 0)))
-                for n in diff[:14]:
+            others = [k for k in steps if k != "plain"]
+            host_ops = {k: profile_ms(steps[k], args.steps, device=False) for k in steps}
+            log("host ms per step by the profiler (CPU self time, all threads): " + ", ".join(
+                "%s %.2f" % (k, sum(v.values())) for k, v in host_ops.items()))
+            for other in others:
+                for n in differing(host_ops["plain"], host_ops[other], 10):
                     log("   %-10s %+7.3f ms  plain %6.3f  %6.3f  %s" % (
-                        other, host_ops[other].get(n, 0) - host_ops["plain"].get(n, 0),
+                        other[:10], host_ops[other].get(n, 0) - host_ops["plain"].get(n, 0),
                         host_ops["plain"].get(n, 0), host_ops[other].get(n, 0), n[:90]))
-            dev = {k: profile_ms(steps[k], args.steps, device=True) for k in ("plain", "converted")}
-            log("device ms per step: plain %.2f, converted %.2f" % (
-                sum(dev["plain"].values()), sum(dev["converted"].values())))
-            names = set(dev["plain"]) | set(dev["converted"])
-            diff = sorted(names, key=lambda n: -abs(dev["converted"].get(n, 0)
-                                                    - dev["plain"].get(n, 0)))
-            for n in diff[:12]:
-                log("   %+7.3f ms  plain %6.3f  converted %6.3f  %s" % (
-                    dev["converted"].get(n, 0) - dev["plain"].get(n, 0), dev["plain"].get(n, 0),
-                    dev["converted"].get(n, 0), n[:110]))
+            dev = {k: profile_ms(steps[k], args.steps, device=True) for k in steps}
+            log("device ms per step (kernels): " + ", ".join(
+                "%s %.2f" % (k, sum(v.values())) for k, v in dev.items()))
+            for other in others:
+                a, b = dev["plain"], dev[other]
+                both = set(a) & set(b)
+                # Kernels both steps run (normalisation, activations, the 1x1 layers, the
+                # optimizer): slower there means the other's kernels slow their neighbours.
+                log("   %s: kernels in both %.3f ms against plain's %.3f; its own %.3f, plain's "
+                    "own %.3f" % (other, sum(b[n] for n in both), sum(a[n] for n in both),
+                                  sum(v for n, v in b.items() if n not in both),
+                                  sum(v for n, v in a.items() if n not in both)))
+                for n in differing(a, b, 10):
+                    log("   %-10s %+7.3f ms  plain %6.3f  %6.3f  %s" % (
+                        other[:10], b.get(n, 0) - a.get(n, 0), a.get(n, 0), b.get(n, 0), n[:100]))
             for dec in tuner.decisions():
                 if dec["choice"] != "native" and dec["source"] == "tuned":
                     log("   %s -> %s %s" % (dec["key"].split("|")[0:2], dec["choice"],
