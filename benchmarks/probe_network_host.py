@@ -14,7 +14,8 @@ every pass forced to PyTorch's path, interleaved over rounds (medians):
 then torch.profiler tables per step, the plain model against each other one (a plain copy among
 them, the A/A): the host's ops (CPU self time, every thread) and the device's kernels, each with
 its total and the names whose time differs most, and for the device the time of the kernels both
-steps run.
+steps run. The host table's CPU self time is noisy: identical models (plain and its
+copy) differed by 4.6-8.4 ms a step on an H200 host, an untallied profile first or not.
 Each --pin C,...=F/I/W[;C,...=F/I/W] adds a model: the converted one with its 3x3 layers of those
 input channels pinned to the labels F, I and W (forward, input and weight gradient;
 `native/native/native` puts them on PyTorch's path).
@@ -156,9 +157,6 @@ def main() -> int:
                     name, mode, k, statistics.median(r[0] for r in rows),
                     statistics.median(r[1] for r in rows)))
             others = [k for k in steps if k != "plain"]
-            # A first profile reads high (w131: plain's 35.9 ms against its copy's 27.5): one
-            # untallied before the tables.
-            profile_ms(steps["plain copy"], 1, device=False)
             host_ops = {k: profile_ms(steps[k], args.steps, device=False) for k in steps}
             log("host ms per step by the profiler (CPU self time, all threads): " + ", ".join(
                 "%s %.2f" % (k, sum(v.values())) for k, v in host_ops.items()))
