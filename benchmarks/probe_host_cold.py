@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Does a layer's host time grow when other work runs between its calls, as in a network's step?
+(a diagnosis, not a result.)
+
+    python3 benchmarks/probe_host_cold.py [--rounds 15] [--calls 6] [--mode tf32]
+
+For ResNet-50's 14x14 and 7x7 3x3 layers (N 32), each pinned to PyTorch's path and to the
+non-fused Winograd plans the tuner kept for them in ResNet-50 steps, the host's own time of one
+forward + backward (a sleep kernel holds the device, so no call waits for it), in two settings
+rotated round by round:
+  warm    the layer's calls back to back (as the tuner's layer check times them)
+  between a forward + backward of a ResNet-50 bottleneck block on PyTorch's path (1x1 and 3x3
+          convolutions, batch norm, ReLU: the ops a step runs between two such layers) before
+          each call
+Medians over rounds of the per-round median; "between - warm" is what the other work costs the
+layer's host path (caches, the libraries' own state).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log, torch  # noqa: E402
+
+import fastlayers  # noqa: E402
+
+SLEEP_CYCLES = 400_000_000
+
+
+def layer_call(module, x, gy):
+    def run():
+        module(x).backward(gy)
+    return run
+
+
+def timed(fn, other, calls):
+    """Host microseconds of each of `calls` calls of fn while the device is held; `other` (or
+    None) runs before each. Returns the median and whether the device stayed held."""
+    torch.cuda._sleep(SLEEP_CYCLES)
+    ts = []
+    for _ in range(calls):
+        if other is not None:
+            other()
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e6)
+    held = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    return statistics.median(ts), held
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=6)
+    ap.add_argument("--mode", default="tf32", choices=("fp32", "tf32"))
+    args = ap.parse_args()
+    if not common.require_cuda("probe_host_cold"):
+        return 0
+    import torchvision
+    torch.backends.cudnn.benchmark = True
+    common.set_precision(args.mode)
+    torch.manual_seed(0)
+    # The other work: layer1's second bottleneck (256 -> 64 -> 64 -> 256 at 56x56), plain.
+    block = torchvision.models.resnet50().layer1[1].cuda()
+    bx = torch.randn(32, 256, 56, 56, device="cuda", requires_grad=True)
+    bgy = torch.randn(32, 256, 56, 56, device="cuda")
+    other = layer_call(block, bx, bgy)
+    cases = []
+    for C, side, plan in ((256, 14, ("winograd:4", "winograd:2", "winograd:4")),
+                          (512, 7, ("winograd:2", "winograd:2", "winograd:4"))):
+        ref = torch.nn.Conv2d(C, C, 3, padding=1, bias=False).cuda()
+        x = torch.randn(32, C, side, side, device="cuda", requires_grad=True)
+        gy = torch.randn(32, C, side, side, device="cuda")
+        models = {
+            "nn.Conv2d": ref,
+            "native": fastlayers.convert(copy.deepcopy(ref)).force_algorithms(
+                "native", "native", "native"),
+            "/".join(plan): fastlayers.convert(copy.deepcopy(ref)).force_algorithms(*plan),
+        }
+        for name, m in models.items():
+            cases.append(("%dx%d C %d" % (side, side, C), name, layer_call(m, x, gy)))
+    for _, _, fn in cases:
+        for _ in range(5):
+            fn()
+    for _ in range(5):
+        other()
+    torch.cuda.synchronize()
+    res = {(a, b): {"warm": [], "between": []} for a, b, _ in cases}
+    unheld = 0
+    for r in range(args.rounds):
+        order = cases if r % 2 == 0 else list(reversed(cases))
+        for a, b, fn in order:
+            for setting in (("warm", "between") if r % 4 < 2 else ("between", "warm")):
+                us, held = timed(fn, other if setting == "between" else None, args.calls)
+                unheld += not held
+                res[(a, b)][setting].append(us)
+    log("host us per forward + backward (%s, the device held by a sleep kernel; %d rounds of %d calls; "
+        "%d trials found the device idle)" % (args.mode, args.rounds, args.calls, unheld))
+    log("%-10s %-36s %9s %9s %15s" % ("layer", "path", "warm", "between", "between - warm"))
+    for (a, b), v in res.items():
+        w, t = statistics.median(v["warm"]), statistics.median(v["between"])
+        log("%-10s %-36s %9.1f %9.1f %+15.1f" % (a, b, w, t, t - w))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
