@@ -2,7 +2,7 @@
 """Does a layer's host time grow when other work runs between its calls, as in a network's step?
 (a diagnosis, not a result.)
 
-    python3 benchmarks/probe_host_cold.py [--rounds 15] [--calls 6] [--mode tf32]
+    python3 benchmarks/probe_host_cold.py [--rounds 15] [--calls 6] [--mode tf32] [--parts]
 
 For ResNet-50's 14x14 and 7x7 3x3 layers (N 32), each pinned to PyTorch's path and to the
 non-fused Winograd plans the tuner kept for them in ResNet-50 steps, the host's own time of one
@@ -14,6 +14,11 @@ rotated round by round:
           each call
 Medians over rounds of the per-round median; "between - warm" is what the other work costs the
 layer's host path (caches, the libraries' own state).
+With --parts, the same for single calls at the 14x14 layer: the pipeline's three ops (F(4x4)
+forward and weight gradient, F(2x2) input gradient, as the layer's plan), cuDNN's forward and its
+joint backward, torch.bmm at the pipeline's forward GEMM shape (cuBLAS's strided batched GEMM, as
+the pipeline calls it) and a small torch.add (a launch and nothing more): which part of the path
+runs cold.
 """
 from __future__ import annotations
 
@@ -55,11 +60,41 @@ def timed(fn, other, calls):
     return statistics.median(ts), held
 
 
+def parts(tf32: bool):
+    """(layer, name, call) for single calls at ResNet-50's 14x14 layer (N 32, 256 channels)."""
+    import torch.nn.functional as F
+    fl = torch.ops.fastlayers
+    x = torch.randn(32, 256, 14, 14, device="cuda")
+    w = torch.randn(256, 256, 3, 3, device="cuda")
+    gy = torch.randn(32, 256, 14, 14, device="cuda")
+    # The forward's GEMMs: alpha^2 = 36 products [P, C] x [C, K], P = 32 samples x 16 tiles.
+    a = torch.randn(36, 512, 256, device="cuda")
+    b = torch.randn(36, 256, 256, device="cuda")
+    small = torch.randn(16, device="cuda")
+    at = "14x14 call"
+
+    def bwd():
+        torch.ops.aten.convolution_backward(gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0],
+                                            1, [True, True, False])
+    return [
+        (at, "winograd_conv2d tile 4", lambda: fl.winograd_conv2d(x, w, None, [1, 1], 4, tf32)),
+        (at, "winograd_conv2d_input_grad tile 2",
+         lambda: fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, tf32)),
+        (at, "winograd_conv2d_weight_grad tile 4",
+         lambda: fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 4, tf32)),
+        (at, "F.conv2d (cuDNN)", lambda: F.conv2d(x, w, None, 1, 1)),
+        (at, "convolution_backward (cuDNN)", bwd),
+        (at, "torch.bmm 36 x [512,256]x[256,256]", lambda: torch.bmm(a, b)),
+        (at, "torch.add, 16 values", lambda: torch.add(small, small)),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=6)
     ap.add_argument("--mode", default="tf32", choices=("fp32", "tf32"))
+    ap.add_argument("--parts", action="store_true", help="single calls at the 14x14 layer too")
     args = ap.parse_args()
     if not common.require_cuda("probe_host_cold"):
         return 0
@@ -86,6 +121,8 @@ def main() -> int:
         }
         for name, m in models.items():
             cases.append(("%dx%d C %d" % (side, side, C), name, layer_call(m, x, gy)))
+    if args.parts:
+        cases += parts(args.mode == "tf32")
     for _, _, fn in cases:
         for _ in range(5):
             fn()
@@ -101,7 +138,8 @@ def main() -> int:
                 us, held = timed(fn, other if setting == "between" else None, args.calls)
                 unheld += not held
                 res[(a, b)][setting].append(us)
-    log("host us per forward + backward (%s, the device held by a sleep kernel; %d rounds of %d calls; "
+    log("host us a call, a forward + backward for the layers (%s, the device held by a sleep kernel; "
+        "%d rounds of %d calls; "
         "%d trials found the device idle)" % (args.mode, args.rounds, args.calls, unheld))
     log("%-10s %-36s %9s %9s %15s" % ("layer", "path", "warm", "between", "between - warm"))
     for (a, b), v in res.items():
