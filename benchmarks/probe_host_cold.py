@@ -9,11 +9,12 @@ non-fused Winograd plans the tuner kept for them in ResNet-50 steps, the host's 
 forward + backward (a sleep kernel holds the device, so no call waits for it), in two settings
 rotated round by round:
   warm    the layer's calls back to back (as the tuner's layer check times them)
-  between a forward + backward of a ResNet-50 bottleneck block on PyTorch's path (1x1 and 3x3
-          convolutions, batch norm, ReLU: the ops a step runs between two such layers) before
-          each call
-Medians over rounds of the per-round median; "between - warm" is what the other work costs the
-layer's host path (caches, the libraries' own state).
+  between a forward + backward of what a ResNet-50 step runs between two of its 14x14 3x3
+          layers, on PyTorch's path (a layer3 bottleneck without its 3x3 convolution: two 1x1
+          convolutions, batch norm, ReLU, the residual add) before each call
+A second nn.Conv2d (A/A) reads the noise. Medians over rounds of each trial's median, with the
+95% interval of the median; "between - warm" is what the other work costs the layer's host path
+(caches, the libraries' own state). Trials that found the device idle are dropped.
 With --parts, the same for single calls at the 14x14 layer: the pipeline's three ops (F(4x4)
 forward and weight gradient, F(2x2) input gradient, as the layer's plan), cuDNN's forward and its
 joint backward, torch.bmm at the pipeline's forward GEMM shape (cuBLAS's strided batched GEMM, as
@@ -35,7 +36,7 @@ from common import log, torch  # noqa: E402
 
 import fastlayers  # noqa: E402
 
-SLEEP_CYCLES = 400_000_000
+SLEEP_CYCLES = 100_000_000  # about 50 ms on an H200, several times a trial's host work
 
 
 def layer_call(module, x, gy):
@@ -73,20 +74,53 @@ def parts(tf32: bool):
     small = torch.randn(16, device="cuda")
     at = "14x14 call"
 
+    def below(fn):
+        # The module calls the ops from C++ below autograd: so here, not through their Python
+        # autograd registration.
+        def run():
+            with torch._C._AutoDispatchBelowAutograd():
+                fn()
+        return run
+
+    def bmm():
+        # The pipeline's GEMMs are TF32 where the convolution allows it; matmul's own switch
+        # follows for this call.
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            torch.bmm(a, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+
     def bwd():
         torch.ops.aten.convolution_backward(gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0],
                                             1, [True, True, False])
     return [
-        (at, "winograd_conv2d tile 4", lambda: fl.winograd_conv2d(x, w, None, [1, 1], 4, tf32)),
+        (at, "winograd_conv2d tile 4",
+         below(lambda: fl.winograd_conv2d(x, w, None, [1, 1], 4, tf32))),
         (at, "winograd_conv2d_input_grad tile 2",
-         lambda: fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, tf32)),
+         below(lambda: fl.winograd_conv2d_input_grad(gy, w, [1, 1], 2, tf32))),
         (at, "winograd_conv2d_weight_grad tile 4",
-         lambda: fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 4, tf32)),
+         below(lambda: fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 4, tf32))),
         (at, "F.conv2d (cuDNN)", lambda: F.conv2d(x, w, None, 1, 1)),
         (at, "convolution_backward (cuDNN)", bwd),
-        (at, "torch.bmm 36 x [512,256]x[256,256]", lambda: torch.bmm(a, b)),
+        (at, "torch.bmm 36 x [512,256]x[256,256]", bmm),
         (at, "torch.add, 16 values", lambda: torch.add(small, small)),
     ]
+
+
+class Between(torch.nn.Module):
+    """A layer3 bottleneck of ResNet-50 without its 3x3 convolution (1024 -> 256 -> 1024, 14x14)."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(1024, 256, 1, bias=False), nn.BatchNorm2d(256)
+        self.conv3, self.bn3 = nn.Conv2d(256, 1024, 1, bias=False), nn.BatchNorm2d(1024)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn3(self.conv3(y)) + x)
 
 
 def main() -> int:
@@ -98,14 +132,12 @@ def main() -> int:
     args = ap.parse_args()
     if not common.require_cuda("probe_host_cold"):
         return 0
-    import torchvision
     torch.backends.cudnn.benchmark = True
     common.set_precision(args.mode)
     torch.manual_seed(0)
-    # The other work: layer1's second bottleneck (256 -> 64 -> 64 -> 256 at 56x56), plain.
-    block = torchvision.models.resnet50().layer1[1].cuda()
-    bx = torch.randn(32, 256, 56, 56, device="cuda", requires_grad=True)
-    bgy = torch.randn(32, 256, 56, 56, device="cuda")
+    block = Between().cuda()
+    bx = torch.randn(32, 1024, 14, 14, device="cuda", requires_grad=True)
+    bgy = torch.randn(32, 1024, 14, 14, device="cuda")
     other = layer_call(block, bx, bgy)
     cases = []
     for C, side, plan in ((256, 14, ("winograd:4", "winograd:2", "winograd:4")),
@@ -115,6 +147,7 @@ def main() -> int:
         gy = torch.randn(32, C, side, side, device="cuda")
         models = {
             "nn.Conv2d": ref,
+            "nn.Conv2d, a copy (A/A)": copy.deepcopy(ref),
             "native": fastlayers.convert(copy.deepcopy(ref)).force_algorithms(
                 "native", "native", "native"),
             "/".join(plan): fastlayers.convert(copy.deepcopy(ref)).force_algorithms(*plan),
@@ -132,19 +165,30 @@ def main() -> int:
     res = {(a, b): {"warm": [], "between": []} for a, b, _ in cases}
     unheld = 0
     for r in range(args.rounds):
-        order = cases if r % 2 == 0 else list(reversed(cases))
+        order = cases if (r // 2) % 2 == 0 else list(reversed(cases))
         for a, b, fn in order:
-            for setting in (("warm", "between") if r % 4 < 2 else ("between", "warm")):
+            for setting in (("warm", "between") if r % 2 == 0 else ("between", "warm")):
                 us, held = timed(fn, other if setting == "between" else None, args.calls)
-                unheld += not held
-                res[(a, b)][setting].append(us)
-    log("host us a call, a forward + backward for the layers (%s, the device held by a sleep kernel; "
-        "%d rounds of %d calls; "
-        "%d trials found the device idle)" % (args.mode, args.rounds, args.calls, unheld))
-    log("%-10s %-36s %9s %9s %15s" % ("layer", "path", "warm", "between", "between - warm"))
+                if held:
+                    res[(a, b)][setting].append(us)
+                else:
+                    unheld += 1
+    log("host us a call, a forward + backward for the layers (%s, the device held; %d rounds of "
+        "%d calls; %d trials found the device idle, dropped)" % (
+            args.mode, args.rounds, args.calls, unheld))
+    log("%-12s %-36s %22s %22s %9s" % ("layer", "path", "warm (95%)", "between (95%)",
+                                       "between - warm"))
     for (a, b), v in res.items():
-        w, t = statistics.median(v["warm"]), statistics.median(v["between"])
-        log("%-10s %-36s %9.1f %9.1f %+15.1f" % (a, b, w, t, t - w))
+        if not v["warm"] or not v["between"]:
+            log("%-12s %-36s no held trial" % (a, b))
+            continue
+        cells = []
+        for k in ("warm", "between"):
+            xs = sorted(v[k])
+            lo, hi = common.median_ci(xs)
+            cells.append((statistics.median(xs), lo, hi))
+        log("%-12s %-36s %7.1f (%5.1f-%5.1f) %7.1f (%5.1f-%5.1f) %+9.1f" % (
+            a, b, *cells[0], *cells[1], cells[1][0] - cells[0][0]))
     return 0
 
 

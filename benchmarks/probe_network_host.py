@@ -14,11 +14,11 @@ every pass forced to PyTorch's path, interleaved over rounds (medians):
 then torch.profiler tables per step, the plain model against each other one (a plain copy among
 them, the A/A): the host's ops (CPU self time, every thread) and the device's kernels, each with
 its total and the names whose time differs most, and for the device the time of the kernels both
-steps run. The host table's CPU self time is noisy: identical models (plain and its
-copy) differed by 4.6-8.4 ms a step on an H200 host, an untallied profile first or not.
-Each --pin C,...=F/I/W[;C,...=F/I/W] adds a model: the converted one with its 3x3 layers of those
-input channels pinned to the labels F, I and W (forward, input and weight gradient;
-`native/native/native` puts them on PyTorch's path).
+steps call equally often; each model profiled three times in rotated order, per name the median.
+The plain copy's row is the noise to read the others against.
+Each --pin C,...=F/I/W[;C,...=F/I/W] adds a model (pin1, pin2, ...): the converted one with its
+3x3 layers of those input channels pinned to the labels F, I and W (forward, input and weight
+gradient; `native/native/native` puts them on PyTorch's path).
 With --rotate R, first: whole steps (--rotate-steps a trial, back to back) of those models and a
 plain copy (A/A), rotated over R rounds as bench_networks rotates its three; plain's time over
 each and each's over converted, medians with their 95% intervals.
@@ -56,8 +56,8 @@ def host_and_wall(step, steps):
 
 
 def profile_ms(step, steps, device: bool):
-    """{name: self ms per step} over `steps` steps from torch.profiler: the device's kernels
-    (device=True) or the host's ops (CPU self time, every thread)."""
+    """{name: (self ms per step, calls per step)} over `steps` steps from torch.profiler: the
+    device's kernels (device=True) or the host's ops (CPU self time, every thread)."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA if device else ProfilerActivity.CPU]) as prof:
@@ -68,23 +68,47 @@ def profile_ms(step, steps, device: bool):
     for e in prof.key_averages():
         t = e.self_device_time_total if device else e.self_cpu_time_total
         if t > 0:
-            out[e.key] = out.get(e.key, 0.0) + t / 1e3 / steps
+            ms, calls = out.get(e.key, (0.0, 0.0))
+            out[e.key] = (ms + t / 1e3 / steps, calls + e.count / steps)
     return out
 
 
+def profiles(steps, count, device: bool, repeats: int = 3):
+    """{model: {name: (ms, calls)}}: each model's profile_ms `repeats` times, the models in an
+    order rotated repeat by repeat (the first profiled reads high), per name the median."""
+    names = list(steps)
+    runs = {k: [] for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            runs[k].append(profile_ms(steps[k], count, device))
+    out = {}
+    for k, tables in runs.items():
+        keys = set().union(*tables)
+        out[k] = {n: (statistics.median(t.get(n, (0.0, 0.0))[0] for t in tables),
+                      statistics.median(t.get(n, (0.0, 0.0))[1] for t in tables)) for n in keys}
+    return out
+
+
+def ms(table, name):
+    return table.get(name, (0.0, 0.0))[0]
+
+
 def differing(a, b, count):
-    """The `count` names whose figures differ most between the {name: ms} tables a and b."""
-    return sorted(set(a) | set(b), key=lambda n: -abs(b.get(n, 0) - a.get(n, 0)))[:count]
+    """The `count` names whose time differs most between the profile tables a and b."""
+    return sorted(set(a) | set(b), key=lambda n: -abs(ms(b, n) - ms(a, n)))[:count]
 
 
-def pin(model, which, labels=("native", "native", "native")) -> None:
+def pin(model, which, labels=("native", "native", "native")) -> int:
     """The passes of the model's fastlayers convolutions for which `which(layer)` holds pinned to
-    `labels` (forward, input and weight gradient)."""
+    `labels` (forward, input and weight gradient); returns how many layers."""
     with warnings.catch_warnings():  # (stride-2 layers: pinned but PyTorch's anyway)
         warnings.simplefilter("ignore")
+        n = 0
         for m in model.modules():
             if isinstance(m, (fastlayers.Conv2d, fastlayers.Conv1d)) and which(m):
                 m.force_algorithms(*labels)
+                n += 1
+    return n
 
 
 def main() -> int:
@@ -98,15 +122,21 @@ def main() -> int:
                     help="a model more: the converted one, its 3x3 layers of these input channels "
                          "pinned to these labels (repeatable)")
     args = ap.parse_args()
-    pins = []  # (name, [(input channels, labels), ...])
+    pins = []  # (spec, [(input channels, labels), ...])
     for spec in args.pin:
         groups = []
         for group in spec.split(";"):
             chans, _, labels = group.partition("=")
             passes = tuple(labels.split("/"))
-            if len(passes) != 3 or not chans:
-                ap.error("--pin %r: expected C,...=forward/input_grad/weight_grad[;...]" % spec)
-            groups.append(({int(c) for c in chans.split(",")}, passes))
+            try:
+                if len(passes) != 3:
+                    raise ValueError("three labels")
+                for lab in passes:
+                    fastlayers.algorithms.parse(lab)
+                groups.append(({int(c) for c in chans.split(",")}, passes))
+            except ValueError as e:
+                ap.error("--pin %r: expected C,...=forward/input_grad/weight_grad[;...] (%s)"
+                         % (spec, e))
         pins.append((spec, groups))
     if not common.require_cuda("probe_network_host"):
         return 0
@@ -123,11 +153,16 @@ def main() -> int:
             x = torch.randn(N, 3, side, side, device="cuda")
             target = torch.randint(0, 1000, (N,), device="cuda")
             models = {"plain": plain, "converted": conv, "all-native": nat}
-            for spec, groups in pins:
-                models[spec] = fastlayers.convert(copy.deepcopy(plain))
+            for i, (spec, groups) in enumerate(pins):
+                # Layers are picked by input channels alone: a network may have several such
+                # (stride-2 ones among them, which then run PyTorch's path).
+                key = "pin%d" % (i + 1)
+                models[key] = fastlayers.convert(copy.deepcopy(plain))
                 for chans, passes in groups:
-                    pin(models[spec], lambda m: m.kernel_size == (3, 3) and m.in_channels in chans,
-                        passes)
+                    n = pin(models[key], lambda m: m.kernel_size == (3, 3) and
+                            m.in_channels in chans, passes)
+                    log("%s: %s=%s on %d layers" % (key, ",".join(map(str, sorted(chans))),
+                                                    "/".join(passes), n))
             models["plain copy"] = copy.deepcopy(plain)
             steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
             tuner.clear()
@@ -138,9 +173,9 @@ def main() -> int:
             if args.rotate:
                 per = common.rotating({k: common.back_to_back(s, args.rotate_steps)
                                        for k, s in steps.items()}, lambda fn: fn(), args.rotate)
-                others = [k for k in steps if k not in ("plain", "converted", "plain copy")]
+                variants = [k for k in steps if k not in ("plain", "converted", "plain copy")]
                 pairs = [("plain", k) for k in steps if k != "plain"] + [
-                    (k, "converted") for k in others]
+                    (k, "converted") for k in variants]
                 for a, b in pairs:
                     r = common.ratio_of(per[a], per[b])
                     log("%-8s %-4s %s / %s x%.3f (95%% %.3f-%.3f; quartiles %.3f-%.3f), %d rounds"
@@ -157,29 +192,33 @@ def main() -> int:
                     name, mode, k, statistics.median(r[0] for r in rows),
                     statistics.median(r[1] for r in rows)))
             others = [k for k in steps if k != "plain"]
-            host_ops = {k: profile_ms(steps[k], args.steps, device=False) for k in steps}
-            log("host ms per step by the profiler (CPU self time, all threads): " + ", ".join(
-                "%s %.2f" % (k, sum(v.values())) for k, v in host_ops.items()))
+            host_ops = profiles(steps, args.steps, device=False)
+            log("host ms per step by the profiler (CPU self time, all threads; medians of three "
+                "profiles in rotated order): " + ", ".join(
+                    "%s %.2f" % (k, sum(v[0] for v in t.values())) for k, t in host_ops.items()))
             for other in others:
-                for n in differing(host_ops["plain"], host_ops[other], 10):
-                    log("   %-10s %+7.3f ms  plain %6.3f  %6.3f  %s" % (
-                        other[:10], host_ops[other].get(n, 0) - host_ops["plain"].get(n, 0),
-                        host_ops["plain"].get(n, 0), host_ops[other].get(n, 0), n[:90]))
-            dev = {k: profile_ms(steps[k], args.steps, device=True) for k in steps}
-            log("device ms per step (kernels): " + ", ".join(
-                "%s %.2f" % (k, sum(v.values())) for k, v in dev.items()))
-            for other in others:
-                a, b = dev["plain"], dev[other]
-                both = set(a) & set(b)
-                # Kernels both steps run (normalisation, activations, the 1x1 layers, the
-                # optimizer): slower there means the other's kernels slow their neighbours.
-                log("   %s: kernels in both %.3f ms against plain's %.3f; its own %.3f, plain's "
-                    "own %.3f" % (other, sum(b[n] for n in both), sum(a[n] for n in both),
-                                  sum(v for n, v in b.items() if n not in both),
-                                  sum(v for n, v in a.items() if n not in both)))
+                a, b = host_ops["plain"], host_ops[other]
                 for n in differing(a, b, 10):
                     log("   %-10s %+7.3f ms  plain %6.3f  %6.3f  %s" % (
-                        other[:10], b.get(n, 0) - a.get(n, 0), a.get(n, 0), b.get(n, 0), n[:100]))
+                        other, ms(b, n) - ms(a, n), ms(a, n), ms(b, n), n[:90]))
+            dev = profiles(steps, args.steps, device=True)
+            log("device ms per step (kernels): " + ", ".join(
+                "%s %.2f" % (k, sum(v[0] for v in t.values())) for k, t in dev.items()))
+            for other in others:
+                a, b = dev["plain"], dev[other]
+                # Kernels both steps call equally often (normalisation, activations, the 1x1
+                # layers, the optimizer): per call, a slower one here is a neighbour slowed;
+                # names whose call counts differ say how many calls changed, not how fast.
+                same = [n for n in set(a) & set(b) if abs(a[n][1] - b[n][1]) < 0.5]
+                log("   %s: kernels called as often as in plain %.3f ms against plain's %.3f "
+                    "(%d names); the rest %.3f against %.3f" % (
+                        other, sum(b[n][0] for n in same), sum(a[n][0] for n in same), len(same),
+                        sum(v[0] for n, v in b.items() if n not in same),
+                        sum(v[0] for n, v in a.items() if n not in same)))
+                for n in differing(a, b, 10):
+                    log("   %-10s %+7.3f ms  plain %6.3f (%g calls)  %6.3f (%g calls)  %s" % (
+                        other, ms(b, n) - ms(a, n), ms(a, n), a.get(n, (0, 0))[1], ms(b, n),
+                        b.get(n, (0, 0))[1], n[:100]))
             for dec in tuner.decisions():
                 if dec["choice"] != "native" and dec["source"] == "tuned":
                     log("   %s -> %s %s" % (dec["key"].split("|")[0:2], dec["choice"],
