@@ -269,14 +269,16 @@ def host_us(fn, calls: int = 100, reps: int = 5, warmup: int = 20) -> dict:
 
 
 def held_host_us(fn, calls: int = 20, reps: int = 5, warmup: int = 5,
-                 sleep_cycles: int = 300_000_000, lead: int = 2) -> dict:
+                 sleep_cycles: int = 300_000_000, lead: int = 2, between=None) -> dict:
     """The host's own microseconds per call: `calls` calls issued while a sleep kernel queued
     first holds the device (about 0.2 s on an H100), so no call waits for the device to catch up
     (which the enqueue time of host_us does once the queue is deep). Each trial's first `lead`
     calls go untimed: the first call after a synchronisation costs several times a later one, in
-    every module alike, and would only blur the comparison. Median of `reps`; "held" is False if
-    the device was found idle after any trial, or a trial's calls took half the sleep or more (a
-    call that waits for the device, at its start or its end: the figure then includes waiting)."""
+    every module alike, and would only blur the comparison. `between`, if given, runs untimed
+    before every call (other work, as a network runs between two calls of a layer), its time
+    taken out. Median of `reps`; "held" is False if the device was found idle after
+    any trial, or a trial's calls took half the sleep or more (a call that waits for the device,
+    at its start or its end: the figure then includes waiting)."""
     for _ in range(warmup):
         fn()
     _sync()
@@ -286,12 +288,19 @@ def held_host_us(fn, calls: int = 20, reps: int = 5, warmup: int = 5,
         torch.cuda._sleep(sleep_cycles)
         t_lead = time.perf_counter()
         for _ in range(lead):
+            if between is not None:
+                between()
             fn()
+        other = 0.0  # seconds in `between`, taken out of the trial's
         t0 = time.perf_counter()
         for _ in range(calls):
+            if between is not None:
+                b0 = time.perf_counter()
+                between()
+                other += time.perf_counter() - b0
             fn()
         t1 = time.perf_counter()
-        ts.append((t1 - t0) / calls * 1e6)
+        ts.append((t1 - t0 - other) / calls * 1e6)
         held &= not torch.cuda.current_stream().query() and t1 - t_lead < 0.5 * sleep_s
         _sync()
     return {"host_us": statistics.median(ts), "held": held, "calls": calls, "reps": reps}

@@ -12,9 +12,10 @@ rotated round by round:
   between a forward + backward of what a ResNet-50 step runs between two of its 14x14 3x3
           layers, on PyTorch's path (a layer3 bottleneck without its 3x3 convolution: two 1x1
           convolutions, batch norm, ReLU, the residual add) before each call
-A second nn.Conv2d (A/A) reads the noise. Medians over rounds of each trial's median, with the
-95% interval of the median; "between - warm" is what the other work costs the layer's host path
-(caches, the libraries' own state). Trials that found the device idle are dropped.
+Each trial is common.held_host_us (its first calls untimed, the other work's time taken out). A
+second nn.Conv2d (A/A) reads the noise. Medians over rounds, with the 95% interval of the median;
+"between - warm" is what the other work costs the layer's host path (caches, the libraries' own
+state). Trials that found the device idle are dropped.
 With --parts, the same for single calls at the 14x14 layer: the pipeline's three ops (F(4x4)
 forward and weight gradient, F(2x2) input gradient, as the layer's plan), cuDNN's forward and its
 joint backward, torch.bmm at the pipeline's forward GEMM shape (cuBLAS's strided batched GEMM, as
@@ -28,7 +29,6 @@ import copy
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -36,29 +36,13 @@ from common import log, torch  # noqa: E402
 
 import fastlayers  # noqa: E402
 
-SLEEP_CYCLES = 100_000_000  # about 50 ms on an H200, several times a trial's host work
+SLEEP_CYCLES = 150_000_000  # about 75 ms on an H200, several times a trial's host work
 
 
 def layer_call(module, x, gy):
     def run():
         module(x).backward(gy)
     return run
-
-
-def timed(fn, other, calls):
-    """Host microseconds of each of `calls` calls of fn while the device is held; `other` (or
-    None) runs before each. Returns the median and whether the device stayed held."""
-    torch.cuda._sleep(SLEEP_CYCLES)
-    ts = []
-    for _ in range(calls):
-        if other is not None:
-            other()
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e6)
-    held = not torch.cuda.current_stream().query()
-    torch.cuda.synchronize()
-    return statistics.median(ts), held
 
 
 def parts(tf32: bool):
@@ -168,9 +152,11 @@ def main() -> int:
         order = cases if (r // 2) % 2 == 0 else list(reversed(cases))
         for a, b, fn in order:
             for setting in (("warm", "between") if r % 2 == 0 else ("between", "warm")):
-                us, held = timed(fn, other if setting == "between" else None, args.calls)
-                if held:
-                    res[(a, b)][setting].append(us)
+                t = common.held_host_us(fn, calls=args.calls, reps=1, warmup=0,
+                                        sleep_cycles=SLEEP_CYCLES,
+                                        between=other if setting == "between" else None)
+                if t["held"]:
+                    res[(a, b)][setting].append(t["host_us"])
                 else:
                     unheld += 1
     log("host us a call, a forward + backward for the layers (%s, the device held; %d rounds of "

@@ -122,7 +122,7 @@ def main() -> int:
                     help="a model more: the converted one, its 3x3 layers of these input channels "
                          "pinned to these labels (repeatable)")
     args = ap.parse_args()
-    pins = []  # (spec, [(input channels, labels), ...])
+    pins = []  # per --pin: [(input channels, labels), ...]
     for spec in args.pin:
         groups = []
         for group in spec.split(";"):
@@ -137,7 +137,7 @@ def main() -> int:
             except ValueError as e:
                 ap.error("--pin %r: expected C,...=forward/input_grad/weight_grad[;...] (%s)"
                          % (spec, e))
-        pins.append((spec, groups))
+        pins.append(groups)
     if not common.require_cuda("probe_network_host"):
         return 0
     torch.backends.cudnn.benchmark = True
@@ -153,7 +153,7 @@ def main() -> int:
             x = torch.randn(N, 3, side, side, device="cuda")
             target = torch.randint(0, 1000, (N,), device="cuda")
             models = {"plain": plain, "converted": conv, "all-native": nat}
-            for i, (spec, groups) in enumerate(pins):
+            for i, groups in enumerate(pins):
                 # Layers are picked by input channels alone: a network may have several such
                 # (stride-2 ones among them, which then run PyTorch's path).
                 key = "pin%d" % (i + 1)
