@@ -1,5 +1,6 @@
-// CUDA host glue: tensors -> raw pointers, current stream, PyTorch's cuBLAS handle, a workspace
-// from the caching allocator (common/workspace.h).
+// CUDA host glue: tensors -> raw pointers, current stream, a workspace from the caching allocator
+// (common/workspace.h); the pipeline's GEMMs run on the step-graph cache's cuBLAS handle with a
+// workspace of PyTorch's size (run_replayed).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -72,19 +73,17 @@ at::Tensor run_cuda(Pass pass, const Shape& s, const at::Tensor& a_in, const at:
   const size_t ws_bytes = winograd::buffers(pass, s, chunk, store, acc, given).total;
   const c10::DataPtr ws = cuda_workspace(ws_bytes);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  cublasHandle_t blas = at::cuda::getCurrentCUDABlasHandle();
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "winograd_cuda", [&] {
     using T = typename DeviceType<scalar_t>::type;
-    winograd::run<T>(pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
-                     reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
-                     bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>())
-                                    : nullptr,
-                     reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()),
-                     ws.get(), ws_bytes, chunk, stream, blas, tf32,
-                     transformed.defined()
-                         ? reinterpret_cast<const T*>(transformed.const_data_ptr<scalar_t>())
-                         : nullptr);
+    winograd::run_replayed<T>(
+        pass, s, reinterpret_cast<const T*>(a.const_data_ptr<scalar_t>()),
+        reinterpret_cast<const T*>(b.const_data_ptr<scalar_t>()),
+        bias.defined() ? reinterpret_cast<const T*>(bias.const_data_ptr<scalar_t>()) : nullptr,
+        reinterpret_cast<T*>(out.mutable_data_ptr<scalar_t>()), ws.get(), ws_bytes, chunk, stream,
+        at::cuda::getChosenWorkspaceSize(), tf32,
+        transformed.defined() ? reinterpret_cast<const T*>(transformed.const_data_ptr<scalar_t>())
+                              : nullptr);
   });
   return out;
 }

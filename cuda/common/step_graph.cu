@@ -188,7 +188,7 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
   Device& d = device_of(c, device);
   auto entry = std::make_shared<Entry>();
   entry->device = device;
-  FL_CUDA_CHECK(cudaMalloc(&entry->state, state_bytes > 0 ? state_bytes : 1));
+  if (state_bytes > 0) FL_CUDA_CHECK(cudaMalloc(&entry->state, state_bytes));
   cublasHandle_t blas = bind(d, d.blas, d.side, stream, workspace_bytes, false);
   cublasHandle_t aux_blas =
       aux ? bind(d, d.aux_blas, d.aux, stream, workspace_bytes, true) : blas;

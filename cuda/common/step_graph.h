@@ -1,7 +1,8 @@
 // A loop of small launches repeated call after call with the same geometry (the LSTM's step
-// loop: a GEMM and a point-wise kernel per step) replayed as one CUDA graph. Enqueuing such a
-// loop costs 5-13 us of host time a launch, more than the launch's device time at small sizes;
-// a graph launch costs one.
+// loop: a GEMM and a point-wise kernel per step; a Winograd pipeline's pass: transforms and
+// cuBLAS GEMMs, keyed by its addresses too) replayed as one CUDA graph. Enqueuing such a loop
+// costs 5-13 us of host time a launch, more than the launch's device time at small sizes; a graph
+// launch costs one.
 //
 // The recording may bake in only what stays fixed for its key: shapes, the weights' addresses
 // (part of the key) and `state`, device memory the cache owns for the graph's life. Whatever
@@ -54,8 +55,8 @@ struct Streams {
 // Enqueues the loop on `s`, reading `state`.
 using Record = std::function<void(const Streams& s, void* state)>;
 
-constexpr size_t kCapacity = 64;
-constexpr size_t kSeen = 256;  // keys remembered as seen once
+constexpr size_t kCapacity = 256;
+constexpr size_t kSeen = 1024;  // keys remembered as seen once
 
 struct Entry;
 

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "../common/check.h"
 #include "../common/gemm.h"
 #include "../common/launch.cuh"
+#include "../common/step_graph.h"
 #include "transforms.cuh"
 #include "winograd.h"
 
@@ -137,6 +139,36 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
                                      transformed);
       break;
   }
+}
+
+// One letter per storage type, for run_replayed's keys.
+template <typename T>
+constexpr char storage_tag() {
+  return std::is_same<T, double>::value ? 'd'
+         : std::is_same<T, __half>::value ? 'h'
+         : std::is_same<T, __nv_bfloat16>::value ? 'b'
+                                                  : 'f';
+}
+
+template <typename T>
+void run_replayed(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
+                  void* workspace, size_t workspace_size, int64_t chunk, cudaStream_t stream,
+                  size_t blas_workspace, bool tf32, const T* transformed) {
+  // Every address the recording bakes is in the key, as are the sizes and switches.
+  const int64_t fields[] = {static_cast<int64_t>(pass), s.S, s.C, s.K, s.H, s.W, s.ph, s.pw,
+                            s.tile, chunk, tf32 ? 1 : 0, static_cast<int64_t>(workspace_size)};
+  const void* const addresses[] = {a, b, bias, out, workspace, transformed};
+  std::string key("winograd/");
+  key += storage_tag<T>();
+  key.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+  key.append(reinterpret_cast<const char*>(addresses), sizeof(addresses));
+  const step_graph::Run replay = step_graph::prepare(
+      key, stream, 0, nullptr, blas_workspace,
+      [&](const step_graph::Streams& ss, void*) {
+        run<T>(pass, s, a, b, bias, out, workspace, workspace_size, chunk, ss.stream, ss.blas,
+               tf32, transformed);
+      });
+  replay.launch(stream);
 }
 
 template <typename T>

@@ -13,6 +13,13 @@ template void run<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
                                  const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                                  void*, size_t, int64_t, cudaStream_t, cublasHandle_t, bool,
                                  const __nv_bfloat16*);
+template void run_replayed<__half>(Pass, const Shape&, const __half*, const __half*,
+                                   const __half*, __half*, void*, size_t, int64_t, cudaStream_t,
+                                   size_t, bool, const __half*);
+template void run_replayed<__nv_bfloat16>(Pass, const Shape&, const __nv_bfloat16*,
+                                          const __nv_bfloat16*, const __nv_bfloat16*,
+                                          __nv_bfloat16*, void*, size_t, int64_t, cudaStream_t,
+                                          size_t, bool, const __nv_bfloat16*);
 template void transform_filters<__half>(const __half*, __half*, int64_t, int64_t, int64_t,
                                         cudaStream_t);
 template void transform_filters<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, int64_t,
