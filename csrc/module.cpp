@@ -63,8 +63,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);
   m.def("clear_cufft_plan_cache", &fastlayers::cufft_plans::clear_cache);
   m.def("cufft_version", &fastlayers::cufft_plans::library_version);
-  // The step loops' CUDA graphs held now (cuda/common/step_graph.h).
+  // The step loops' CUDA graphs held now, and their launches so far (cuda/common/step_graph.h).
   m.def("step_graphs_cached", &fastlayers::step_graph::cached);
+  m.def("step_graph_replays", &fastlayers::step_graph::replays);
 #else
   m.attr("with_cuda") = false;
   m.attr("with_lstm_cuda") = false;

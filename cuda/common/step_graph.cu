@@ -2,6 +2,7 @@
 #include "step_graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <list>
 #include <map>
 #include <mutex>
@@ -125,6 +126,8 @@ cublasHandle_t bind(Device& d, cublasHandle_t blas, cudaStream_t stream, cudaStr
   return blas;
 }
 
+std::atomic<size_t> replayed{0};  // replays()
+
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   FL_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
@@ -148,6 +151,7 @@ void Streams::main_after_aux() const {
 void Run::launch(cudaStream_t stream) const {
   if (entry_ != nullptr) {
     FL_CUDA_CHECK(cudaGraphLaunch(entry_->exec, stream));
+    replayed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   Cache& c = cache();
@@ -218,6 +222,8 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
   run.state_ = run.entry_->state;
   return run;
 }
+
+size_t replays() { return replayed.load(std::memory_order_relaxed); }
 
 size_t cached() {
   Cache& c = cache();

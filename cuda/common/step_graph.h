@@ -85,5 +85,8 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
 // Graphs held now (all devices), for tests.
 size_t cached();
 
+// Launches of cached graphs so far (all devices), for tests: whether a call replayed.
+size_t replays();
+
 }  // namespace step_graph
 }  // namespace fastlayers
