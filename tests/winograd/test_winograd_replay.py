@@ -19,6 +19,7 @@ pytestmark = pytest.mark.gpu
 
 CAPACITY = 256  # cuda/common/step_graph.h: kCapacity
 PASSES = ["forward", "input_grad", "weight_grad"]
+OPERANDS = {"forward": ["x", "w", "b"], "input_grad": ["gy", "w"], "weight_grad": ["gy", "x"]}
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 # S, C, K, H, W, padding: a shape per test, so that no test finds a key another one left
 SMALL = (3, 5, 6, 9, 10, (1, 0))
@@ -114,7 +115,7 @@ def test_every_address_is_part_of_the_key(pass_, tile):
     # against PyTorch, tightly).
     t = _tensors(2, torch.float64, SHIFTED)
     others = _tensors(3, torch.float64, SHIFTED)
-    names = ["x", "w", "gy"] + (["b"] if pass_ == "forward" else [])
+    names = OPERANDS[pass_]
     variants = {}
     for name in names:
         variants[name] = dict(t)
