@@ -39,7 +39,7 @@ import make_docs  # noqa: E402
 from common import log, torch  # noqa: E402
 
 import fastlayers  # noqa: E402
-from fastlayers import tuner  # noqa: E402
+from fastlayers import _C, tuner  # noqa: E402
 
 # name -> (batch, image side): BENCHMARKS.md's whole-step anchors.
 NETWORKS = {"vgg16": (16, 224), "resnet18": (64, 224), "resnet50": (32, 224), "alexnet": (128, 224)}
@@ -174,6 +174,11 @@ def run_network(doc, res, stats, name, mode, args):
         for s in steps.values():  # warm: plans, allocator, cuDNN's choices
             for _ in range(2):
                 s()
+        # Cached CUDA graphs launched in one converted step (the Winograd pipeline's passes and
+        # the LSTM's loops replay from a key's third call on).
+        before = _C.step_graph_replays()
+        steps["converted"]()
+        row["graph_launches_per_step"] = _C.step_graph_replays() - before
         row["steps_per_trial"] = args.steps
         row["best_of"] = args.best_of
         # The three models in one rotation (a host-bound step's host is shared and bursty).

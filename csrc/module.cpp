@@ -63,9 +63,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_cufft_plan_cache_capacity", &fastlayers::cufft_plans::set_cache_capacity);
   m.def("clear_cufft_plan_cache", &fastlayers::cufft_plans::clear_cache);
   m.def("cufft_version", &fastlayers::cufft_plans::library_version);
-  // The step loops' CUDA graphs held now, and their launches so far (cuda/common/step_graph.h).
+  // The step loops' CUDA graphs held now, the most held, their launches and recordings so far
+  // (cuda/common/step_graph.h).
   m.def("step_graphs_cached", &fastlayers::step_graph::cached);
+  m.attr("STEP_GRAPH_CAPACITY") = fastlayers::step_graph::kCapacity;
   m.def("step_graph_replays", &fastlayers::step_graph::replays);
+  m.def("step_graph_recordings", &fastlayers::step_graph::recordings);
 #else
   m.attr("with_cuda") = false;
   m.attr("with_lstm_cuda") = false;

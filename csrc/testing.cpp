@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/common/recent_keys.h"
 #include "fbfft/fbfft.h"
 #include "fft_conv/fft_conv.h"
 #include "winograd/winograd.h"
@@ -173,12 +174,24 @@ void bind_winograd(py::module_& m) {
   m.attr("WINOGRAD_CHUNK_BYTES") = host::kChunkBytes;
 }
 
+void bind_step_graph(py::module_& m) {
+  // The step-graph cache's rule for recording a key (plain C++: tested without a GPU).
+  using step_graph::Admission;
+  py::class_<Admission>(m, "GraphAdmission")
+      .def(py::init<size_t, int>(), py::arg("limit"), py::arg("max_evictions"))
+      .def("record", &Admission::record, py::arg("key"))
+      .def("evicted", &Admission::evicted, py::arg("key"));
+  m.attr("STEP_GRAPH_SEEN") = step_graph::kSeen;
+  m.attr("STEP_GRAPH_MAX_EVICTIONS") = step_graph::kMaxEvictions;
+}
+
 }  // namespace
 
 void bind(py::module_& m) {
   bind_fbfft(m);
   bind_fft_conv(m);
   bind_winograd(m);
+  bind_step_graph(m);
 }
 
 }  // namespace testing

@@ -47,37 +47,12 @@ struct Device {
   std::map<std::tuple<cudaStream_t, size_t, bool>, void*> workspaces;
 };
 
-// Keys seen once, most recent first: a loop is recorded the second time its key comes.
-class Seen {
- public:
-  // Whether `id` came before; remembers it now.
-  bool check_in(const std::string& id) {
-    auto it = index_.find(id);
-    if (it != index_.end()) {
-      order_.erase(it->second);
-      index_.erase(it);
-      return true;
-    }
-    order_.push_front(id);
-    index_[id] = order_.begin();
-    if (order_.size() > kSeen) {
-      index_.erase(order_.back());
-      order_.pop_back();
-    }
-    return false;
-  }
-
- private:
-  std::list<std::string> order_;
-  std::unordered_map<std::string, std::list<std::string>::iterator> index_;
-};
-
 struct Cache {
   std::mutex mutex;
   std::map<int, Device> devices;
   std::list<std::pair<std::string, std::shared_ptr<Entry>>> lru;  // most recent first
   std::unordered_map<std::string, decltype(lru)::iterator> index;
-  Seen seen;
+  Admission admission{kSeen, kMaxEvictions};
 };
 
 // Never destroyed: entries outliving the CUDA runtime at exit would free into a dead context.
@@ -127,6 +102,7 @@ cublasHandle_t bind(Device& d, cublasHandle_t blas, cudaStream_t stream, cudaStr
 }
 
 std::atomic<size_t> replayed{0};  // replays()
+std::atomic<size_t> recorded{0};  // recordings()
 
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -166,7 +142,8 @@ void Run::launch(cudaStream_t stream) const {
 }
 
 Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
-            void* fallback_state, size_t workspace_bytes, Record record, bool aux) {
+            void* fallback_state, size_t workspace_bytes, Record record, bool aux,
+            bool node_priorities) {
   Run run;
   run.workspace_bytes_ = workspace_bytes;
   run.aux_ = aux;
@@ -188,7 +165,7 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
     run.state_ = run.entry_->state;
     return run;
   }
-  if (!c.seen.check_in(id)) return run;  // first sight: run directly
+  if (!c.admission.record(id)) return run;  // run directly
   Device& d = device_of(c, device);
   auto entry = std::make_shared<Entry>();
   entry->device = device;
@@ -207,14 +184,18 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
     throw;
   }
   FL_CUDA_CHECK(cudaStreamEndCapture(d.side, &graph));
-  // The nodes keep their streams' priorities (the loop's above its auxiliary branch).
-  const cudaError_t made =
-      cudaGraphInstantiate(&entry->exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+  // With node_priorities the nodes keep their streams' priorities (the loop's above its
+  // auxiliary branch); else they run at the priority of the stream launched into, as the same
+  // launches made directly would.
+  const cudaError_t made = cudaGraphInstantiate(
+      &entry->exec, graph, node_priorities ? cudaGraphInstantiateFlagUseNodePriority : 0);
   cudaGraphDestroy(graph);
   FL_CUDA_CHECK(made);
+  recorded.fetch_add(1, std::memory_order_relaxed);
   c.lru.emplace_front(id, entry);
   c.index[id] = c.lru.begin();
   while (c.lru.size() > kCapacity) {
+    c.admission.evicted(c.lru.back().first);
     c.index.erase(c.lru.back().first);
     c.lru.pop_back();
   }
@@ -224,6 +205,8 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
 }
 
 size_t replays() { return replayed.load(std::memory_order_relaxed); }
+
+size_t recordings() { return recorded.load(std::memory_order_relaxed); }
 
 size_t cached() {
   Cache& c = cache();

@@ -14,9 +14,11 @@
 // Graphs are per (device, stream, key), at most kCapacity of them (least recently used dropped).
 // A key's first call runs the loop directly on the caller's stream (launch by launch, with
 // `fallback_state`, memory of the caller's); its second records the graph: a key that never
-// comes back (packed batches of ever new lengths) costs no recording. When the caller's stream
-// is itself being captured (a user's CUDA graph), nothing is cached either: the loop is recorded
-// straight into the caller's capture with `fallback_state` (the capture's pool keeps it).
+// comes back (packed batches of ever new lengths) costs no recording, and a key whose graph was
+// dropped kMaxEvictions times runs directly from then on (recent_keys.h: Admission). When the
+// caller's stream is itself being captured (a user's CUDA graph), nothing is cached either: the
+// loop is recorded straight into the caller's capture with `fallback_state` (the capture's pool
+// keeps it).
 //
 // A loop may put work that overlaps it (the LSTM's input GEMM, in chunks the steps wait for) on
 // an auxiliary branch: in a recorded graph, a second stream of lower priority than the loop's
@@ -32,6 +34,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "recent_keys.h"
 
 namespace fastlayers {
 namespace step_graph {
@@ -56,7 +60,6 @@ struct Streams {
 using Record = std::function<void(const Streams& s, void* state)>;
 
 constexpr size_t kCapacity = 256;
-constexpr size_t kSeen = 1024;  // keys remembered as seen once
 
 struct Entry;
 
@@ -68,7 +71,7 @@ class Run {
   void launch(cudaStream_t stream) const;
 
  private:
-  friend Run prepare(const std::string&, cudaStream_t, size_t, void*, size_t, Record, bool);
+  friend Run prepare(const std::string&, cudaStream_t, size_t, void*, size_t, Record, bool, bool);
   std::shared_ptr<Entry> entry_;  // null: run the recording directly
   void* state_ = nullptr;
   size_t workspace_bytes_ = 0;
@@ -79,14 +82,19 @@ class Run {
 // The loop for `key` on `stream` and the current device, recorded into a new graph on first use;
 // `state_bytes` of fixed memory; `workspace_bytes` of cuBLAS workspace for the loop's GEMMs (and
 // as much again for the auxiliary branch's, which only a loop prepared with `aux` gets).
+// `node_priorities`: the recorded nodes keep the priorities of the streams they were recorded on
+// (the loop's the greatest); false: the graph runs at the priority of the stream launched into.
 Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
-            void* fallback_state, size_t workspace_bytes, Record record, bool aux = false);
+            void* fallback_state, size_t workspace_bytes, Record record, bool aux = false,
+            bool node_priorities = true);
 
 // Graphs held now (all devices), for tests.
 size_t cached();
 
-// Launches of cached graphs so far (all devices), for tests: whether a call replayed.
+// Launches of cached graphs so far (all devices; a recording's first launch included), and
+// recordings so far, for tests.
 size_t replays();
+size_t recordings();
 
 }  // namespace step_graph
 }  // namespace fastlayers

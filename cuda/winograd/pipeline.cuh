@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "../common/check.h"
 #include "../common/gemm.h"
@@ -141,25 +140,16 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
   }
 }
 
-// One letter per storage type, for run_replayed's keys.
-template <typename T>
-constexpr char storage_tag() {
-  return std::is_same<T, double>::value ? 'd'
-         : std::is_same<T, __half>::value ? 'h'
-         : std::is_same<T, __nv_bfloat16>::value ? 'b'
-                                                  : 'f';
-}
-
 template <typename T>
 void run_replayed(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
                   void* workspace, size_t workspace_size, int64_t chunk, cudaStream_t stream,
                   size_t blas_workspace, bool tf32, const T* transformed) {
-  // Every address the recording bakes is in the key, as are the sizes and switches.
+  // Every address the recording bakes is in the key, as are the sizes, types and switches.
   const int64_t fields[] = {static_cast<int64_t>(pass), s.S, s.C, s.K, s.H, s.W, s.ph, s.pw,
-                            s.tile, chunk, tf32 ? 1 : 0, static_cast<int64_t>(workspace_size)};
+                            s.tile, chunk, tf32 ? 1 : 0, static_cast<int64_t>(workspace_size),
+                            static_cast<int64_t>(GemmTypes<T>::store)};
   const void* const addresses[] = {a, b, bias, out, workspace, transformed};
   std::string key("winograd/");
-  key += storage_tag<T>();
   key.append(reinterpret_cast<const char*>(fields), sizeof(fields));
   key.append(reinterpret_cast<const char*>(addresses), sizeof(addresses));
   const step_graph::Run replay = step_graph::prepare(
@@ -167,7 +157,8 @@ void run_replayed(Pass pass, const Shape& s, const T* a, const T* b, const T* bi
       [&](const step_graph::Streams& ss, void*) {
         run<T>(pass, s, a, b, bias, out, workspace, workspace_size, chunk, ss.stream, ss.blas,
                tf32, transformed);
-      });
+      },
+      /*aux=*/false, /*node_priorities=*/false);
   replay.launch(stream);
 }
 

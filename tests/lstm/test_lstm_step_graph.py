@@ -92,7 +92,8 @@ def test_a_key_is_recorded_on_its_second_call():
     w, xs, bs = _problem(case, torch.float32)
     w[1] = w[1].clone()                          # a key no other test made
     before = _C.step_graphs_cached()
-    if before >= 256:  # at capacity a new graph replaces another: the count cannot show it
+    # At capacity a new graph replaces another: the count cannot show it.
+    if before >= _C.STEP_GRAPH_CAPACITY:
         pytest.skip("the step-graph cache of this process is full")
     _forward(case, w, xs, bs)
     assert _C.step_graphs_cached() == before
