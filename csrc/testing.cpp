@@ -183,6 +183,7 @@ void bind_step_graph(py::module_& m) {
       .def("evicted", &Admission::evicted, py::arg("key"));
   m.attr("STEP_GRAPH_SEEN") = step_graph::kSeen;
   m.attr("STEP_GRAPH_MAX_EVICTIONS") = step_graph::kMaxEvictions;
+  m.attr("STEP_GRAPH_PAID_LAUNCHES") = step_graph::kPaidLaunches;
 }
 
 }  // namespace

@@ -12,7 +12,10 @@ namespace fastlayers {
 namespace step_graph {
 
 constexpr size_t kSeen = 1024;   // keys the cache remembers as seen once, and as pushed out
-constexpr int kMaxEvictions = 2;  // pushed out that often, a key is recorded no more
+constexpr int kMaxEvictions = 2;  // pushed out that often unpaid, a key is recorded no more
+// A graph pushed out after fewer launches than this had not paid for its recording (a capture
+// and an instantiation, several direct runs' host time): only such evictions count against a key.
+constexpr size_t kPaidLaunches = 16;
 
 // At most `limit` keys with a count each; the one touched least recently is forgotten first.
 class RecentKeys {
@@ -59,9 +62,12 @@ class RecentKeys {
 
 // Whether a key missing from the cache is recorded now: on its second call, so a key that never
 // comes back costs no recording; and not once its graph has been pushed out of the cache
-// `max_evictions` times. Keys that come back in turn, more of them than the cache holds, would
-// otherwise each be recorded anew round after round, a capture and an instantiation every time.
-// Both sets remember `limit` keys.
+// `max_evictions` times before it paid for its recording (the cache reports only those). Keys
+// that come back in turn, more of them than the cache holds, would otherwise each be recorded
+// anew round after round, a capture and an instantiation every time; a graph pushed out after
+// long use (another phase of a program took the cache) is recorded again when its key returns.
+// Both sets remember `limit` keys: a key barred is recorded again once `limit` later evictions
+// pushed it out of memory.
 class Admission {
  public:
   Admission(size_t limit, int max_evictions)

@@ -20,6 +20,7 @@ struct Entry {
   int device = 0;
   cudaGraphExec_t exec = nullptr;
   void* state = nullptr;
+  std::atomic<size_t> launches{0};  // the recording's own included
   ~Entry() {
     int current = 0;
     if (cudaGetDevice(&current) != cudaSuccess) return;
@@ -127,6 +128,7 @@ void Streams::main_after_aux() const {
 void Run::launch(cudaStream_t stream) const {
   if (entry_ != nullptr) {
     FL_CUDA_CHECK(cudaGraphLaunch(entry_->exec, stream));
+    entry_->launches.fetch_add(1, std::memory_order_relaxed);
     replayed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -195,7 +197,9 @@ Run prepare(const std::string& key, cudaStream_t stream, size_t state_bytes,
   c.lru.emplace_front(id, entry);
   c.index[id] = c.lru.begin();
   while (c.lru.size() > kCapacity) {
-    c.admission.evicted(c.lru.back().first);
+    // A graph that paid for its recording does not count against its key (Admission).
+    if (c.lru.back().second->launches.load(std::memory_order_relaxed) < kPaidLaunches)
+      c.admission.evicted(c.lru.back().first);
     c.index.erase(c.lru.back().first);
     c.lru.pop_back();
   }

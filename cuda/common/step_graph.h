@@ -15,10 +15,10 @@
 // A key's first call runs the loop directly on the caller's stream (launch by launch, with
 // `fallback_state`, memory of the caller's); its second records the graph: a key that never
 // comes back (packed batches of ever new lengths) costs no recording, and a key whose graph was
-// dropped kMaxEvictions times runs directly from then on (recent_keys.h: Admission). When the
-// caller's stream is itself being captured (a user's CUDA graph), nothing is cached either: the
-// loop is recorded straight into the caller's capture with `fallback_state` (the capture's pool
-// keeps it).
+// dropped kMaxEvictions times after fewer than kPaidLaunches launches runs directly while
+// remembered (recent_keys.h: Admission). When the caller's stream is itself being captured (a
+// user's CUDA graph), nothing is cached either: the loop is recorded straight into the caller's
+// capture with `fallback_state` (the capture's pool keeps it).
 //
 // A loop may put work that overlaps it (the LSTM's input GEMM, in chunks the steps wait for) on
 // an auxiliary branch: in a recorded graph, a second stream of lower priority than the loop's
