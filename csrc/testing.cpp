@@ -181,7 +181,6 @@ void bind_step_graph(py::module_& m) {
       .def(py::init<size_t, int>(), py::arg("limit"), py::arg("max_evictions"))
       .def("record", &Admission::record, py::arg("key"))
       .def("evicted", &Admission::evicted, py::arg("key"));
-  m.attr("STEP_GRAPH_SEEN") = step_graph::kSeen;
   m.attr("STEP_GRAPH_MAX_EVICTIONS") = step_graph::kMaxEvictions;
   m.attr("STEP_GRAPH_PAID_LAUNCHES") = step_graph::kPaidLaunches;
 }

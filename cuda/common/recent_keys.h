@@ -51,8 +51,6 @@ class RecentKeys {
     index_.erase(it);
   }
 
-  size_t size() const { return order_.size(); }
-
  private:
   using Order = std::list<std::pair<std::string, int>>;
   size_t limit_;

@@ -42,9 +42,9 @@ void run(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* ou
 // back with the same sizes, switches, addresses and stream, as a training step's layer does step
 // after step: one graph launch instead of the transforms' launches and cuBLAS's host path. The
 // graph bakes every address, so a call with new ones runs directly (and may be recorded if its
-// key comes back), and runs at the priority of `stream`, as direct launches do. The GEMMs run on the
-// graph cache's cuBLAS handle with `blas_workspace` bytes of its workspace in both modes, so a
-// call gives the same bits replayed or not.
+// key comes back); it runs at the priority of `stream`, as direct launches do. The GEMMs run on
+// the graph cache's cuBLAS handle with `blas_workspace` bytes of its workspace in both modes, so
+// a call gives the same bits replayed or not.
 template <typename T>
 void run_replayed(Pass pass, const Shape& s, const T* a, const T* b, const T* bias, T* out,
                   void* workspace, size_t workspace_size, int64_t chunk, cudaStream_t stream,
