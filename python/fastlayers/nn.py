@@ -349,13 +349,14 @@ class _TunedConv:
     def _fl_kept_filters(self, plan: _Plan, weight: torch.Tensor, w: torch.Tensor):
         """The transformed filters of `w` (`weight` as the op takes it, cast under autocast) for
         `plan`, kept in this thread's cached_filter_transforms block, or None where they are not
-        kept. The key (the weight itself, its version, the forward's choice, the dtype, device and
-        stream) changes with anything the filters depend on."""
+        kept. The key (the weight itself, its version and storage, the forward's choice, the
+        dtype, device and stream) changes with anything the filters depend on that PyTorch
+        tracks: ``weight.data = t`` keeps the version but not the storage."""
         if (weight is not self._parameters.get("weight") or weight.is_inference()
                 or (w.is_cuda and torch.cuda.is_current_stream_capturing())):
             return None
         stream = torch.cuda.current_stream(w.device).cuda_stream if w.is_cuda else None
-        key = (plan.choices[0], weight._version, w.dtype, w.device, stream)
+        key = (plan.choices[0], weight._version, weight.data_ptr(), w.dtype, w.device, stream)
         kept = _kept.filters.get(self)
         if kept is not None and kept[0] is weight and kept[1] == key:
             return kept[2]
@@ -474,10 +475,11 @@ def cached_filter_transforms():
     """Within it, a fastlayers.Conv2d whose forward runs Winograd convolution (non-fused) and
     needs no gradient transforms its filters once and reuses them (Lavin & Gray's FX variant:
     inference over many batches with one weight). Kept per layer for its own weight parameter
-    (the same tensor, its version counter, the op's dtype, the device's current stream), and
-    forgotten when the outermost block ends. Inside it, change no weight except in place
-    through PyTorch's ops on the tensor itself (which moves its version): a change through
-    ``weight.data``, or by a fused optimizer's step, does not move the version and is not seen.
+    (the same tensor, its version counter and storage, the op's dtype, the device's current
+    stream), and forgotten when the outermost block ends. Inside it, change a weight only
+    through PyTorch's ops on the tensor itself (which move its version) or by assigning
+    ``weight.data`` a new tensor (new storage): an in-place change through ``weight.data``, or a
+    fused optimizer's step, moves neither and is not seen.
     A weight that is not the layer's own parameter (a parametrization, weight_norm), an
     inference tensor, and calls during CUDA-graph capture are transformed in each call, as
     outside. Threads have their own blocks."""

@@ -174,6 +174,12 @@ def test_layers_keep_their_transformed_filters_per_weight_version(device):
         y, ops = ops_of(lambda: m(x))
         assert ops == ["winograd_filter_transform", "winograd_conv2d"]
         torch.testing.assert_close(y, expect())
+        version = m.weight._version
+        m.weight.data = torch.randn_like(m.weight)  # the same parameter, new storage
+        assert m.weight._version == version  # (what the storage in the key is for)
+        y, ops = ops_of(lambda: m(x))
+        assert ops == ["winograd_filter_transform", "winograd_conv2d"]
+        torch.testing.assert_close(y, expect())
     with torch.no_grad():  # outside the context: transformed in the call, as always
         _, ops = ops_of(lambda: m(x))
         assert ops == ["winograd_conv2d"]
