@@ -248,7 +248,7 @@ class _TunedConv:
     def _unsupported_layer(self) -> Optional[str]:
         """Why the layer's own settings rule out fastlayers' algorithms, or None."""
         if self.stride != self._fl_unit:
-            return "stride %s (FFT convolution needs stride 1)" % (tuple(self.stride),)
+            return "stride %s (the FFT and Winograd algorithms take stride 1)" % (tuple(self.stride),)
         if self.dilation != self._fl_unit:
             return "dilation %s" % (tuple(self.dilation),)
         if self.groups != 1:
@@ -530,8 +530,9 @@ class Conv2d(_TunedConv, nn.Conv2d):
     path and is listed by ``fastlayers.tuner.report()`` with the reason.
 
     ``force_algorithms(forward=..., input_grad=..., weight_grad=...)`` pins algorithm labels
-    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW'; see
-    ``fastlayers.algorithms``) on this module, bypassing the tuner (benchmarks, tests).
+    ('native', 'fft:NHxNW' for cuFFT, 'fbfft:NHxNW', either with ',tile=THxTW', 'winograd:T',
+    'winograd:2,fused'; see ``fastlayers.algorithms``) on this module, bypassing the tuner
+    (benchmarks, tests).
     """
     _fl_kind = "conv2d"
     _fl_dims = 2

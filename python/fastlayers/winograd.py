@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._common import IntPair, check_fake_conv, conv_tf32_allowed, pair
+from ._common import IntPair, check_fake_conv, conv_tf32_allowed, max_plane, pair
 
 __all__ = [
     "winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
@@ -32,6 +32,8 @@ __all__ = [
 FORWARD_TILES = (2, 4, 6)      # forward and input gradient: F(m x m, 3x3)
 WEIGHT_GRAD_TILES = (2, 4)     # weight gradient: F(3x3, r x r)
 KERNEL = 3
+# the fused kernels' F(2x2, 3x3) and F(3x3, 2x2) (cuda/winograd/layout.h: kFusedTile)
+FUSED_TILE = 2
 
 
 def winograd_conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
@@ -83,46 +85,143 @@ def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: Int
 # Fake kernels: shapes only (the ops' own checks run on real tensors).
 
 
-def _check(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
-    for t, name in ((a, a_name), (b, b_name)):
-        torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D")
-    torch._check(a.dtype == b.dtype, lambda: f"{op}: dtype mismatch")
+# C++'s names of the scalar types, which the ops' messages print.
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                 torch.bfloat16: "BFloat16", torch.int8: "Char", torch.uint8: "Byte",
+                 torch.int16: "Short", torch.int32: "Int", torch.int64: "Long", torch.bool: "Bool",
+                 torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+_OPERAND_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_OPS = ("winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad")
+
+
+def _scalar(dtype: torch.dtype) -> str:
+    return _SCALAR_NAMES.get(dtype, str(dtype))
+
+
+def _check_operand(op: str, name: str, t: Tensor) -> None:
+    torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D tensor of "
+                                       f"shape {list(t.shape)}")
+    torch._check(t.dtype in _OPERAND_DTYPES,
+                 lambda: f"{op}: `{name}` has dtype {_scalar(t.dtype)}; supported: float32, "
+                         f"float64, float16, bfloat16")
+    h, w, limit = t.shape[2], t.shape[3], max_plane()
+    for ok in (h <= limit, w <= limit, h * w <= limit):
+        torch._check(ok, lambda: f"{op}: `{name}` has spatial size ({h}, {w}); the ops take at "
+                                 f"most {limit} elements per plane")
+
+
+def _check_fake(pass_: int, a: Tensor, b: Tensor, bias: Optional[Tensor], padding, tile: int,
+                fused: bool):
+    """The checks the ops make (csrc/winograd/winograd_common.cpp, check), in their order and
+    with their messages, for the fake kernels: a traced call fails as the eager one does. Returns
+    (S, C, K, H, W, oh, ow) of pass `pass_` (0 forward, 1 input gradient, 2 weight gradient)."""
+    op = _OPS[pass_]
+    an = "input" if pass_ == 0 else "grad_output"
+    bn = "input" if pass_ == 2 else "weight"
+    _check_operand(op, an, a)
+    _check_operand(op, bn, b)
+    torch._check(a.dtype == b.dtype, lambda: f"{op}: `{an}` ({_scalar(a.dtype)}) and `{bn}` "
+                                             f"({_scalar(b.dtype)}) must have the same dtype")
+    torch._check(a.device == b.device,
+                 lambda: f"{op}: `{an}` is on {a.device} but `{bn}` is on {b.device}")
+    torch._check(len(padding) == 2,
+                 lambda: f"{op}: `padding` must have 2 values (ph, pw), got {list(padding)}")
+    check_fake_conv(op, padding, ())
+    tiles = WEIGHT_GRAD_TILES if pass_ == 2 else FORWARD_TILES
+    torch._check(tile in tiles, lambda: f"{op}: `tile` must be " + (
+        "2 or 4 (grad_output tiles of F(3x3, tile x tile))" if pass_ == 2
+        else "2, 4 or 6 (output tiles of F(tile x tile, 3x3))") + f", got {tile}")
+    if fused:
+        torch._check(tile == FUSED_TILE, lambda: f"{op}: `fused` takes `tile` {FUSED_TILE} (the "
+                     f"fused kernels compute {'F(3x3, 2x2)' if pass_ == 2 else 'F(2x2, 3x3)'}), "
+                     f"got {tile}")
+        torch._check(a.device.type in ("cuda", "meta"), lambda: f"{op}: `fused` runs on CUDA "
+                     f"tensors, got {a.device} (pass fused=False)")
+        torch._check(a.dtype in (torch.float16, torch.bfloat16, torch.float32),
+                     lambda: f"{op}: `fused` takes float16, bfloat16 and float32, got "
+                             f"{_scalar(a.dtype)} (pass fused=False)")
+        if a.dtype == torch.float32 and pass_ != 2:
+            torch._check(a.shape[3] % 4 == 0, lambda: f"{op}: `fused` in float32 takes `{an}` of "
+                         f"a width that is a multiple of 4, got {a.shape[3]} (pass fused=False)")
+    ph, pw = padding
+    k = KERNEL
+    three = " (Winograd convolution here takes 3x3 filters)"
+    if pass_ == 2:
+        S, K, C, H, W = a.shape[0], a.shape[1], b.shape[1], b.shape[2], b.shape[3]
+        torch._check(b.shape[0] == S,
+                     lambda: f"{op}: `input` has batch {b.shape[0]} but `grad_output` has {S}")
+        oh, ow = H + 2 * ph - k + 1, W + 2 * pw - k + 1
+        for ok in (oh == a.shape[2], ow == a.shape[3]):
+            torch._check(ok, lambda: f"{op}: `grad_output` has spatial size ({a.shape[2]}, "
+                         f"{a.shape[3]}) but a 3x3 kernel over `input` ({H}, {W}) with `padding` "
+                         f"{list(padding)} gives ({oh}, {ow})" + three)
+    else:
+        for ok in (b.shape[2] == k, b.shape[3] == k):
+            torch._check(ok, lambda: f"{op}: `weight` must be 3x3, got {b.shape[2]}x{b.shape[3]}"
+                         + three)
+        if pass_ == 0:
+            S, C, H, W, K = a.shape[0], a.shape[1], a.shape[2], a.shape[3], b.shape[0]
+            torch._check(b.shape[1] == C, lambda: f"{op}: `weight` has {b.shape[1]} input "
+                         f"channels but `input` has {C} (groups are not supported)")
+        else:
+            S, K, C = a.shape[0], a.shape[1], b.shape[1]
+            torch._check(b.shape[0] == K, lambda: f"{op}: `weight` has {b.shape[0]} output "
+                         f"channels but `grad_output` has {K}")
+            H, W = a.shape[2] + k - 1 - 2 * ph, a.shape[3] + k - 1 - 2 * pw
+            for ok in (H >= 1, W >= 1):
+                torch._check(ok, lambda: f"{op}: `grad_output` of spatial size ({a.shape[2]}, "
+                             f"{a.shape[3]}) with a 3x3 kernel and `padding` {list(padding)} "
+                             f"implies an input of size ({H}, {W}), which is empty")
+        oh, ow = H + 2 * ph - k + 1, W + 2 * pw - k + 1
+    for ok in (H >= 1, W >= 1):
+        torch._check(ok, lambda: f"{op}: input spatial size must be >= 1, got ({H}, {W})")
+    for ok in (oh >= 1, ow >= 1):
+        torch._check(ok, lambda: f"{op}: the 3x3 kernel is larger than the padded input "
+                                 f"({H + 2 * ph}, {W + 2 * pw})")
+    limit = max_plane()
+    for ok in (H + 2 * ph <= limit, W + 2 * pw <= limit):
+        torch._check(ok, lambda: f"{op}: the padded input ({H + 2 * ph}, {W + 2 * pw}) is too "
+                                 f"large: the ops take at most {limit} elements per side")
+    if bias is not None:
+        torch._check(pass_ == 0, lambda: f"{op}: takes no bias")
+        torch._check(bias.dim() == 1 and bias.shape[0] == K,
+                     lambda: f"{op}: `bias` must have shape [{K}], got {list(bias.shape)}")
+        torch._check(bias.dtype == a.dtype, lambda: f"{op}: `bias` has dtype "
+                     f"{_scalar(bias.dtype)} but `input` has {_scalar(a.dtype)}")
+        torch._check(bias.device == a.device,
+                     lambda: f"{op}: `bias` is on {bias.device} but `input` is on {a.device}")
+    return S, C, K, H, W, oh, ow
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d")
 def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False,
                   transformed_weight=None):
-    _check("winograd_conv2d", input, "input", weight, "weight")
-    torch._check(weight.shape[1] == input.shape[1], lambda: "winograd_conv2d: channel mismatch")
+    S, C, K, _, _, oh, ow = _check_fake(0, input, weight, bias, padding, tile, fused)
     if transformed_weight is not None:
-        alpha = tile + KERNEL - 1
-        torch._check(not fused, lambda: "winograd_conv2d: `transformed_weight` serves the "
-                                        "non-fused pipeline (fused=False)")
-        torch._check(tuple(transformed_weight.shape) == (alpha * alpha, weight.shape[0],
-                                                          weight.shape[1]),
-                     lambda: "winograd_conv2d: `transformed_weight` must be [alpha^2, K, C]")
-        torch._check(transformed_weight.dtype == weight.dtype,
-                     lambda: "winograd_conv2d: `transformed_weight` must have `weight`'s dtype")
-    ph, pw = padding
-    hw = (input.shape[2] + 2 * ph - KERNEL + 1, input.shape[3] + 2 * pw - KERNEL + 1)
-    check_fake_conv("winograd_conv2d", padding, hw)
-    return input.new_empty((input.shape[0], weight.shape[0], *hw))
+        u, op, alpha = transformed_weight, "winograd_conv2d", tile + KERNEL - 1
+        torch._check(not fused, lambda: f"{op}: `transformed_weight` serves the non-fused "
+                                        f"pipeline (fused=False)")
+        torch._check(u.dim() == 3 and tuple(u.shape) == (alpha * alpha, K, C),
+                     lambda: f"{op}: `transformed_weight` must be [alpha^2, K, C] = "
+                             f"[{alpha * alpha}, {K}, {C}] (winograd_filter_transform of "
+                             f"`weight` at tile {tile}), got {list(u.shape)}")
+        torch._check(u.dtype == weight.dtype and u.device == weight.device,
+                     lambda: f"{op}: `transformed_weight` must have `weight`'s dtype and device "
+                             f"({_scalar(weight.dtype)} on {weight.device}), got "
+                             f"{_scalar(u.dtype)} on {u.device}")
+    return input.new_empty((S, K, oh, ow))
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_input_grad")
 def _input_grad_fake(grad_output, weight, padding, tile=2, tf32=False, fused=False):
-    _check("winograd_conv2d_input_grad", grad_output, "grad_output", weight, "weight")
-    ph, pw = padding
-    hw = (grad_output.shape[2] + KERNEL - 1 - 2 * ph, grad_output.shape[3] + KERNEL - 1 - 2 * pw)
-    check_fake_conv("winograd_conv2d_input_grad", padding, hw)
-    return grad_output.new_empty((grad_output.shape[0], weight.shape[1], *hw))
+    S, C, _, H, W, _, _ = _check_fake(1, grad_output, weight, None, padding, tile, fused)
+    return grad_output.new_empty((S, C, H, W))
 
 
 @torch.library.register_fake("fastlayers::winograd_conv2d_weight_grad")
 def _weight_grad_fake(grad_output, input, padding, tile=2, tf32=False, fused=False):
-    _check("winograd_conv2d_weight_grad", grad_output, "grad_output", input, "input")
-    check_fake_conv("winograd_conv2d_weight_grad", padding, ())
-    return grad_output.new_empty((grad_output.shape[1], input.shape[1], KERNEL, KERNEL))
+    _, C, K, _, _, _, _ = _check_fake(2, grad_output, input, None, padding, tile, fused)
+    return grad_output.new_empty((K, C, KERNEL, KERNEL))
 
 
 @torch.library.register_fake("fastlayers::winograd_filter_transform")

@@ -2,6 +2,7 @@
 at fault; empty batches and channel counts give the right shapes (and values)."""
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fastlayers import _C
 from winograd_samples import run_pass
@@ -145,6 +146,15 @@ def test_bad_arguments_name_the_argument(device, name):
     call, message = BAD_ARGUMENTS[name]
     with pytest.raises(RuntimeError, match=message):
         call(device)
+
+
+@pytest.mark.parametrize("name", list(BAD_ARGUMENTS))
+def test_fake_kernels_refuse_as_the_ops_do(name):
+    # Traced (torch.compile's fake tensors), a call fails as the eager one does, with the same
+    # message, not later on a wrong shape
+    call, message = BAD_ARGUMENTS[name]
+    with FakeTensorMode(), pytest.raises(RuntimeError, match=message):
+        call("cpu")
 
 
 def test_only_the_forward_takes_a_bias(device):

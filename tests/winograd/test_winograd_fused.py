@@ -5,10 +5,12 @@ ops are (test_winograd_values.py), on the shape matrix and on shapes that cross 
 (64 result channels x 4 x 8 tiles, chunks of 16 reduction channels, 8 in float32; the weight
 gradient's blocks of 32 x 32 channels, chunks of 16 tiles, runs of chunks) at every edge; their
 autograd, opcheck, and the errors for what they do not take."""
+import contextlib
 import itertools
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conv_samples import (DTYPES, assert_mutation_rejected, assert_within_bound, cudnn_tf32,
                           rel_err, torch_passes)
@@ -411,8 +413,16 @@ def test_fused_opcheck(op, prec):
         torch.library.opcheck(fl.winograd_conv2d_weight_grad.default, (gy, x, pad, 2, tf32, True))
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device", ["cpu", "fake-cpu", "meta",
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_fused_refuses_what_it_does_not_take(device):
+    # fake-cpu: torch.compile's fake tensors on the CPU; meta stands for CUDA's fake tensors
+    # (the fake kernels take it as CUDA): each refuses as the op on that device does
+    with FakeTensorMode() if device == "fake-cpu" else contextlib.nullcontext():
+        refuses(device.replace("fake-", ""))
+
+
+def refuses(device):
     shape = (2, 3, 4, 8, 8, 1, 1)
     x, w, b, gy = tensors(shape, torch.float16, device)
     if device == "cpu":
@@ -430,7 +440,7 @@ def test_fused_refuses_what_it_does_not_take(device):
     with pytest.raises(RuntimeError, match=r"winograd_conv2d_weight_grad: `fused` takes `tile` 2 "
                                            r"\(the fused kernels compute F\(3x3, 2x2\)\), got 4"):
         fl.winograd_conv2d_weight_grad(gy, x, [1, 1], 4, False, True)
-    if device == "cuda":
+    if device in ("cuda", "meta"):
         with pytest.raises(RuntimeError, match=r"winograd_conv2d_weight_grad: `fused` takes "
                                                r"float16, bfloat16 and float32, got Double"):
             fl.winograd_conv2d_weight_grad(gy.double(), x.double(), [1, 1], 2, True, True)

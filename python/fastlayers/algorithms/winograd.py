@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 
 from .. import _C
-from ..winograd import FORWARD_TILES, KERNEL, WEIGHT_GRAD_TILES
+from ..winograd import FORWARD_TILES, FUSED_TILE, KERNEL, WEIGHT_GRAD_TILES
 from .registry import CONV2D_PASSES, Family
 
 
@@ -20,10 +20,6 @@ HALF_DTYPES = ("float16", "bfloat16")
 class WinogradParams(NamedTuple):
     tile: int
     fused: bool = False
-
-
-# the fused kernels' F(2x2, 3x3) and F(3x3, 2x2) (cuda/winograd/layout.h: kFusedTile)
-FUSED_TILE = 2
 
 
 # The largest alpha offered for float16 (see Winograd.candidates).
