@@ -338,6 +338,15 @@ class _TunedConv:
             self.__dict__.pop("_fl_route", None)
         super().__setattr__(name, value)
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script cannot compile the tuned forward; handing it an nn.Conv*d instead
+        # would also put that in place of this layer in the caller's model (script replaces
+        # submodules in place), a silent change of algorithm: refuse, and say what works.
+        raise RuntimeError(
+            "fastlayers.%s(%s) cannot be scripted with torch.jit.script: use torch.compile or "
+            "torch.export, or script a model that has the torch.nn layers" % (
+                type(self).__name__, self.extra_repr()))
+
     def __getstate__(self):
         # Plans and the route hold bound op calls (closures, which do not pickle) and are
         # rebuilt on the next call: torch.save(model) and copy.deepcopy leave them out.
@@ -404,8 +413,8 @@ class _TunedConv:
         dev = input.device.type
         # Under autocast nn.Conv*d computes in the autocast dtype: compare the operands as cast.
         x_, w_, _ = _autocast_operands(input, w, None, dev)
-        if x_.dtype != w_.dtype:
-            return _SUPER  # nn.Conv*d's own error
+        if x_.dtype != w_.dtype or x_.shape[-self._fl_dims - 1] != w_.shape[1] * self.groups:
+            return _SUPER  # nn.Conv*d's own error (nothing tuned for a call that fails)
         reason = self._unsupported(x_)  # (CPU autocast to bfloat16 included, recorded)
         if reason is not None:
             if torch.compiler.is_compiling():  # (extra_repr does not trace)
@@ -426,6 +435,14 @@ class _TunedConv:
         if (xp.shape[-2] + 2 * padding[0] < w.shape[-2]
                 or xp.shape[-1] + 2 * padding[1] < w.shape[-1]):
             return _SUPER  # nn.Conv*d raises its own error
+        if torch.compiler.is_exporting() and any(isinstance(n, torch.SymInt) for n in xp.shape):
+            # The tuner decides per shape; torch.export keeps a dynamic size dynamic (it refuses
+            # the specialisation torch.compile makes): PyTorch's path, which takes any size.
+            _note_fallback_traced(self._fl_kind, self.in_channels, self.out_channels,
+                                  tuple(self.kernel_size), tuple(self.stride),
+                                  tuple(self.dilation), self.groups,
+                                  "a dynamic size under torch.export")
+            return _SUPER
         tf32 = x.dtype == torch.float32 and dev == "cuda" and conv_tf32_allowed()
         need_backward = torch.is_grad_enabled() and (
             x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
@@ -495,10 +512,14 @@ def cached_filter_transforms():
             _kept.filters = None
 
 
+_AUTOCAST_DEVICES = ("cuda", "cpu")  # the devices fastlayers' algorithms serve
+
+
 def _autocast_operands(x, w, b, dev: str):
     """x, w, b as autocast casts a convolution's operands on `dev`: floating tensors other than
     float64 to the autocast dtype, where autocast is on; unchanged otherwise."""
-    if not torch.is_autocast_enabled(dev):
+    # (autocast knows some devices only: asked of another, meta say, it raises)
+    if dev not in _AUTOCAST_DEVICES or not torch.is_autocast_enabled(dev):
         return x, w, b
     dt = torch.get_autocast_dtype(dev)
     cast = lambda t: t if t is None or t.dtype == torch.float64 else t.to(dt)  # noqa: E731

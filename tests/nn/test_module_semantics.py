@@ -184,3 +184,62 @@ def test_sizes_the_tuner_cannot_measure_give_pytorchs_own_error(measuring):
             m(x)
         errors.append(e.value)
     assert type(errors[1]) is type(errors[0]) and str(errors[1]) == str(errors[0])
+
+
+@pytest.mark.parametrize("cls, shape", [(nn.Conv2d, (2, 3, 8, 8)), (nn.Conv1d, (2, 3, 8))])
+def test_meta_device_runs_nn_convs_path(cls, shape):
+    # shape inference and deferred initialisation on the meta device: nn.Conv*d's result, and
+    # the fallback in report() (autocast, asked of the meta device, would raise)
+    ref = cls(3, 4, 3, device="meta")
+    fast = fastlayers.convert(copy.deepcopy(ref))
+    x = torch.empty(shape, device="meta")
+    y = fast(x)
+    assert y.device.type == "meta" and y.shape == ref(x).shape
+    with torch.device("meta"):
+        assert fastlayers.convert(cls(3, 4, 3))(torch.empty(shape)).shape == y.shape
+    assert any(d["source"] == "unsupported" and d["reason"] == "device meta"
+               for d in tuner.decisions())
+
+
+def test_export_with_a_dynamic_batch(monkeypatch):
+    # torch.export keeps a size marked dynamic dynamic: the layer takes PyTorch's path, which
+    # takes any size, and says so; a static export holds the pinned op
+    ref, fast = twins(nn.Conv2d, 3, 4, 3, padding=1, labels=("winograd:2",) * 3)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(fast, (x,), dynamic_shapes=({0: batch},))
+    ops = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert not any("fastlayers" in op for op in ops), ops
+    x5 = torch.randn(5, 3, 8, 8, dtype=torch.float64)
+    torch.testing.assert_close(ep.module()(x5), ref(x5))
+    assert any(d["source"] == "unsupported" and "dynamic size under torch.export" in d["reason"]
+               for d in tuner.decisions())
+    ep = torch.export.export(fast, (x,))
+    assert any("fastlayers.winograd_conv2d" in str(n.target) for n in ep.graph.nodes)
+    torch.testing.assert_close(ep.module()(x), ref(x))
+
+
+def test_jit_script_refuses_with_the_reason():
+    # torch.jit.script cannot compile the tuned forward, and handing it an nn.Conv2d would put
+    # that in place of the layer in the user's model: a clear error, the model unchanged
+    model = fastlayers.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))
+    with pytest.raises(RuntimeError, match=r"fastlayers.Conv2d\(3, 4, .*\) cannot be scripted "
+                                           r"with torch.jit.script: use torch.compile or "
+                                           r"torch.export"):
+        torch.jit.script(model)
+    assert type(model[0]) is fastlayers.Conv2d
+
+
+def test_channel_mismatch_is_nn_convs_error_and_tunes_nothing():
+    # a pinned or tuned layer given the wrong channel count: nn.Conv*d's own message, before
+    # any tuning of a problem that cannot run
+    tuner._state.tune_cpu = True
+    for labels in (("winograd:2",) * 3, None):
+        m = fastlayers.Conv2d(3, 4, 3)
+        if labels:
+            m.force_algorithms(*labels)
+        with pytest.raises(RuntimeError, match=r"Given groups=1, weight of size \[4, 3, 3, 3\], "
+                                               r"expected input\[2, 5, 8, 8\] to have 3 "
+                                               r"channels"):
+            m(torch.randn(2, 5, 8, 8))
+    assert not tuner.decisions()
