@@ -119,7 +119,8 @@ def main(argv=None) -> int:
         good = r is not None and r["worst_rel_loss_diff"] <= args.tol and r["params_equal_across_ranks"]
         ok &= good
         print("rank %d: %s %s" % (rank, "ok" if good else "FAILED", r))
-    path = os.path.join(args.cache, "tuner-v2.json")
+    import fastlayers
+    path = os.path.join(args.cache, "tuner-v%d.json" % fastlayers.tuner.FORMAT)
     try:
         with open(path) as f:
             entries = json.load(f)["entries"]

@@ -68,7 +68,7 @@ def no_measuring(monkeypatch):
 def test_cache_lives_in_the_test_folder(tuner_cache):
     assert tuner.cache_file().parent == tuner_cache
     assert tuner.cache_file().name == "tuner-v%d.json" % tuner.FORMAT
-    assert tuner.FORMAT == 2  # labels with backends and tiles
+    assert tuner.FORMAT == 3  # labels with backends and tiles; the largest element's error
 
 
 def test_keys_name_the_sources_the_extension_was_built_from():
@@ -132,6 +132,39 @@ def test_error_floors_are_a_few_units_of_each_dtypes_rounding():
                         (torch.bfloat16, 2.0**-8)):
         assert 3 * unit <= tuner.error_floor(dtype, False) <= 5 * unit, dtype
     assert tuner.error_floor(torch.float32, True) == tuner.error_floor(torch.float16, False)
+
+
+@pytest.mark.parametrize("max_element", [True, False])
+def test_the_largest_elements_error_is_bounded_too(max_element):
+    # Lavin & Gray's Table 4 measure (the largest element's error, here over the reference's
+    # largest magnitude) beside relative L2: one element off by 1e-6 of a float32 result of
+    # magnitude 1 hides in L2 (5e-8 over 1024 elements of norm 18) but not in the largest
+    # element (1e-6 > the floor 2.4e-7); the convolution tuner bounds both, the LSTM's L2 only
+    from types import SimpleNamespace
+    from fastlayers.tuner import measure as tuner_measure
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.rand(4, 256, generator=gen, dtype=torch.float64) * 2 - 1
+    spiked = ref.float()
+    spiked[1, 7] += 1e-6
+    outputs = {"native": ref.float(), "even": (ref * (1 + 2 ** -24)).float(), "spiked": spiked}
+    d = tuner_measure.measure_candidates(
+        [SimpleNamespace(label=k) for k in outputs], call=lambda c: lambda: outputs[c.label],
+        workspace=lambda c: 0, args=(), check_args=(), ref=ref, device=torch.device("cpu"),
+        floor=tuner.error_floor(torch.float32, False), max_element=max_element)
+    assert "even" in d.times_ms
+    assert d.errors["spiked"] < tuner.error_floor(torch.float32, False)
+    if max_element:
+        assert d.skipped["spiked"].startswith("largest element's error 1.0"), d.skipped
+        assert d.max_errors["native"] < 1e-7 and set(d.max_errors) == set(outputs)
+    else:
+        assert "spiked" in d.times_ms and not d.max_errors
+
+
+def test_convolution_checks_take_uniform_data(device):
+    # the data of Table 4: uniform in [-1, 1]
+    p = problem(S=2, C=3, K=4, H=8, W=8, device=device)
+    for t in tuner_conv2d.inputs(p, torch.device(device)):
+        assert -1 <= t.min() < -0.9 and 0.9 < t.max() <= 1
 
 
 def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, cudnn_precision):

@@ -17,7 +17,9 @@ import torch
 from .._version import __version__
 from .state import _state
 
-FORMAT = 2  # 2: labels name the transform backend and the tile
+# 2: labels name the transform backend and the tile; 3: convolution decisions also bound the
+# largest element's error (measure.max_err), on uniform data
+FORMAT = 3
 
 try:  # the digest of the sources and flags the extension was built from (setup.py writes it)
     from .._build_info import SOURCES as _SOURCES

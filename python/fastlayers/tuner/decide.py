@@ -25,11 +25,12 @@ class Decision:
     skipped: Dict[str, str] = field(default_factory=dict)
     runs: Dict[str, int] = field(default_factory=dict)  # calls timed per candidate
     host_ms: Dict[str, float] = field(default_factory=dict)  # the host's own time per call
+    max_errors: Dict[str, float] = field(default_factory=dict)  # the largest element's, scaled
 
     def to_json(self) -> dict:
         return {"choice": self.choice, "reason": self.reason, "times_ms": self.times_ms,
                 "errors": self.errors, "skipped": self.skipped, "runs": self.runs,
-                "host_ms": self.host_ms}
+                "host_ms": self.host_ms, "max_errors": self.max_errors}
 
     @staticmethod
     def from_json(d: dict) -> "Decision":
@@ -43,7 +44,8 @@ class Decision:
         return Decision(choice=str(d["choice"]), source="file", reason=str(d.get("reason", "")),
                         times_ms=numbers("times_ms"), errors=numbers("errors"),
                         skipped={str(k): str(v) for k, v in dict(d.get("skipped", {})).items()},
-                        runs=numbers("runs"), host_ms=numbers("host_ms"))
+                        runs=numbers("runs"), host_ms=numbers("host_ms"),
+                        max_errors=numbers("max_errors"))
 
 
 Measure = Callable[[object, str, torch.device], Decision]

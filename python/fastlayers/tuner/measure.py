@@ -130,6 +130,18 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / den if den > 0 else diff
 
 
+def max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """The largest element error of `out` against the float64 `ref`, over `ref`'s largest
+    magnitude (Lavin & Gray's Table 4 measure, scaled); inf when `out` is not finite."""
+    if not torch.isfinite(out).all():
+        return math.inf
+    if ref.numel() == 0:
+        return 0.0
+    den = ref.abs().max().item()
+    diff = (out.double() - ref).abs().max().item()
+    return diff / den if den > 0 else diff
+
+
 def step_timer(device: torch.device):
     """run(fn, args, calls) -> (wall, host): milliseconds per call of `calls` calls enqueued back
     to back, from an idle device to the last call's completion (host and device together), and
@@ -162,12 +174,13 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                        workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
                        ref: torch.Tensor, device: torch.device, floor: float,
                        check_view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
-                       warmups: int = 1) -> Decision:
+                       warmups: int = 1, max_element: bool = False) -> Decision:
     """Checks, times and ranks `choices` (the baseline first) and returns the decision.
 
     Accuracy: each candidate runs once on `check_args` (a small batch of the problem, or the
     problem's size holding one), and the error of `check_view` of its result against the float64
-    `ref` must be at most max(2 x the baseline's error, `floor`); a candidate that raises (an
+    `ref` must be at most max(2 x the baseline's error, `floor`), in relative L2 (rel_err) and,
+    with `max_element`, in the largest element's error too (max_err); a candidate that raises (an
     OOM, a library refusal) or misses the tolerance is skipped with the reason, as is one whose
     `workspace` exceeds the bound. Time: every other candidate is warmed up (`warmups` calls on
     `args`, the problem's size, untimed: plans, the allocator, a CUDA graph recorded on a later
@@ -179,12 +192,13 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     run = step_timer(device)
     baseline = choices[0].label
     errors: Dict[str, float] = {}
+    max_errors: Dict[str, float] = {}
     skipped: Dict[str, str] = {}
     samples: Dict[str, List[float]] = {}
     hosts: Dict[str, List[float]] = {}
     runs: Dict[str, int] = {}
     fns: Dict[str, Callable] = {}
-    tol = None
+    tol = max_tol = None
     for choice in choices:
         label = choice.label
         if label != baseline:
@@ -196,11 +210,18 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
         try:
             out = fn(*check_args)
             err = errors[label] = rel_err(check_view(out), ref)
+            if max_element:
+                max_errors[label] = max_err(check_view(out), ref)
             del out
             if label == baseline:
                 tol = max(2 * err, floor)
+                max_tol = max(2 * max_errors.get(label, 0.0), floor)
             elif not err <= tol:
                 skipped[label] = "error %.2e > tolerance %.2e" % (err, tol)
+                continue
+            elif max_element and not max_errors[label] <= max_tol:
+                skipped[label] = "largest element's error %.2e > tolerance %.2e" % (
+                    max_errors[label], max_tol)
                 continue
             for _ in range(warmups):  # at the problem's size (plans, allocator, graphs)
                 fn(*args)
@@ -247,4 +268,4 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             best, 100 * (1 - WIN_MARGIN), baseline, baseline, rounds, spent)
         best = baseline
     return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
-                    skipped=skipped, runs=runs, host_ms=host_ms)
+                    skipped=skipped, runs=runs, host_ms=host_ms, max_errors=max_errors)

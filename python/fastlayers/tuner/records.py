@@ -32,11 +32,11 @@ def decisions() -> List[dict]:
             rows.append({"key": key, "choice": d.choice, "source": d.source, "reason": d.reason,
                          "times_ms": dict(d.times_ms), "errors": dict(d.errors),
                          "skipped": dict(d.skipped), "runs": dict(d.runs),
-                         "host_ms": dict(d.host_ms)})
+                         "host_ms": dict(d.host_ms), "max_errors": dict(d.max_errors)})
         for what, reason in _state.fallbacks.items():
             rows.append({"key": what, "choice": "native", "source": "unsupported", "reason": reason,
                          "times_ms": {}, "errors": {}, "skipped": {}, "runs": {},
-                         "host_ms": {}})
+                         "host_ms": {}, "max_errors": {}})
     return rows
 
 
@@ -88,6 +88,9 @@ def report() -> str:
                 for k, v in r["times_ms"].items()))
         if r["errors"]:
             lines.append("      err: " + ", ".join("%s %.2e" % kv for kv in r["errors"].items()))
+        if r["max_errors"]:
+            lines.append("      max: " + ", ".join("%s %.2e" % kv
+                                                   for kv in r["max_errors"].items()))
         for label, why in r["skipped"].items():
             lines.append("      skipped %s: %s" % (label, why))
     return "\n".join(lines)
