@@ -113,6 +113,14 @@ class LSTM(nn.RNNBase):
             _tuner.note_fallback("lstm(%s)" % self.extra_repr(), reason)
         return "native"
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script cannot compile this forward (it failed on an assertion about
+        # overloads); an nn.LSTM handed over instead would replace this module in the caller's
+        # model too (script swaps submodules in place): refuse, and say what works.
+        raise RuntimeError(
+            "fastlayers.LSTM(%s) cannot be scripted with torch.jit.script: use torch.compile or "
+            "torch.export, or script a model that has torch.nn.LSTM" % self.extra_repr())
+
     def __getstate__(self):
         # The routes are this process's tuner's answers (its generation, its devices): torch.save
         # and copy.deepcopy leave them out, and the copy asks again.

@@ -714,3 +714,13 @@ def test_copies_ask_the_tuner_again():
     buf.seek(0)
     for c in (copy.deepcopy(m), torch.load(buf, weights_only=False)):
         assert "_fl_routes" not in c.__dict__
+
+
+def test_jit_script_refuses_with_the_reason():
+    # the module cannot be scripted; an nn.LSTM handed to script instead would replace it in the
+    # caller's model: a clear error, the model unchanged
+    model = nn.Sequential(fastlayers.LSTM(4, 8))
+    with pytest.raises(RuntimeError, match=r"fastlayers.LSTM\(4, 8\) cannot be scripted with "
+                                           r"torch.jit.script: use torch.compile or torch.export"):
+        torch.jit.script(model)
+    assert type(model[0]) is fastlayers.LSTM
