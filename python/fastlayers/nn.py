@@ -248,7 +248,8 @@ class _TunedConv:
     def _unsupported_layer(self) -> Optional[str]:
         """Why the layer's own settings rule out fastlayers' algorithms, or None."""
         if self.stride != self._fl_unit:
-            return "stride %s (the FFT and Winograd algorithms take stride 1)" % (tuple(self.stride),)
+            return "stride %s (the FFT and Winograd algorithms take stride 1)" % (
+                tuple(self.stride),)
         if self.dilation != self._fl_unit:
             return "dilation %s" % (tuple(self.dilation),)
         if self.groups != 1:
@@ -371,7 +372,9 @@ class _TunedConv:
             return kept[2]
         with torch.no_grad():
             U = plan.filters(w)
-        _kept.filters[self] = (weight, key, U)  # the weight held: no address reused
+        # the weight and the storage transformed held: no other tensor takes the weight's
+        # address, nor new storage the old one's (weight.data = t twice would come back to it)
+        _kept.filters[self] = (weight, key, U, weight.untyped_storage())
         return U
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -481,7 +484,7 @@ class _TunedConv:
 
 class _KeptFilters(threading.local):
     depth = 0       # cached_filter_transforms blocks open in this thread
-    filters = None  # layer -> (weight, key, filters) kept in this thread's outermost block
+    filters = None  # layer -> (weight, key, filters, storage) kept in this thread's outermost block
 
 
 _kept = _KeptFilters()

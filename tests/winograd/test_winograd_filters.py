@@ -180,6 +180,10 @@ def test_layers_keep_their_transformed_filters_per_weight_version(device):
         y, ops = ops_of(lambda: m(x))
         assert ops == ["winograd_filter_transform", "winograd_conv2d"]
         torch.testing.assert_close(y, expect())
+        # the storage transformed is held, so a later new storage cannot take its address (and
+        # match the key's) while its filters are kept
+        held = fastlayers.nn._kept.filters[m][3]
+        assert held.data_ptr() == m.weight.data_ptr()
     with torch.no_grad():  # outside the context: transformed in the call, as always
         _, ops = ops_of(lambda: m(x))
         assert ops == ["winograd_conv2d"]
