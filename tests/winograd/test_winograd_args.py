@@ -205,3 +205,25 @@ def test_empty_sizes(device, empty, tile):
     assert w.grad.shape == w.shape and not w.grad.any()
     torch.testing.assert_close(b.grad, gy.sum((0, 2, 3)))
 
+
+
+def test_fake_kernels_with_dynamic_sizes():
+    # traced with symbolic sizes (torch.compile, dynamic=True): two sizes through one graph give
+    # F.conv2d's values; a bad weight fails while tracing, with the op's message
+    import torch.nn.functional as F
+
+    def f(x, w):
+        return fl.winograd_conv2d(x, w, None, [1, 1], 2, False)
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="aot_eager", dynamic=True, fullgraph=True)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    for shape in ((2, 3, 8, 8), (3, 3, 10, 12)):
+        x = torch.randn(*shape, dtype=torch.float64)
+        torch.testing.assert_close(g(x, w), F.conv2d(x, w, padding=1))
+    # (the sizes print as symbols: "got s6xs6")
+    for bad, message in ((torch.randn(4, 3, 5, 5), r"`weight` must be 3x3, got \w+x\w+"),
+                         (torch.randn(4, 2, 3, 3), r"`weight` has \w+ input channels but "
+                                                   r"`input` has \w+")):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=message):
+            g(torch.randn(2, 3, 8, 8), bad)
