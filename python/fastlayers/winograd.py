@@ -82,7 +82,7 @@ def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: Int
 
 
 # ---------------------------------------------------------------------------------------------
-# Fake kernels: shapes only (the ops' own checks run on real tensors).
+# Fake kernels: the ops' argument checks, then the result's shape.
 
 
 # C++'s names of the scalar types, which the ops' messages print.
