@@ -68,3 +68,54 @@ def check_fake_conv(op: str, padding, sizes) -> None:
         torch._check(n >= 1, lambda: f"{op}: the result would be empty (spatial size "
                                      f"{list(sizes)}): the kernel is larger than the padded "
                                      f"input, or `padding` too large for grad_output")
+
+
+# C++'s names of the scalar types, which the ops' messages print.
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                 torch.bfloat16: "BFloat16", torch.int8: "Char", torch.uint8: "Byte",
+                 torch.int16: "Short", torch.int32: "Int", torch.int64: "Long", torch.bool: "Bool",
+                 torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+_OPERAND_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def scalar_name(dtype: torch.dtype) -> str:
+    return _SCALAR_NAMES.get(dtype, str(dtype))
+
+
+def _check_fake_operand(op: str, name: str, t) -> None:
+    torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D tensor of "
+                                       f"shape {list(t.shape)}")
+    torch._check(t.dtype in _OPERAND_DTYPES,
+                 lambda: f"{op}: `{name}` has dtype {scalar_name(t.dtype)}; supported: float32, "
+                         f"float64, float16, bfloat16")
+    h, w, limit = t.shape[2], t.shape[3], max_plane()
+    for ok in (h <= limit, w <= limit, h * w <= limit):
+        torch._check(ok, lambda: f"{op}: `{name}` has spatial size ({h}, {w}); the ops take at "
+                                 f"most {limit} elements per plane")
+
+
+def check_fake_operands(op: str, a, a_name: str, b, b_name: str) -> None:
+    """What every convolution family's ops check of their two operands first (csrc/common/
+    conv_checks.h, then the family's check): each 4-D, floating, within the plane bound; one
+    dtype; one device. The same messages, for the fake kernels."""
+    _check_fake_operand(op, a_name, a)
+    _check_fake_operand(op, b_name, b)
+    torch._check(a.dtype == b.dtype,
+                 lambda: f"{op}: `{a_name}` ({scalar_name(a.dtype)}) and `{b_name}` "
+                         f"({scalar_name(b.dtype)}) must have the same dtype")
+    torch._check(a.device == b.device,
+                 lambda: f"{op}: `{a_name}` is on {a.device} but `{b_name}` is on {b.device}")
+
+
+def check_fake_bias(op: str, forward: bool, bias, K, input) -> None:
+    """conv_checks.h's check_conv_bias for the fake kernels: only the forward takes a bias, [K],
+    of the input's dtype and device."""
+    if bias is None:
+        return
+    torch._check(forward, lambda: f"{op}: takes no bias")
+    torch._check(bias.dim() == 1 and bias.shape[0] == K,
+                 lambda: f"{op}: `bias` must have shape [{K}], got {list(bias.shape)}")
+    torch._check(bias.dtype == input.dtype, lambda: f"{op}: `bias` has dtype "
+                 f"{scalar_name(bias.dtype)} but `input` has {scalar_name(input.dtype)}")
+    torch._check(bias.device == input.device,
+                 lambda: f"{op}: `bias` is on {bias.device} but `input` is on {input.device}")

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._common import IntPair, check_fake_conv, conv_tf32_allowed, max_plane, pair, same_padding
+from ._common import (IntPair, check_fake_bias, check_fake_conv, check_fake_operands,
+                      conv_tf32_allowed, max_plane, pair, same_padding)
 
 __all__ = [
     "fft_conv2d",
@@ -186,19 +187,14 @@ def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride:
 
 
 # ---------------------------------------------------------------------------------------------
-# Fake kernels: shapes only.
-
-
-def _check4(t: Tensor, op: str, name: str) -> None:
-    torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D")
+# Fake kernels: the checks every convolution family makes of its operands (and the forward of
+# its bias), then the result's shape. (The FFT ops' checks of basis, backend and tile run on real
+# tensors only.)
 
 
 def _fake_result(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str, shape) -> Tensor:
-    """An empty result of shape `shape()` after the checks every pass makes: both operands 4-D,
-    one dtype."""
-    _check4(a, op, a_name)
-    _check4(b, op, b_name)
-    torch._check(a.dtype == b.dtype, lambda: f"{op}: dtype mismatch")
+    """An empty result of shape `shape()` after check_fake_operands."""
+    check_fake_operands(op, a, a_name, b, b_name)
     return a.new_empty(shape())
 
 
@@ -206,11 +202,14 @@ def _fake_result(op: str, a: Tensor, a_name: str, b: Tensor, b_name: str, shape)
 def _fft_conv2d_fake(input, weight, bias, padding, basis, tf32=False, backend="cufft",
                      tile=(0, 0)):
     def shape():
-        torch._check(weight.shape[1] == input.shape[1], lambda: "fft_conv2d: channel mismatch")
+        torch._check(weight.shape[1] == input.shape[1],
+                     lambda: f"fft_conv2d: `weight` has {weight.shape[1]} input channels but "
+                             f"`input` has {input.shape[1]}")
         ph, pw = padding
         hw = (input.shape[2] + 2 * ph - weight.shape[2] + 1,
               input.shape[3] + 2 * pw - weight.shape[3] + 1)
         check_fake_conv("fft_conv2d", padding, hw)
+        check_fake_bias("fft_conv2d", True, bias, weight.shape[0], input)
         return (input.shape[0], weight.shape[0], *hw)
     return _fake_result("fft_conv2d", input, "input", weight, "weight", shape)
 

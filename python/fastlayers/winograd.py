@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._common import IntPair, check_fake_conv, conv_tf32_allowed, max_plane, pair
+from ._common import (IntPair, check_fake_bias, check_fake_conv, check_fake_operands,
+                      conv_tf32_allowed, max_plane, pair, scalar_name)
 
 __all__ = [
     "winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad",
@@ -85,29 +86,7 @@ def winograd_conv2d_weight_grad(grad_output: Tensor, input: Tensor, padding: Int
 # Fake kernels: the ops' argument checks, then the result's shape.
 
 
-# C++'s names of the scalar types, which the ops' messages print.
-_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-                 torch.bfloat16: "BFloat16", torch.int8: "Char", torch.uint8: "Byte",
-                 torch.int16: "Short", torch.int32: "Int", torch.int64: "Long", torch.bool: "Bool",
-                 torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
-_OPERAND_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _OPS = ("winograd_conv2d", "winograd_conv2d_input_grad", "winograd_conv2d_weight_grad")
-
-
-def _scalar(dtype: torch.dtype) -> str:
-    return _SCALAR_NAMES.get(dtype, str(dtype))
-
-
-def _check_operand(op: str, name: str, t: Tensor) -> None:
-    torch._check(t.dim() == 4, lambda: f"{op}: `{name}` must be 4-D, got {t.dim()}-D tensor of "
-                                       f"shape {list(t.shape)}")
-    torch._check(t.dtype in _OPERAND_DTYPES,
-                 lambda: f"{op}: `{name}` has dtype {_scalar(t.dtype)}; supported: float32, "
-                         f"float64, float16, bfloat16")
-    h, w, limit = t.shape[2], t.shape[3], max_plane()
-    for ok in (h <= limit, w <= limit, h * w <= limit):
-        torch._check(ok, lambda: f"{op}: `{name}` has spatial size ({h}, {w}); the ops take at "
-                                 f"most {limit} elements per plane")
 
 
 def _check_fake(pass_: int, a: Tensor, b: Tensor, bias: Optional[Tensor], padding, tile: int,
@@ -118,12 +97,7 @@ def _check_fake(pass_: int, a: Tensor, b: Tensor, bias: Optional[Tensor], paddin
     op = _OPS[pass_]
     an = "input" if pass_ == 0 else "grad_output"
     bn = "input" if pass_ == 2 else "weight"
-    _check_operand(op, an, a)
-    _check_operand(op, bn, b)
-    torch._check(a.dtype == b.dtype, lambda: f"{op}: `{an}` ({_scalar(a.dtype)}) and `{bn}` "
-                                             f"({_scalar(b.dtype)}) must have the same dtype")
-    torch._check(a.device == b.device,
-                 lambda: f"{op}: `{an}` is on {a.device} but `{bn}` is on {b.device}")
+    check_fake_operands(op, a, an, b, bn)
     torch._check(len(padding) == 2,
                  lambda: f"{op}: `padding` must have 2 values (ph, pw), got {list(padding)}")
     check_fake_conv(op, padding, ())
@@ -139,7 +113,7 @@ def _check_fake(pass_: int, a: Tensor, b: Tensor, bias: Optional[Tensor], paddin
                      f"tensors, got {a.device} (pass fused=False)")
         torch._check(a.dtype in (torch.float16, torch.bfloat16, torch.float32),
                      lambda: f"{op}: `fused` takes float16, bfloat16 and float32, got "
-                             f"{_scalar(a.dtype)} (pass fused=False)")
+                             f"{scalar_name(a.dtype)} (pass fused=False)")
         if a.dtype == torch.float32 and pass_ != 2:
             torch._check(a.shape[3] % 4 == 0, lambda: f"{op}: `fused` in float32 takes `{an}` of "
                          f"a width that is a multiple of 4, got {a.shape[3]} (pass fused=False)")
@@ -182,14 +156,7 @@ def _check_fake(pass_: int, a: Tensor, b: Tensor, bias: Optional[Tensor], paddin
     for ok in (H + 2 * ph <= limit, W + 2 * pw <= limit):
         torch._check(ok, lambda: f"{op}: the padded input ({H + 2 * ph}, {W + 2 * pw}) is too "
                                  f"large: the ops take at most {limit} elements per side")
-    if bias is not None:
-        torch._check(pass_ == 0, lambda: f"{op}: takes no bias")
-        torch._check(bias.dim() == 1 and bias.shape[0] == K,
-                     lambda: f"{op}: `bias` must have shape [{K}], got {list(bias.shape)}")
-        torch._check(bias.dtype == a.dtype, lambda: f"{op}: `bias` has dtype "
-                     f"{_scalar(bias.dtype)} but `input` has {_scalar(a.dtype)}")
-        torch._check(bias.device == a.device,
-                     lambda: f"{op}: `bias` is on {bias.device} but `input` is on {a.device}")
+    check_fake_bias(op, pass_ == 0, bias, K, a)
     return S, C, K, H, W, oh, ow
 
 
@@ -207,8 +174,8 @@ def _forward_fake(input, weight, bias, padding, tile=2, tf32=False, fused=False,
                              f"`weight` at tile {tile}), got {list(u.shape)}")
         torch._check(u.dtype == weight.dtype and u.device == weight.device,
                      lambda: f"{op}: `transformed_weight` must have `weight`'s dtype and device "
-                             f"({_scalar(weight.dtype)} on {weight.device}), got "
-                             f"{_scalar(u.dtype)} on {u.device}")
+                             f"({scalar_name(weight.dtype)} on {weight.device}), got "
+                             f"{scalar_name(u.dtype)} on {u.device}")
     return input.new_empty((S, K, oh, ow))
 
 

@@ -156,6 +156,22 @@ def test_bad_arguments_name_the_argument(device, name):
         call(device)
 
 
+# The checks the fake kernels make as the ops do (what every convolution family checks of its
+# operands, the forward's channels and bias, the padding): under torch.compile's fake tensors the
+# same message. (basis, backend and tile are checked on real tensors only.)
+FAKE_CHECKED = ["input-rank", "weight-rank", "channels", "dtype", "integer-dtype", "padding",
+                "bias-shape", "bias-dtype", "input_grad-rank", "input_grad-dtype",
+                "weight_grad-rank", "weight_grad-padding"]
+
+
+@pytest.mark.parametrize("name", FAKE_CHECKED)
+def test_fake_kernels_refuse_as_the_ops_do(name):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    call, message = BAD_ARGUMENTS[name]
+    with FakeTensorMode(), pytest.raises(RuntimeError, match=message):
+        call("cpu")
+
+
 # Absurd sizes, refused before anything is computed or allocated (the ops' bound: 2^31 - 1
 # elements per side and plane, 2^54 values in a pass's spectra). name: (call taking the device,
 # error type, message). Expanded tensors give huge shapes without memory.
