@@ -3,7 +3,7 @@
 
     python3 benchmarks/bench_networks.py [--out DIR] [--quick] [--nets vgg16,resnet18]
                                          [--modes fp32,tf32,bf16] [--steps N] [--rounds R]
-                                         [--best-of K]
+                                         [--rounds-for resnet50:tf32=131,...] [--best-of K]
 
 Per network and precision mode (fp32: TF32 off; tf32: PyTorch's convolution default; bf16:
 autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's method says:
@@ -20,11 +20,14 @@ autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's 
               median of per-round ratios, with its quartiles; beside it, plain / the copy from
               the same rounds (A/A: the noise floor of the ratio); with --best-of K, a round
               is K such rotations and each model's figure the least of its K trials (a shared
-              host's noise only adds time)
+              host's noise only adds time); --rounds-for gives given rows more rounds than
+              --rounds (a host-bound step's ratio spreads more round to round, and its median's
+              95% interval narrows as the square root of the rounds)
 The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import math
 import os
@@ -174,17 +177,19 @@ def run_network(doc, res, stats, name, mode, args):
         for s in steps.values():  # warm: plans, allocator, cuDNN's choices
             for _ in range(2):
                 s()
+        rounds = rounds_for(args, name, mode)
         row["steps_per_trial"] = args.steps
+        row["rounds"] = rounds
         row["best_of"] = args.best_of
         # The three models in one rotation (a host-bound step's host is shared and bursty).
         launches = getattr(_C, "step_graph_replays", lambda: 0)
         before = launches()
-        row.update(common.ab_aa(steps, "plain", "converted", "twin", args.steps, args.rounds,
+        row.update(common.ab_aa(steps, "plain", "converted", "twin", args.steps, rounds,
                                 args.best_of))
         # Cached CUDA graphs launched (the Winograd pipeline's passes, the LSTM's loops) per
         # timed step of the converted model, the one model that launches any.
         row["graph_launches_per_step"] = ((launches() - before)
-                                          / (args.steps * args.rounds * args.best_of))
+                                          / (args.steps * rounds * args.best_of))
         log("  %-8s %-4s plain %.2f ms, converted %.2f ms: x%.3f (quartiles %.3f-%.3f, %.3f-%.3f);"
             " A/A x%.3f (quartiles %.3f-%.3f, %.3f-%.3f)" % (
                 name, mode, row["ab"]["a_ms"], row["ab"]["b_ms"], row["ratio"],
@@ -193,6 +198,27 @@ def run_network(doc, res, stats, name, mode, args):
                 row["aa"]["ratio_q3"], row["aa"]["ratio_min"], row["aa"]["ratio_max"]))
     del plain, conv, twin
     common.release()
+
+
+def parse_rounds_for(text: str) -> dict:
+    """'NET[:MODE]=R,...' -> {(net, mode or None): R}; a clear error for anything else."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        what, eq, r = item.partition("=")
+        net, _, mode = what.partition(":")
+        if not eq or net not in NETWORKS or (mode and mode not in MODES) or not r.isdigit() \
+                or int(r) < 1:
+            raise argparse.ArgumentTypeError(
+                "%r is not NET[:MODE]=ROUNDS (networks: %s; modes: %s; rounds a positive integer)"
+                % (item, ", ".join(NETWORKS), ", ".join(MODES)))
+        out[(net, mode or None)] = int(r)
+    return out
+
+
+def rounds_for(args, name: str, mode: str) -> int:
+    """The rounds of a row: --rounds-for's for the network and mode, or for the network, or
+    --rounds."""
+    return args.rounds_for.get((name, mode), args.rounds_for.get((name, None), args.rounds))
 
 
 def render(doc) -> str:
@@ -205,6 +231,8 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
     ap.add_argument("--steps", type=int, default=None, help="steps per timed trial (default 10, quick 4)")
     ap.add_argument("--rounds", type=int, default=None, help="rotated rounds (default 15, quick 3)")
+    ap.add_argument("--rounds-for", default="", type=parse_rounds_for,
+                    help="rows with other rounds than --rounds: NET[:MODE]=R, comma-separated")
     ap.add_argument("--best-of", type=int, default=1,
                     help="rotations per round, each model's least trial kept (default 1)")
     args = ap.parse_args(argv)
@@ -218,6 +246,8 @@ def main(argv=None) -> int:
     torch.backends.cudnn.benchmark = True
     t_start = time.perf_counter()
     doc = common.meta("networks", args, steps=args.steps, rounds=args.rounds,
+                      rounds_for={"%s%s" % (n, ":" + m if m else ""): r
+                                  for (n, m), r in args.rounds_for.items()},
                       best_of=args.best_of, quick=args.quick,
                       cudnn_benchmark=True, check_batches=CHECK_BATCHES,
                       check_cudnn_benchmark=False, timer="wall clock, steps back to back")
@@ -230,8 +260,13 @@ def main(argv=None) -> int:
             ok &= common.section(doc, res, "%s %s" % (name, mode), run_network, doc, res, stats,
                                  name, mode, args)
     ratios = [r["ratio"] for r in doc["rows"] if "ratio" in r]
+    cis = [r["ab"]["ratio_ci95"] for r in doc["rows"] if "ratio" in r]
     doc["summary"] = {"min_ratio": min(ratios) if ratios else None,
-                      "geomean": common.geomean(ratios) if ratios else None}
+                      "geomean": common.geomean(ratios) if ratios else None,
+                      # the target is none below 0.97x: rows whose median's interval lies
+                      # wholly below, and rows whose interval reaches below (not shown either way)
+                      "ci_below_0.97": sum(1 for lo, hi in cis if hi < 0.97),
+                      "ci_reaching_below_0.97": sum(1 for lo, hi in cis if lo < 0.97)}
     return common.finish(doc, res, ok, stats, t_start, render)
 
 

@@ -396,25 +396,28 @@ def pass_counts(choices: dict):
 
 def networks(doc: dict) -> str:
     out = ["| network | mode | N | step plain ms | converted ms | x (quartiles; min-max) "
-           "| A/A x (quartiles; min-max) "
+           "| x's 95% interval (rounds) | A/A x (quartiles; min-max) "
            "| first step plain / converted s | passes on fastlayers |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc.get("rows", []):
         head = "| %s | %s | %s |" % (r["network"], r["mode"], r.get("N", "-"))
         if "failed" in r:
-            out.append(head + " failed: %s | | | | | |" % _network_failure(r))
+            out.append(head + " failed: %s | | | | | | |" % _network_failure(r))
             continue
         ab, aa, fs = r["ab"], r["aa"], r["first_step_s"]
-        out.append(head + " %.2f | %.2f | %s | %s | %.1f / %.1f | %d of %d |" % (
-            ab["a_ms"], ab["b_ms"], _spread(ab), _spread(aa), fs["plain"], fs["converted"],
+        ci = ("%.3f-%.3f (%d)" % (*ab["ratio_ci95"], ab["rounds"]) if "ratio_ci95" in ab
+              else "-")
+        out.append(head + " %.2f | %.2f | %s | %s | %s | %.1f / %.1f | %d of %d |" % (
+            ab["a_ms"], ab["b_ms"], _spread(ab), ci, _spread(aa), fs["plain"], fs["converted"],
             *reversed(pass_counts(r["choices"]) if "choices" in r else
                       (r["passes_tuned"], r["passes_on_fastlayers"]))))
     out += ["", "Training steps (forward, loss, backward, SGD) back to back, wall clock; x = plain / "
-            "converted, the median of per-round ratios, its quartiles where the row has them; "
-            "A/A: plain over a second plain copy. Rows with quartiles timed the three models in "
-            "one rotation (A/A from the same rounds); rows without, A/B and A/A in two "
-            "interleaved runs. First step: on a fresh tuner cache (the converted model tunes "
-            "there)."]
+            "converted, the median of per-round ratios, its quartiles where the row has them, "
+            "and the median's 95% interval (order statistics of the per-round ratios; the rounds "
+            "in brackets); A/A: plain over a second plain copy. Rows with quartiles timed the "
+            "three models in one rotation (A/A from the same rounds); rows without, A/B and A/A "
+            "in two interleaved runs. First step: on a fresh tuner cache (the converted model "
+            "tunes there)."]
     out += _merged_note(doc)
     return "\n".join(out)
 
@@ -900,6 +903,11 @@ def summary(docs: dict) -> str:
             dict.fromkeys(r["network"] for r in nw[1].get("rows", []))),
             "; ".join("%s %s" % (m, span(v, ".3f")) + "x" for m, v in by_mode.items())
             + " (target: none below 0.97x)"
+            + "".join("; the median's 95%% interval reaching below 0.97x: %s" % (
+                ", ".join(low) or "none") for low in [
+                    ["%s %s (%.3f-%.3f)" % (r["network"], r["mode"], *r["ab"]["ratio_ci95"])
+                     for r in rs if r["ab"]["ratio_ci95"][0] < 0.97]]
+                if all("ratio_ci95" in r["ab"] for r in rs))
             + ("; no ratio: %s" % ", ".join(bad) if bad else "")))
     wg = docs.get("winograd")
     if wg:
