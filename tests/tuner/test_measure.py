@@ -12,10 +12,16 @@ from fastlayers.tuner import conv2d as tuner_conv2d
 from fastlayers.algorithms import NATIVE, Family
 
 
+# Set by the layer check's other work in test_the_layer_check_counts_host_time_after_other_work,
+# taken by the next call of a 'timed:cold=MS' label.
+AFTER_OTHER_WORK = [False]
+
+
 class Timed(Family):
     """PyTorch's path with a cost added on the host ('timed:sleep=MS'), or PyTorch's result of
     the same input computed once and returned again ('timed:memo': nearly free; 'timed:spin=MS':
-    the same after MS milliseconds of the host's own time, nothing on the device)."""
+    the same after MS milliseconds of the host's own time, nothing on the device; 'timed:cold=MS':
+    the same, spinning only in a call right after the layer check's other work)."""
     names = ("timed",)
     kinds = ("conv2d",)
     keeps_input_layout = True
@@ -35,14 +41,17 @@ class Timed(Family):
     def conv2d_call(self, choice, pass_, padding, tf32):
         native = algorithms.conv2d_call(NATIVE, pass_, padding, tf32)
         what = choice.params[0]
-        if what == "memo" or what.startswith("spin="):
+        if what == "memo" or what.startswith(("spin=", "cold=")):
             memo = {}
-            spin = float(what.split("=")[1]) / 1e3 if "=" in what else 0.0
+            ms = float(what.split("=")[1]) / 1e3 if "=" in what else 0.0
+            cold = what.startswith("cold=")
 
             def call(x, w, b, gy):
                 key = (id(x), id(gy))
                 if key not in memo:
                     memo[key] = (x, gy, native(x, w, b, gy))  # x, gy kept: ids stay theirs
+                spin = ms if not cold or AFTER_OTHER_WORK[0] else 0.0
+                AFTER_OTHER_WORK[0] = False
                 t_end = time.perf_counter() + spin
                 while time.perf_counter() < t_end:  # the host busy, as a slow host path is
                     pass
@@ -368,6 +377,52 @@ def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label
     m2 = fastlayers.Conv2d(32, 32, 3, padding=1)
     m2(x).sum().backward()
     assert next(iter(m2._fl_plans.values())).native == (not kept)
+
+
+def test_the_layer_check_counts_host_time_after_other_work(timed, no_fft, monkeypatch):
+    """In a network's step a layer's calls come between other layers', which leave its host path
+    cold: a plan as fast as a memo back to back but whose calls take 20 ms more of the host's time
+    each after other work (on the CPU, where host time is all the time, several times PyTorch's
+    layer) goes back to PyTorch's path, and the report gives the host times."""
+    real_other, real_timer = tuner_conv2d.other_work, tuner_conv2d.step_timer
+
+    def other_work(device):
+        run = real_other(device)
+
+        def after():
+            run()
+            AFTER_OTHER_WORK[0] = True
+        return after
+
+    def step_timer(device):  # back to back, no call is right after other work
+        run = real_timer(device)
+
+        def timed_run(fn, args, calls=1):
+            AFTER_OTHER_WORK[0] = False
+            return run(fn, args, calls)
+        return timed_run
+    monkeypatch.setattr(tuner_conv2d, "other_work", other_work)
+    monkeypatch.setattr(tuner_conv2d, "step_timer", step_timer)
+    timed("timed:cold=20")
+    tuner.set_budget(0.05)
+    real = tuner_conv2d.measure
+
+    def measure(p, pass_, device):
+        d = real(p, pass_, device)
+        d.choice = "timed:cold=20"
+        return d
+    monkeypatch.setattr(tuner_conv2d, "measure", measure)
+    m = fastlayers.Conv2d(32, 32, 3, padding=1)
+    x = torch.randn(4, 32, 32, 32, requires_grad=True)
+    m(x).sum().backward()
+    rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
+    assert len(rows) == 1, tuner.report()
+    row = rows[0]
+    assert row["choice"] == "native", tuner.report()
+    assert row["host_ms"]["tuned"] >= 20.0 > row["host_ms"]["native"], tuner.report()
+    assert row["times_ms"]["tuned"] > row["times_ms"]["native"], tuner.report()
+    assert "host time after other work" in row["reason"]
+    assert next(iter(m._fl_plans.values())).native
 
 
 def test_the_layer_check_moves_the_passes_left_on_pytorchs_path(timed, no_fft, monkeypatch):

@@ -18,8 +18,9 @@ from .._version import __version__
 from .state import _state
 
 # 2: labels name the transform backend and the tile; 3: convolution decisions also bound the
-# largest element's error (measure.max_err), on uniform data
-FORMAT = 3
+# largest element's error (measure.max_err), on uniform data; 4: the layer check counts host
+# time after other work (conv2d.measure_layer)
+FORMAT = 4
 
 try:  # the digest of the sources and flags the extension was built from (setup.py writes it)
     from .._build_info import SOURCES as _SOURCES
