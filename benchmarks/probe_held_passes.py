@@ -17,7 +17,7 @@ Comparing two runs of bench_networks (one with the family offered, one without) 
 run-to-run drift of a host-bound step in the comparison; here all converted models see the
 same rounds. Prints held / converted (> 1: the held passes pay) and plain / held per pattern,
 plain / converted and plain / plain copy (the A/A), each the median of per-round ratios with its
-quartiles.
+quartiles and the median's 95% interval.
 """
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def run(name, mode, patterns, args):
 
     def show(a, b):
         r = common.ratio_of(per[a], per[b])
-        return "%s/%s x%.3f (%.3f-%.3f)" % (a, b, r["ratio"], r["ratio_q1"], r["ratio_q3"])
+        return "%s/%s x%.3f (%.3f-%.3f; 95%% interval %.3f-%.3f)" % (
+            a, b, r["ratio"], r["ratio_q1"], r["ratio_q3"], *r["ratio_ci95"])
     for k, pat in zip(helds, patterns):
         log("  %s %s N=%d, %d passes held (%s): %s; %s" % (
             name, mode, N, n[k], pat, show(k, "converted"), show("plain", k)))
