@@ -347,12 +347,10 @@ def test_a_gradient_is_timed_as_a_backward_pays_for_it(timed, no_fft, device, mo
     assert "other gradient on PyTorch's path" in row["reason"]
 
 
-@pytest.mark.parametrize("label, kept", [("timed:memo", True), ("timed:sleep=5", False)])
-def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label, kept):
-    """Passes tuned one by one stay in a training step only where the layer's forward and
-    backward with them beat PyTorch's layer: a label every pass picked (the test's) but costing
-    5 ms a call sends the layer back to PyTorch's path, recorded in the file and report()."""
-    timed(label)
+def layer_with_every_pass_on(label, monkeypatch):
+    """A 32-channel 3x3 layer run once (forward and backward) with every pass's decision made
+    `label` after measuring as usual, so that its layer check runs: (the layer, its input, the
+    layer check's row)."""
     tuner.set_budget(0.05)
     real = tuner_conv2d.measure
 
@@ -366,7 +364,16 @@ def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label
     m(x).sum().backward()
     rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
     assert len(rows) == 1, tuner.report()
-    row = rows[0]
+    return m, x, rows[0]
+
+
+@pytest.mark.parametrize("label, kept", [("timed:memo", True), ("timed:sleep=5", False)])
+def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label, kept):
+    """Passes tuned one by one stay in a training step only where the layer's forward and
+    backward with them beat PyTorch's layer: a label every pass picked (the test's) but costing
+    5 ms a call sends the layer back to PyTorch's path, recorded in the file and report()."""
+    timed(label)
+    m, x, row = layer_with_every_pass_on(label, monkeypatch)
     assert row["choice"] == ("tuned" if kept else "native"), tuner.report()
     assert set(row["times_ms"]) == {"native", "tuned"} and "plan=%s/%s/%s" % ((label,) * 3) in row["key"]
     assert next(iter(m._fl_plans.values())).native == (not kept)
@@ -404,20 +411,7 @@ def test_the_layer_check_counts_host_time_after_other_work(timed, no_fft, monkey
     monkeypatch.setattr(tuner_conv2d, "other_work", other_work)
     monkeypatch.setattr(tuner_conv2d, "step_timer", step_timer)
     timed("timed:cold=20")
-    tuner.set_budget(0.05)
-    real = tuner_conv2d.measure
-
-    def measure(p, pass_, device):
-        d = real(p, pass_, device)
-        d.choice = "timed:cold=20"
-        return d
-    monkeypatch.setattr(tuner_conv2d, "measure", measure)
-    m = fastlayers.Conv2d(32, 32, 3, padding=1)
-    x = torch.randn(4, 32, 32, 32, requires_grad=True)
-    m(x).sum().backward()
-    rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
-    assert len(rows) == 1, tuner.report()
-    row = rows[0]
+    m, _, row = layer_with_every_pass_on("timed:cold=20", monkeypatch)
     assert row["choice"] == "native", tuner.report()
     assert row["host_ms"]["tuned"] >= 20.0 > row["host_ms"]["native"], tuner.report()
     assert row["times_ms"]["tuned"] > row["times_ms"]["native"], tuner.report()
