@@ -201,17 +201,21 @@ def run_network(doc, res, stats, name, mode, args):
 
 
 def parse_rounds_for(text: str) -> dict:
-    """'NET[:MODE]=R,...' -> {(net, mode or None): R}; a clear error for anything else."""
+    """'NET[:MODE]=R,...' -> {(net, mode or None): R}; a clear error for anything else, a row
+    named twice included."""
     out = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
         what, eq, r = item.partition("=")
-        net, _, mode = what.partition(":")
-        if not eq or net not in NETWORKS or (mode and mode not in MODES) or not r.isdigit() \
-                or int(r) < 1:
+        net, colon, mode = what.partition(":")
+        if (not eq or net not in NETWORKS or (colon and mode not in MODES)
+                or not (r.isascii() and r.isdigit()) or int(r) < 1):
             raise argparse.ArgumentTypeError(
                 "%r is not NET[:MODE]=ROUNDS (networks: %s; modes: %s; rounds a positive integer)"
                 % (item, ", ".join(NETWORKS), ", ".join(MODES)))
-        out[(net, mode or None)] = int(r)
+        key = (net, mode or None)
+        if key in out:
+            raise argparse.ArgumentTypeError("%r is given twice" % what)
+        out[key] = int(r)
     return out
 
 
@@ -232,12 +236,17 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="steps per timed trial (default 10, quick 4)")
     ap.add_argument("--rounds", type=int, default=None, help="rotated rounds (default 15, quick 3)")
     ap.add_argument("--rounds-for", default="", type=parse_rounds_for,
-                    help="rows with other rounds than --rounds: NET[:MODE]=R, comma-separated")
+                    help="rows with other rounds than --rounds (or --quick's): NET[:MODE]=R, "
+                    "comma-separated")
     ap.add_argument("--best-of", type=int, default=1,
                     help="rotations per round, each model's least trial kept (default 1)")
     args = ap.parse_args(argv)
     args.steps = args.steps or (4 if args.quick else 10)
     args.rounds = args.rounds or (3 if args.quick else 15)
+    unused = [n + (":" + m if m else "") for n, m in args.rounds_for
+              if n not in args.nets.split(",") or (m and m not in args.modes.split(","))]
+    if unused:  # (--quick's rounds do not apply to the rows named)
+        ap.error("--rounds-for names rows this run does not time: %s" % ", ".join(unused))
     if not common.require_cuda("whole-network training steps"):
         return 0
     # A fresh tuner cache: the first steps measure what a new user's would.
@@ -264,7 +273,8 @@ def main(argv=None) -> int:
     doc["summary"] = {"min_ratio": min(ratios) if ratios else None,
                       "geomean": common.geomean(ratios) if ratios else None,
                       # the target is none below 0.97x: rows whose median's interval lies
-                      # wholly below, and rows whose interval reaches below (not shown either way)
+                      # wholly below (shown below it), and rows whose interval reaches below
+                      # (not shown above it)
                       "ci_below_0.97": sum(1 for lo, hi in cis if hi < 0.97),
                       "ci_reaching_below_0.97": sum(1 for lo, hi in cis if lo < 0.97)}
     return common.finish(doc, res, ok, stats, t_start, render)

@@ -907,7 +907,7 @@ def summary(docs: dict) -> str:
                 ", ".join(low) or "none") for low in [
                     ["%s %s (%.3f-%.3f)" % (r["network"], r["mode"], *r["ab"]["ratio_ci95"])
                      for r in rs if r["ab"]["ratio_ci95"][0] < 0.97]]
-                if all("ratio_ci95" in r["ab"] for r in rs))
+                if rs and all("ratio_ci95" in r["ab"] for r in rs))
             + ("; no ratio: %s" % ", ".join(bad) if bad else "")))
     wg = docs.get("winograd")
     if wg:

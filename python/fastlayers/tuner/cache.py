@@ -19,7 +19,8 @@ from .state import _state
 
 # 2: labels name the transform backend and the tile; 3: convolution decisions also bound the
 # largest element's error (measure.max_err), on uniform data; 4: the layer check counts host
-# time after other work (conv2d.measure_layer)
+# time after other work (conv2d.measure_layer). The file's name carries the format, so a new one
+# measures every decision again.
 FORMAT = 4
 
 try:  # the digest of the sources and flags the extension was built from (setup.py writes it)

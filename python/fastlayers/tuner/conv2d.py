@@ -359,14 +359,16 @@ def layer_alternative(p: ConvProblem, labels: Labels) -> Optional[Labels]:
 
 def other_work(device: torch.device) -> Callable[[], None]:
     """A call of what a network's step runs between two of its layers, on PyTorch's path and
-    small enough that the device's share is negligible: a 1x1 convolution, batch norm, ReLU
-    and a residual add, forward and backward (float32, seeded: no generator of the process
-    moves)."""
+    small enough that the device's share is negligible: a 1x1 convolution (a network's other
+    layers include PyTorch's own convolutions, so its path is not cold after them either), batch
+    norm, ReLU and a residual add, forward and backward (float32, seeded: no generator of the
+    process moves)."""
     g = torch.Generator(device=device).manual_seed(2)
-    x = torch.randn(2, 16, 8, 8, device=device, generator=g).requires_grad_()
-    w = torch.randn(16, 16, 1, 1, device=device, generator=g).requires_grad_()
-    gamma = torch.ones(16, device=device, requires_grad=True)
-    beta = torch.zeros(16, device=device, requires_grad=True)
+    f32 = dict(device=device, dtype=torch.float32)
+    x = torch.randn(2, 16, 8, 8, generator=g, **f32).requires_grad_()
+    w = torch.randn(16, 16, 1, 1, generator=g, **f32).requires_grad_()
+    gamma = torch.ones(16, requires_grad=True, **f32)
+    beta = torch.zeros(16, requires_grad=True, **f32)
 
     def run():
         y = F.conv2d(x, w)

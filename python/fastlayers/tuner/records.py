@@ -81,7 +81,7 @@ def report() -> str:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
             # per call: the step cost (back to back, plus host time beyond native's), the calls
-            # timed and the host's own time
+            # timed and the host's own time (a layer check's: after other work)
             lines.append("      ms:  " + ", ".join(
                 "%s %.4g (%s%s)" % (k, v, r["runs"].get(k, "?"),
                                     ", host %.3g" % r["host_ms"][k] if k in r["host_ms"] else "")
