@@ -16,13 +16,14 @@ autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's 
               weight gradient by the medians over the batches; any non-finite output fails
   steps       forward, loss, backward and an SGD step, STEPS steps back to back (wall clock to the
               last one's completion, host and device together); plain, converted and a second
-              plain copy in an order rotated round by round; the ratio plain / converted is the
-              median of per-round ratios, with its quartiles; beside it, plain / the copy from
-              the same rounds (A/A: the noise floor of the ratio); with --best-of K, a round
-              is K such rotations and each model's figure the least of its K trials (a shared
-              host's noise only adds time); --rounds-for gives given rows more rounds than
-              --rounds (a host-bound step's ratio spreads more round to round, and its median's
-              95% interval narrows as the square root of the rounds)
+              plain copy in an order that changes round by round (common.balanced_orders:
+              each takes each place, and follows each other, equally often); the ratio plain /
+              converted is the median of per-round ratios, with its quartiles; beside it, plain
+              / the copy from the same rounds (A/A: the noise floor of the ratio); with
+              --best-of K, a round is K such orders and each model's figure the least of its K
+              trials (a shared host's noise only adds time); --rounds-for gives given rows more
+              rounds than --rounds (a host-bound step's ratio spreads more round to round, and
+              its median's 95% interval narrows as the square root of the rounds)
 The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
 """
 from __future__ import annotations
@@ -259,7 +260,8 @@ def main(argv=None) -> int:
                                   for (n, m), r in args.rounds_for.items()},
                       best_of=args.best_of, quick=args.quick,
                       cudnn_benchmark=True, check_batches=CHECK_BATCHES,
-                      check_cudnn_benchmark=False, timer="wall clock, steps back to back")
+                      check_cudnn_benchmark=False, timer="wall clock, steps back to back",
+                      order="balanced")
     doc["rows"] = []
     res = common.Results(args.out, doc)
     stats = {"errors": 0, "oom": 0}

@@ -431,19 +431,39 @@ def interleaved(a, b, time_one, rounds: int = 5) -> dict:
             "rounds": rounds}
 
 
+def balanced_orders(n: int) -> list:
+    """A Williams design for n items: rows of range(n) in which every item takes every position
+    equally often and follows every other item equally often (n rows for an even n, 2 n for an
+    odd one: the rows and their mirrors). A cyclic rotation alone always puts an item after the
+    same neighbour, so whatever one item leaves behind for the next (the allocator's state, the
+    caches, the clocks) would fall on one side of a comparison."""
+    base = [0]
+    lo, hi = 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    rows = [[(b + k) % n for b in base] for k in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
 def rotating(fns: dict, time_one, rounds: int, best_of: int = 1) -> dict:
-    """Each round times every function once, in an order rotated round by round (every function
-    takes every position equally often), so pairs compared afterwards saw the same conditions.
-    With best_of = k, a round is k such rotations and each function's figure for the round is
-    the least of its k: on a shared host, noise only adds time. `time_one(fn)` returns ms.
-    Returns name -> list of per-round ms (see ratio_of)."""
+    """Each round times every function once, in an order that changes round by round
+    (balanced_orders: every function takes every position, and follows every other function,
+    equally often), so pairs compared afterwards saw the same conditions. With best_of = k, a
+    round is k such orders and each function's figure for the round is the least of its k: on a
+    shared host, noise only adds time. `time_one(fn)` returns ms. Returns name -> list of
+    per-round ms (see ratio_of)."""
     names = list(fns)
+    orders = balanced_orders(len(names))
     per = {n: [] for n in names}
     turn = 0
     for r in range(rounds):
         best = {n: math.inf for n in names}
         for _ in range(best_of):
-            order = names[turn % len(names):] + names[:turn % len(names)]
+            order = [names[i] for i in orders[turn % len(orders)]]
             turn += 1
             for n in order:
                 best[n] = min(best[n], time_one(fns[n]))

@@ -415,9 +415,11 @@ def networks(doc: dict) -> str:
             "converted, the median of per-round ratios, its quartiles where the row has them, "
             "and the median's 95% interval (order statistics of the per-round ratios; the rounds "
             "in brackets); A/A: plain over a second plain copy. Rows with quartiles timed the "
-            "three models in one rotation (A/A from the same rounds); rows without, A/B and A/A "
-            "in two interleaved runs. First step: on a fresh tuner cache (the converted model "
-            "tunes there)."]
+            "three models in one rotation (A/A from the same rounds" + (
+                "; the order changing round by round so that each model takes each place, and "
+                "follows each other, equally often" if doc.get("config", {}).get("order") ==
+                "balanced" else "") + "); rows without, A/B and A/A in two interleaved runs. "
+            "First step: on a fresh tuner cache (the converted model tunes there)."]
     out += _merged_note(doc)
     return "\n".join(out)
 
