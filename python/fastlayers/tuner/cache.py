@@ -18,7 +18,7 @@ from .._version import __version__
 from .state import _state
 
 # 2: labels name the transform backend and the tile; 3: convolution decisions also bound the
-# largest element's error (measure.max_err), on uniform data; 4: the layer check counts host
+# largest element's error (measure.error_measure), on uniform data; 4: the layer check counts host
 # time after other work (conv2d.measure_layer). The file's name carries the format, so a new one
 # measures every decision again.
 FORMAT = 4

@@ -21,7 +21,7 @@ import math
 import statistics
 import threading
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -121,25 +121,22 @@ def problem_precision(op: str, p):
     return cudnn_tf32(op, p.tf32)
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative L2 error of `out` against the float64 `ref`; inf when `out` is not finite."""
-    if not torch.isfinite(out).all():
-        return math.inf
-    den = ref.norm().item()
-    diff = (out.double() - ref).norm().item()
-    return diff / den if den > 0 else diff
+def error_measure(ref: torch.Tensor) -> Callable[[torch.Tensor], Tuple[float, float]]:
+    """f(out) -> (relative L2 error, largest element's error over `ref`'s largest magnitude:
+    Lavin & Gray's Table 4 measure, scaled) of `out` against the float64 `ref`; both inf when
+    `out` is not finite. `ref`'s norms are taken once, for every candidate measured against it,
+    and each candidate's difference once, for both errors."""
+    l2 = ref.norm().item()
+    top = ref.abs().max().item() if ref.numel() else 0.0
 
-
-def max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """The largest element error of `out` against the float64 `ref`, over `ref`'s largest
-    magnitude (Lavin & Gray's Table 4 measure, scaled); inf when `out` is not finite."""
-    if not torch.isfinite(out).all():
-        return math.inf
-    if ref.numel() == 0:
-        return 0.0
-    den = ref.abs().max().item()
-    diff = (out.double() - ref).abs().max().item()
-    return diff / den if den > 0 else diff
+    def measure(out: torch.Tensor) -> Tuple[float, float]:
+        if not torch.isfinite(out).all():
+            return math.inf, math.inf
+        diff = out.double() - ref
+        e2 = diff.norm().item()
+        em = diff.abs().max().item() if diff.numel() else 0.0
+        return (e2 / l2 if l2 > 0 else e2), (em / top if top > 0 else em)
+    return measure
 
 
 def step_timer(device: torch.device):
@@ -179,8 +176,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
 
     Accuracy: each candidate runs once on `check_args` (a small batch of the problem, or the
     problem's size holding one), and the error of `check_view` of its result against the float64
-    `ref` must be at most max(2 x the baseline's error, `floor`), in relative L2 (rel_err) and,
-    with `max_element`, in the largest element's error too (max_err); a candidate that raises (an
+    `ref` must be at most max(2 x the baseline's error, `floor`), in relative L2 and, with
+    `max_element`, in the largest element's error too (error_measure); a candidate that raises (an
     OOM, a library refusal) or misses the tolerance is skipped with the reason, as is one whose
     `workspace` exceeds the bound. Time: every other candidate is warmed up (`warmups` calls on
     `args`, the problem's size, untimed: plans, the allocator, a CUDA graph recorded on a later
@@ -190,6 +187,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     t_start = time.perf_counter()
     limit = workspace_limit(device)
     run = step_timer(device)
+    error_of = error_measure(ref)
     baseline = choices[0].label
     errors: Dict[str, float] = {}
     max_errors: Dict[str, float] = {}
@@ -209,9 +207,10 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
         fn = call(choice)
         try:
             out = fn(*check_args)
-            err = errors[label] = rel_err(check_view(out), ref)
+            err, err_max = error_of(check_view(out))
+            errors[label] = err
             if max_element:
-                max_errors[label] = max_err(check_view(out), ref)
+                max_errors[label] = err_max
             del out
             if label == baseline:
                 tol = max(2 * err, floor)
