@@ -901,15 +901,15 @@ def summary(docs: dict) -> str:
             by_mode.setdefault(r["mode"], []).append(r["ratio"])
         bad = ["%s %s (%s)" % (r["network"], r["mode"], _no_ratio(r))
                for r in nw[1].get("rows", []) if "ratio" not in r]
+        low = ""
+        if rs and all("ratio_ci95" in r["ab"] for r in rs):
+            low = "; the median's 95%% interval reaching below 0.97x: %s" % (", ".join(
+                "%s %s (%.3f-%.3f)" % (r["network"], r["mode"], *r["ab"]["ratio_ci95"])
+                for r in rs if r["ab"]["ratio_ci95"][0] < 0.97) or "none")
         rows.append(("Training steps after `convert` (%s), over the plain model" % ", ".join(
             dict.fromkeys(r["network"] for r in nw[1].get("rows", []))),
             "; ".join("%s %s" % (m, span(v, ".3f")) + "x" for m, v in by_mode.items())
-            + " (target: none below 0.97x)"
-            + "".join("; the median's 95%% interval reaching below 0.97x: %s" % (
-                ", ".join(low) or "none") for low in [
-                    ["%s %s (%.3f-%.3f)" % (r["network"], r["mode"], *r["ab"]["ratio_ci95"])
-                     for r in rs if r["ab"]["ratio_ci95"][0] < 0.97]]
-                if rs and all("ratio_ci95" in r["ab"] for r in rs))
+            + " (target: none below 0.97x)" + low
             + ("; no ratio: %s" % ", ".join(bad) if bad else "")))
     wg = docs.get("winograd")
     if wg:
