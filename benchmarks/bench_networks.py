@@ -271,14 +271,8 @@ def main(argv=None) -> int:
             ok &= common.section(doc, res, "%s %s" % (name, mode), run_network, doc, res, stats,
                                  name, mode, args)
     ratios = [r["ratio"] for r in doc["rows"] if "ratio" in r]
-    cis = [r["ab"]["ratio_ci95"] for r in doc["rows"] if "ratio" in r]
     doc["summary"] = {"min_ratio": min(ratios) if ratios else None,
-                      "geomean": common.geomean(ratios) if ratios else None,
-                      # the target is none below 0.97x: rows whose median's interval lies
-                      # wholly below (shown below it), and rows whose interval reaches below
-                      # (not shown above it)
-                      "ci_below_0.97": sum(1 for lo, hi in cis if hi < 0.97),
-                      "ci_reaching_below_0.97": sum(1 for lo, hi in cis if lo < 0.97)}
+                      "geomean": common.geomean(ratios) if ratios else None}
     return common.finish(doc, res, ok, stats, t_start, render)
 
 
