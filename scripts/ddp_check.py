@@ -4,8 +4,9 @@
     python3 scripts/ddp_check.py [--device cuda|cpu] [--world 2] [--steps 20] [--cache DIR]
 
 Starts `world` processes (one GPU each with NCCL on CUDA; gloo on CPU, with the tuner measuring
-CPU tensors). Every rank builds the same small CNN twice, plain and through fastlayers.convert,
-wraps each in DDP and trains both for `steps` SGD steps on its own shard of the same data. The
+CPU tensors). Every rank builds the same small CNN twice, plain and through fastlayers.convert
+(its 3x3 layer pinned to Winograd, the fused kernel on CUDA, so that fastlayers' kernels run
+whatever the tuner picks for the others), wraps each in DDP and trains both for `steps` SGD steps on its own shard of the same data. The
 ranks share one tuner cache file (every rank tunes the shapes it meets, or reads what another
 wrote: the file is written under a lock). Checks, on every rank: the converted model's losses
 match the plain model's step by step (relative difference at most --tol, default 1e-3 with TF32
@@ -24,6 +25,7 @@ import tempfile
 # NVLink multicast stays off on shared hosts (device/KINDS.md).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.isdir(os.path.join(ROOT, "python", "fastlayers")):
@@ -63,6 +65,7 @@ def worker(rank, args, port, results):
         torch.manual_seed(0)
         plain = model().to(dev)
         conv = fastlayers.convert(copy.deepcopy(plain))
+        conv[2].force_algorithms(*(["winograd:2,fused" if cuda else "winograd:2"] * 3))
         ddp = {"plain": DDP(plain, device_ids=[rank] if cuda else None),
                "converted": DDP(conv, device_ids=[rank] if cuda else None)}
         opts = {k: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for k, m in ddp.items()}

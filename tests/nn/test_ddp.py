@@ -26,4 +26,6 @@ def test_ddp_on_cpu_matches_plain(tmp_path):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_ddp_on_two_gpus_matches_plain(tmp_path):
     r = run("--device", "cuda", "--steps", "20", "--cache", str(tmp_path))
+    print(r.stdout)  # the ranks' figures, shown by pytest -rP
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "ddp_check: PASS" in r.stdout and r.stdout.count(": ok ") == 2

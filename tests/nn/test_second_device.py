@@ -1,0 +1,107 @@
+"""Layers on the second GPU while the first is current, as a model placed with .to("cuda:1")
+runs: every algorithm family's kernels run on the tensors' device (the same values as on the
+first GPU, nothing allocated there), the tuner measures there, and the current device is left as
+it was."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import fastlayers
+from conv_samples import RecordOps, cudnn_tf32, pass_decisions
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")]
+
+# Each pass's label, one plan per family of kernels.
+CONV_PLANS = {
+    "winograd-fused": ("winograd:2,fused",) * 3,
+    "winograd-pipeline": ("winograd:2",) * 3,
+    "fft-cufft": ("fft:16x16",) * 3,
+    "fbfft": ("fbfft:16x16",) * 3,
+}
+
+
+def conv_step(m, x, gy):
+    """Output and the gradients of input, weight and bias of one forward and backward."""
+    m.zero_grad(set_to_none=True)
+    xi = x.clone().requires_grad_()
+    y = m(xi)
+    y.backward(gy)
+    return [y.detach(), xi.grad, m.weight.grad, m.bias.grad]
+
+
+def on_each_device(make, step):
+    """step(make(dev)) on cuda:0, then on cuda:1 with cuda:0 current: both results (on the CPU),
+    and the bytes the second run left allocated on cuda:0."""
+    torch.cuda.set_device(0)
+    out = {}
+    for dev in ("cuda:0", "cuda:1"):
+        torch.cuda.synchronize(0)
+        before = torch.cuda.memory_allocated(0)
+        got = step(make(torch.device(dev)))
+        assert all(t.device == torch.device(dev) for t in got)
+        assert torch.cuda.current_device() == 0
+        out[dev] = [t.cpu() for t in got]
+        del got
+        left_on_0 = torch.cuda.memory_allocated(0) - before
+    return out["cuda:0"], out["cuda:1"], left_on_0
+
+
+@pytest.mark.parametrize("plan", CONV_PLANS)
+def test_conv_on_the_second_gpu(plan):
+    torch.manual_seed(0)
+    base = fastlayers.Conv2d(8, 16, 3, padding=1).force_algorithms(*CONV_PLANS[plan])
+    x, gy = torch.randn(4, 8, 12, 12), torch.randn(4, 16, 12, 12)
+    with cudnn_tf32(False), RecordOps() as rec:
+        first, second, left_on_0 = on_each_device(
+            lambda dev: copy.deepcopy(base).to(dev),
+            lambda m: conv_step(m, x.to(m.weight.device), gy.to(m.weight.device)))
+    passes = [n for n, _ in rec.calls if n.endswith(("conv2d", "input_grad", "weight_grad"))]
+    assert len(passes) == 6, passes  # three passes a device, none on PyTorch's path
+    assert left_on_0 == 0
+    for a, b in zip(first, second):  # the same kernels on the same model of GPU
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_tuned_conv_on_the_second_gpu():
+    fastlayers.tuner.set_budget(0.2)
+    torch.manual_seed(0)
+    ref = nn.Conv2d(16, 16, 3, padding=1)
+    x, gy = torch.randn(8, 16, 24, 24), torch.randn(8, 16, 24, 24)
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda:1")
+    with cudnn_tf32(False):
+        got = conv_step(fastlayers.convert(copy.deepcopy(ref)).to(dev), x.to(dev), gy.to(dev))
+        want = conv_step(copy.deepcopy(ref).to(dev), x.to(dev), gy.to(dev))
+    exact = conv_step(copy.deepcopy(ref).double(), x.double(), gy.double())
+    assert torch.cuda.current_device() == 0
+    decisions = pass_decisions()
+    assert len(decisions) == 3 and {d["source"] for d in decisions} == {"tuned"}, decisions
+    err = lambda t, e: ((t.cpu().double() - e).norm() / e.norm()).item()  # noqa: E731
+    floor = fastlayers.tuner.error_floor(torch.float32, False)
+    for g, w, e, what in zip(got, want, exact, ("output", "input", "weight", "bias")):
+        assert g.device == dev
+        assert err(g, e) <= max(2 * err(w, e), floor), what  # the tuner's own rule
+
+
+@pytest.mark.parametrize("algorithm", ["fused", "persistent"])
+def test_lstm_on_the_second_gpu(algorithm):
+    torch.manual_seed(0)
+    base = fastlayers.LSTM(8, 16, 2).force_algorithm(algorithm)
+    x, gy = torch.randn(5, 3, 8), torch.randn(5, 3, 16)
+
+    def step(m):
+        dev = m.weight_ih_l0.device
+        m.zero_grad(set_to_none=True)
+        xi = x.to(dev).requires_grad_()
+        y, _ = m(xi)
+        y.backward(gy.to(dev))
+        return [y.detach(), xi.grad] + [p.grad for p in m.parameters()]
+    with cudnn_tf32(False), RecordOps() as rec:
+        first, second, left_on_0 = on_each_device(lambda dev: copy.deepcopy(base).to(dev), step)
+    assert rec.calls and all(n.startswith("lstm") for n, _ in rec.calls)
+    assert left_on_0 == 0
+    for a, b in zip(first, second):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
