@@ -4,6 +4,7 @@ network's error? (a diagnosis, not a result.)
 
     python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold 'winograd*']...
                                             [--steps 10] [--rounds 15] [--best-of 1]
+                                            [--choices-from networks-DEVICE.json]
 
 Per network and mode: the plain model, a converted one (tuned on a fresh cache; the labels of its
 passes are counted), for each --hold pattern a converted twin whose passes that the tuner gave a
@@ -18,12 +19,18 @@ run-to-run drift of a host-bound step in the comparison; here all converted mode
 same rounds. Prints held / converted (> 1: the held passes pay) and plain / held per pattern,
 plain / converted and plain / plain copy (the A/A), each the median of per-round ratios with its
 quartiles and the median's 95% interval.
+
+--choices-from: the converted model takes the decisions a bench_networks run recorded for the
+same network and mode (its row's `choices`, written into the fresh tuner cache, keyed for this
+build) instead of tuning anew, so that a run's plans can be timed again and held pass by pass;
+a pass the row does not hold (another device, say) is tuned as usual, and the log counts both.
 """
 from __future__ import annotations
 
 import collections
 import copy
 import fnmatch
+import json
 import os
 import statistics
 import sys
@@ -36,6 +43,7 @@ from common import log, torch  # noqa: E402
 
 import fastlayers  # noqa: E402
 from fastlayers import tuner  # noqa: E402
+from fastlayers.tuner import cache as tuner_cache  # noqa: E402
 
 
 def plan_labels(module):
@@ -61,6 +69,23 @@ def hold(converted, held, pattern):
     return n
 
 
+def replay_choices(path, name, mode):
+    """Writes the choices of `path`'s row for (name, mode) into the tuner's cache file, keyed
+    for this build (a row's keys leave out the versions' tail). Returns how many; ValueError
+    when the file has no such row."""
+    with open(path) as f:
+        rows = [r for r in json.load(f).get("rows", [])
+                if r.get("network") == name and r.get("mode") == mode]
+    if len(rows) != 1 or not isinstance(rows[0].get("choices"), dict):
+        raise ValueError("%s: %d rows with choices for %s %s, not one" % (path, len(rows), name,
+                                                                         mode))
+    tail = tuner_cache.versions()
+    for key, label in rows[0]["choices"].items():
+        tuner_cache.write_entry("%s|%s" % (key, tail), {"choice": label,
+                                                        "reason": "replayed from %s" % path})
+    return len(rows[0]["choices"])
+
+
 def run(name, mode, patterns, args):
     N, side = bn.NETWORKS[name]
     common.set_precision("tf32" if mode == "tf32" else "fp32")
@@ -74,7 +99,15 @@ def run(name, mode, patterns, args):
     models = {"plain": plain, "converted": conv, **helds, "twin": twin}
     steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
     tuner.clear()
+    if args.choices_from:
+        n_replayed = replay_choices(args.choices_from, name, mode)
+        tuner.clear()  # the file is read again
     steps["converted"]()
+    if args.choices_from:
+        sources = collections.Counter(d["source"] for d in tuner.decisions())
+        log("  %s %s: %d choices replayed from %s; the decisions' sources: %s" % (
+            name, mode, n_replayed, args.choices_from,
+            ", ".join("%s x%d" % kv for kv in sorted(sources.items()))))
     labels = collections.Counter(lab for m in conv.modules() for lab in plan_labels(m))
     log("  %s %s N=%d: the tuned passes' labels: %s" % (
         name, mode, N, ", ".join("%s x%d" % kv for kv in sorted(labels.items()))))
@@ -137,6 +170,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--best-of", type=int, default=1)
+    ap.add_argument("--choices-from", default=None,
+                    help="a bench_networks results JSON whose recorded decisions the converted "
+                         "models take (default: tuned anew)")
     args = ap.parse_args()
     if not common.require_cuda("whole-network training steps"):
         return 0
