@@ -76,9 +76,10 @@ def replay_choices(path, name, mode):
     with open(path) as f:
         rows = [r for r in json.load(f).get("rows", [])
                 if r.get("network") == name and r.get("mode") == mode]
-    if len(rows) != 1 or not isinstance(rows[0].get("choices"), dict):
-        raise ValueError("%s: %d rows with choices for %s %s, not one" % (path, len(rows), name,
-                                                                         mode))
+    if len(rows) != 1:
+        raise ValueError("%s: %d rows for %s %s, not one" % (path, len(rows), name, mode))
+    if not isinstance(rows[0].get("choices"), dict):
+        raise ValueError("%s: the row for %s %s records no choices" % (path, name, mode))
     tail = tuner_cache.versions()
     for key, label in rows[0]["choices"].items():
         tuner_cache.write_entry("%s|%s" % (key, tail), {"choice": label,
@@ -101,16 +102,19 @@ def run(name, mode, patterns, args):
     tuner.clear()
     if args.choices_from:
         n_replayed = replay_choices(args.choices_from, name, mode)
-        tuner.clear()  # the file is read again
     steps["converted"]()
     if args.choices_from:
         sources = collections.Counter(d["source"] for d in tuner.decisions())
         log("  %s %s: %d choices replayed from %s; the decisions' sources: %s" % (
             name, mode, n_replayed, args.choices_from,
             ", ".join("%s x%d" % kv for kv in sorted(sources.items()))))
+        if not sources["file"]:
+            log("  %s %s: WARNING: no decision came from %s (another batch, device or build?): "
+                "the converted model was tuned anew" % (name, mode, args.choices_from))
     labels = collections.Counter(lab for m in conv.modules() for lab in plan_labels(m))
-    log("  %s %s N=%d: the tuned passes' labels: %s" % (
-        name, mode, N, ", ".join("%s x%d" % kv for kv in sorted(labels.items()))))
+    log("  %s %s N=%d: the %s passes' labels: %s" % (
+        name, mode, N, "replayed" if args.choices_from else "tuned",
+        ", ".join("%s x%d" % kv for kv in sorted(labels.items()))))
     ratios = collections.defaultdict(list)  # label -> its error / native's, per pass chosen
     for d in tuner.decisions():
         e = d["errors"]

@@ -3,15 +3,16 @@
 
     python3 scripts/ddp_check.py [--device cuda|cpu] [--world 2] [--steps 20] [--cache DIR]
 
-Starts `world` processes (one GPU each with NCCL on CUDA; gloo on CPU, with the tuner measuring
-CPU tensors). Every rank builds the same small CNN twice, plain and through fastlayers.convert
-(its 3x3 layer pinned to Winograd, the fused kernel on CUDA, so that fastlayers' kernels run
-whatever the tuner picks for the others), wraps each in DDP and trains both for `steps` SGD steps on its own shard of the same data. The
-ranks share one tuner cache file (every rank tunes the shapes it meets, or reads what another
-wrote: the file is written under a lock). Checks, on every rank: the converted model's losses
-match the plain model's step by step (relative difference at most --tol, default 1e-3 with TF32
-off), its parameters stay identical across ranks, and the cache file is valid JSON with entries.
-Exits 0 when all hold; prints one line per rank.
+Starts `world` processes (one GPU each with NCCL on CUDA; gloo on CPU, with the tuner measuring CPU
+tensors). Every rank builds the same small CNN twice, plain and through fastlayers.convert (its 3x3
+layer pinned to Winograd, the fused kernel on CUDA, so that fastlayers' kernels run whatever the
+tuner picks for the others), wraps each in DDP and trains both for `steps` SGD steps on its own
+shard of the same data. The ranks share one tuner cache file (every rank tunes the shapes it meets,
+or reads what another wrote: the file is written under a lock). Checks, on every rank: the converted
+model's losses match the plain model's step by step (relative difference at most --tol, default 1e-3
+with TF32 off), its parameters stay identical across ranks, the pinned layer's three passes ran on
+fastlayers' kernels, and the cache file is valid JSON with entries. Exits 0 when all hold; prints
+one line per rank.
 """
 from __future__ import annotations
 
@@ -90,8 +91,12 @@ def worker(rank, args, port, results):
         same = all(torch.equal(g, gathered[0]) for g in gathered)
         on_fastlayers = sum(d["choice"] != "native" for d in fastlayers.tuner.decisions()
                             if d["source"] in ("tuned", "file"))
+        # the pinned layer's passes, each recorded once as it ran (a pinned layer that fell
+        # back to PyTorch's path records none)
+        pinned = sum(d["choice"] != "native" for d in fastlayers.tuner.decisions()
+                     if d["source"] == "forced")
         results[rank] = {"worst_rel_loss_diff": worst, "params_equal_across_ranks": same,
-                         "passes_on_fastlayers": on_fastlayers,
+                         "passes_on_fastlayers": on_fastlayers, "pinned_passes_run": pinned,
                          "final_loss": (losses["plain"][-1], losses["converted"][-1])}
     finally:
         dist.destroy_process_group()
@@ -119,7 +124,8 @@ def main(argv=None) -> int:
     ok = len(results) == args.world
     for rank in range(args.world):
         r = results.get(rank)
-        good = r is not None and r["worst_rel_loss_diff"] <= args.tol and r["params_equal_across_ranks"]
+        good = (r is not None and r["worst_rel_loss_diff"] <= args.tol
+                and r["params_equal_across_ranks"] and r["pinned_passes_run"] == 3)
         ok &= good
         print("rank %d: %s %s" % (rank, "ok" if good else "FAILED", r))
     import fastlayers
