@@ -72,7 +72,7 @@ def hold(converted, held, pattern):
 def replay_choices(path, name, mode):
     """Writes the choices of `path`'s row for (name, mode) into the tuner's cache file, keyed
     for this build (a row's keys leave out the versions' tail). Returns how many; ValueError
-    when the file has no such row."""
+    when the file has no such row, or the row no choices."""
     with open(path) as f:
         rows = [r for r in json.load(f).get("rows", [])
                 if r.get("network") == name and r.get("mode") == mode]

@@ -1,7 +1,7 @@
 """Layers on the second GPU while the first is current, as a model placed with .to("cuda:1")
 runs: every algorithm family's kernels run on the tensors' device (the same values as on the
-first GPU, nothing allocated there), the tuner measures there, and the current device is left as
-it was."""
+first GPU, no memory of PyTorch's allocator left taken there), the tuned module decides and keeps
+the tuner's accuracy rule, and the current device is left as it was."""
 import copy
 
 import pytest
