@@ -81,9 +81,9 @@ def replay_choices(path, name, mode):
     if not isinstance(rows[0].get("choices"), dict):
         raise ValueError("%s: the row for %s %s records no choices" % (path, name, mode))
     tail = tuner_cache.versions()
-    for key, label in rows[0]["choices"].items():
-        tuner_cache.write_entry("%s|%s" % (key, tail), {"choice": label,
-                                                        "reason": "replayed from %s" % path})
+    tuner_cache.write_entries({"%s|%s" % (key, tail): {"choice": label,
+                                                       "reason": "replayed from %s" % path}
+                               for key, label in rows[0]["choices"].items()})
     return len(rows[0]["choices"])
 
 
@@ -120,9 +120,10 @@ def run(name, mode, patterns, args):
         e = d["errors"]
         if d["source"] == "tuned" and d["choice"] != "native" and e.get("native"):
             ratios[d["choice"]].append(e[d["choice"]] / e["native"])
-    log("  %s %s: the chosen labels' errors over native's in the tuner's check: %s" % (
-        name, mode, ", ".join("%s median x%.2f max x%.2f" % (k, statistics.median(v), max(v))
-                              for k, v in sorted(ratios.items()))))
+    if ratios:  # (replayed decisions carry no errors)
+        log("  %s %s: the chosen labels' errors over native's in the tuner's check: %s" % (
+            name, mode, ", ".join("%s median x%.2f max x%.2f" % (k, statistics.median(v), max(v))
+                                  for k, v in sorted(ratios.items()))))
     n = {k: hold(conv, helds[k], pat) for k, pat in zip(helds, patterns)}
     # The plain model's own error moves with cuDNN's algorithms: its error with the heuristics'
     # choices (benchmark off) beside the benchmark's shows how much.

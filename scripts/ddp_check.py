@@ -17,6 +17,7 @@ one line per rank.
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import json
 import os
@@ -89,12 +90,11 @@ def worker(rank, args, port, results):
         gathered = [torch.empty_like(flat) for _ in range(args.world)]
         dist.all_gather(gathered, flat)
         same = all(torch.equal(g, gathered[0]) for g in gathered)
-        on_fastlayers = sum(d["choice"] != "native" for d in fastlayers.tuner.decisions()
-                            if d["source"] in ("tuned", "file"))
-        # the pinned layer's passes, each recorded once as it ran (a pinned layer that fell
-        # back to PyTorch's path records none)
-        pinned = sum(d["choice"] != "native" for d in fastlayers.tuner.decisions()
-                     if d["source"] == "forced")
+        # tuned passes on fastlayers, and the pinned layer's passes, each recorded once as it ran
+        # (a pinned layer that fell back to PyTorch's path records none)
+        on = collections.Counter(d["source"] for d in fastlayers.tuner.decisions()
+                                 if d["choice"] != "native")
+        on_fastlayers, pinned = on["tuned"] + on["file"], on["forced"]
         results[rank] = {"worst_rel_loss_diff": worst, "params_equal_across_ranks": same,
                          "passes_on_fastlayers": on_fastlayers, "pinned_passes_run": pinned,
                          "final_loss": (losses["plain"][-1], losses["converted"][-1])}

@@ -105,6 +105,11 @@ def file_lock(path: Path):
 def write_entry(key: str, entry: dict) -> None:
     """Adds `entry` under `key` to the file; a file that cannot be written is reported and the
     decision stays in memory."""
+    write_entries({key: entry})
+
+
+def write_entries(new: Dict[str, dict]) -> None:
+    """Adds the entries of `new` (key -> entry) to the file in one write; as write_entry."""
     path = cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +117,7 @@ def write_entry(key: str, entry: dict) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a bad file was reported when first read
                 entries = _read_file(path)
-            entries[key] = entry
+            entries.update(new)
             # the temporary file is created as open() creates one (the umask's permissions, which
             # mkstemp's 0600 is not), and then takes the file's own where there is one (a cache
             # shared by a team stays readable)
