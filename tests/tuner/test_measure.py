@@ -15,13 +15,17 @@ from fastlayers.algorithms import NATIVE, Family
 # Set by the layer check's other work in test_the_layer_check_counts_host_time_after_other_work,
 # taken by the next call of a 'timed:cold=MS' label.
 AFTER_OTHER_WORK = [False]
+# Device time simulated on any device: a 'timed:device=MS' call adds MS, which the timer of
+# simulated_device reads.
+DEVICE_MS = [0.0]
 
 
 class Timed(Family):
     """PyTorch's path with a cost added on the host ('timed:sleep=MS'), or PyTorch's result of
     the same input computed once and returned again ('timed:memo': nearly free; 'timed:spin=MS':
     the same after MS milliseconds of the host's own time, nothing on the device; 'timed:cold=MS':
-    the same, spinning only in a call right after the layer check's other work)."""
+    the same, spinning only in a call right after the layer check's other work; 'timed:device=MS':
+    the memo, adding MS to the device time simulated by simulated_device)."""
     names = ("timed",)
     kinds = ("conv2d",)
     keeps_input_layout = True
@@ -41,15 +45,20 @@ class Timed(Family):
     def conv2d_call(self, choice, pass_, padding, tf32):
         native = algorithms.conv2d_call(NATIVE, pass_, padding, tf32)
         what = choice.params[0]
-        if what == "memo" or what.startswith(("spin=", "cold=")):
+        if what == "memo" or what.startswith(("spin=", "cold=", "device=")):
             memo = {}
             ms = float(what.split("=")[1]) / 1e3 if "=" in what else 0.0
             cold = what.startswith("cold=")
+            if what.startswith("device="):
+                device_ms, ms = 1e3 * ms, 0.0
+            else:
+                device_ms = 0.0
 
             def call(x, w, b, gy):
                 key = (id(x), id(gy))
                 if key not in memo:
                     memo[key] = (x, gy, native(x, w, b, gy))  # x, gy kept: ids stay theirs
+                DEVICE_MS[0] += device_ms
                 spin = ms if not cold or AFTER_OTHER_WORK[0] else 0.0
                 AFTER_OTHER_WORK[0] = False
                 t_end = time.perf_counter() + spin
@@ -75,8 +84,24 @@ def timed(monkeypatch):
     monkeypatch.setattr(tuner._state, "tune_cpu", True)
     yield register
     AFTER_OTHER_WORK[0] = False
+    DEVICE_MS[0] = 0.0
     for family in registered:
         algorithms.unregister(family)
+
+
+@pytest.fixture
+def simulated_device(monkeypatch):
+    """The tuner's device timer replaced, on any device, by one that reads the device time the
+    calls simulate (DEVICE_MS): nothing else adds any."""
+    def timer(device):
+        def run(fn, args, calls, host_ms):
+            before = DEVICE_MS[0]
+            for _ in range(calls):
+                fn(*args)
+            return (DEVICE_MS[0] - before) / calls
+        return run
+    monkeypatch.setattr(tuner.measure, "device_timer", timer)
+    monkeypatch.setattr(tuner_conv2d, "device_timer", timer)
 
 
 def problem(device, S=4, C=16, K=16, H=24, W=24):
@@ -163,6 +188,57 @@ def test_host_time_beyond_the_baselines_is_paid_again(timed, no_fft, device):
     assert row_of(p)["host_ms"][win] < 0.4 * W, (W, tuner.report())
     assert choice == win, (W, tuner.report())
     assert ", host " in tuner.report()
+
+
+def test_device_time_beyond_the_baselines_is_paid_again(timed, no_fft, simulated_device, device):
+    """A candidate that takes nearly no host time but a second of the device's a call (simulated:
+    far beyond PyTorch's small convolution on any host), against PyTorch's: back to back its wall
+    time would show the host's (here nothing of the device's at all), but a step whose device is
+    the bottleneck pays that second, so it loses, and its figure says so."""
+    timed("timed:device=1000")
+    tuner.set_budget(0.1)
+    p = problem(device)
+    assert tuner.choose_conv2d(p, "forward") == "native", tuner.report()
+    row = row_of(p)
+    assert row["device_ms"] == {"native": 0.0, "timed:device=1000": 1000.0}, tuner.report()
+    assert row["times_ms"]["timed:device=1000"] >= 1000.0
+    assert ", device 1e+03)" in tuner.report()
+
+
+@pytest.mark.device_alone
+def test_the_device_timer_times_the_device_alone(device):
+    """On a GPU: calls that keep the host busy 1 ms each around a tiny kernel take next to no
+    device time, even when the host's time was underestimated (the timer then holds the device
+    longer and times them again); calls of a device-bound matrix product take the time events
+    give them on an idle device, back to back."""
+    if device != "cuda":
+        pytest.skip("on a CPU there is no device time apart from the wall time")
+    run = tuner.measure.device_timer(torch.device(device))
+    x = torch.randn(1024, device=device)
+
+    def host_bound():
+        t_end = time.perf_counter() + 1e-3
+        while time.perf_counter() < t_end:
+            pass
+        return x * 2
+    assert run(host_bound, (), 4, 1.0) < 0.2
+    assert run(host_bound, (), 4, 1e-3) < 0.2  # the estimate far too small
+    a = torch.randn(4096, 4096, device=device)
+    torch.mm(a, a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(4):
+            torch.mm(a, a)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 4)
+    mm = min(times)
+    timed = min(run(torch.mm, (a, a), 4, 0.05) for _ in range(3))
+    assert mm > 0.5, "the product is too small to be device-bound: %.3f ms" % mm
+    assert 0.9 * mm < timed < 1.1 * mm, (timed, mm)
 
 
 def test_a_cheaper_call_wins(timed, no_fft, device):
@@ -419,6 +495,20 @@ def test_the_layer_check_counts_host_time_after_other_work(timed, no_fft, monkey
     assert row["host_ms"]["tuned"] >= 20.0 > row["host_ms"]["native"], tuner.report()
     assert row["times_ms"]["tuned"] > row["times_ms"]["native"], tuner.report()
     assert "host time after other work" in row["reason"]
+    assert next(iter(m._fl_plans.values())).native
+
+
+def test_the_layer_check_counts_device_time(timed, no_fft, simulated_device, monkeypatch):
+    """A plan that costs the host next to nothing but the device a second a pass (simulated) loses
+    to PyTorch's layer: a step whose device is the bottleneck pays the device time it adds, which
+    its wall time back to back (the host's) does not show; the reason gives the device times."""
+    timed("timed:device=1000")
+    m, _, row = layer_with_every_pass_on("timed:device=1000", monkeypatch, channels=4, size=8,
+                                         batch=1)
+    assert row["choice"] == "native", tuner.report()
+    assert row["device_ms"] == {"native": 0.0, "tuned": 3000.0}, tuner.report()
+    assert row["times_ms"]["tuned"] >= 3000.0, tuner.report()
+    assert "device time 3e+03 ms against 0" in row["reason"]
     assert next(iter(m._fl_plans.values())).native
 
 

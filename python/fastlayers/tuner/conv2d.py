@@ -18,8 +18,8 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import (WIN_MARGIN, error_floor, measure_candidates, problem_precision,
-                      step_cost, step_timer)
+from .measure import (DEVICE_CALLS, WIN_MARGIN, device_timer, error_floor, measure_candidates,
+                      problem_precision, step_cost, step_timer)
 from .state import transforms_allowed
 
 
@@ -381,13 +381,15 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     """The layer's forward and backward with its tuned passes (and the alternative, if any)
     against PyTorch's (F.conv2d and its autograd): LAYER_ROUNDS rounds of about LAYER_TRIAL_MS
     of calls back to back per plan, in an order rotated round by round, and COLD_CALLS calls
-    after other work (the host's own time). A plan's cost in a round is step_cost of its wall
-    time back to back (a step whose device is the bottleneck shows the device's time) and its
-    host time after other work (host time beyond PyTorch's counts once more: a step whose host
-    is the bottleneck pays it, as a network's step makes the calls), over PyTorch's wall time in
-    the same round; its figure is the median of those ratios times PyTorch's median. Ratios
-    within a round cancel the host's drift, which a host-bound layer's separate medians did
-    not."""
+    after other work (the host's own time), and (on CUDA) the device's own time of a few calls
+    (device_timer). A plan's cost in a round is step_cost of its wall time back to back, its host
+    time after other work (host time beyond PyTorch's counts once more: a step whose host is the
+    bottleneck pays it, as a network's step makes the calls) and its device time (device time
+    beyond PyTorch's counts once more: back to back, a layer whose host takes longer than its
+    device shows the host's time, and a step whose device is the bottleneck pays the device's),
+    over PyTorch's wall time in the same round; its figure is the median of those ratios times
+    PyTorch's median. Ratios within a round cancel the host's drift, which a host-bound layer's
+    separate medians did not."""
     p = c.problem
     x, w, gy = inputs(p, device)
     # seeded as inputs() is: tuning leaves the process's random generators as they were
@@ -403,9 +405,11 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     if c.alternative is not None:
         steps["/".join(c.alternative)] = step(c.run(c.alternative))
     run = step_timer(device)
+    device_run = device_timer(device)
     names = list(steps)
     walls = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
+    devs = {k: [] for k in steps}
     ratios = {k: [] for k in names[1:]}
     with torch.autocast(device.type, enabled=False), torch.enable_grad(), \
             problem_precision("conv", p):
@@ -428,28 +432,35 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
             for k in names[r % len(names):] + names[:r % len(names)]:
                 walls[k].append(run(steps[k], (), calls)[0])
                 hosts[k].append(cold(steps[k]))
+                if device_run is not None:
+                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS),
+                                              walls[k][-1]))
             for k in ratios:
-                ratios[k].append(step_cost(walls[k][-1], hosts[k][-1], hosts["native"][-1]) /
-                                 walls["native"][-1])
+                dev = (devs[k][-1], devs["native"][-1]) if device_run is not None else (None,) * 2
+                ratios[k].append(step_cost(walls[k][-1], hosts[k][-1], hosts["native"][-1], *dev)
+                                 / walls["native"][-1])
     host = {k: statistics.median(v) for k, v in hosts.items()}
+    dev_ms = {k: statistics.median(v) for k, v in devs.items() if v}
     times = {"native": statistics.median(walls["native"])}
     times.update({k: statistics.median(v) * times["native"] for k, v in ratios.items()})
     best = min((k for k in steps if k != "native"), key=times.get)
     keep = times[best] <= WIN_MARGIN * times["native"]
     plan = "/".join(layer_labels(c, best))
     reason = ("the layer's forward + backward with %s (%s) costs %.2fx PyTorch's: %s (win "
-              "margin %.0f%%; host time after other work %.3g ms against PyTorch's %.3g; %d "
+              "margin %.0f%%; host time after other work %.3g ms against PyTorch's %.3g%s; %d "
               "rounds of %d calls%s)" % (
                   "its passes as tuned" if best == "tuned" else "the plan", plan,
                   times[best] / times["native"], "kept" if keep else "PyTorch's path instead",
-                  100 * (1 - WIN_MARGIN), host[best], host["native"], LAYER_ROUNDS, calls,
+                  100 * (1 - WIN_MARGIN), host[best], host["native"],
+                  "; device time %.3g ms against %.3g" % (dev_ms[best], dev_ms["native"])
+                  if dev_ms else "", LAYER_ROUNDS, calls,
                   "" if c.alternative is None else "; also timed: %s" % ", ".join(
                       "%s %.2fx" % ("/".join(layer_labels(c, k)), times[k] / times["native"])
                       for k in steps if k not in ("native", best))))
     return decide.Decision(choice=best if keep else "native", source="tuned", reason=reason,
                            times_ms=times,
                            runs={k: LAYER_ROUNDS * (calls + COLD_CALLS) for k in steps},
-                           host_ms=host)
+                           host_ms=host, device_ms=dev_ms)
 
 
 def check_conv2d_layer(c: LayerCheck, device: Optional[torch.device] = None) -> Labels:

@@ -26,11 +26,13 @@ class Decision:
     runs: Dict[str, int] = field(default_factory=dict)  # calls timed per candidate
     host_ms: Dict[str, float] = field(default_factory=dict)  # the host's own time per call
     max_errors: Dict[str, float] = field(default_factory=dict)  # the largest element's, scaled
+    device_ms: Dict[str, float] = field(default_factory=dict)  # the device's own time per call
 
     def to_json(self) -> dict:
         return {"choice": self.choice, "reason": self.reason, "times_ms": self.times_ms,
                 "errors": self.errors, "skipped": self.skipped, "runs": self.runs,
-                "host_ms": self.host_ms, "max_errors": self.max_errors}
+                "host_ms": self.host_ms, "max_errors": self.max_errors,
+                "device_ms": self.device_ms}
 
     @staticmethod
     def from_json(d: dict) -> "Decision":
@@ -45,7 +47,7 @@ class Decision:
                         times_ms=numbers("times_ms"), errors=numbers("errors"),
                         skipped={str(k): str(v) for k, v in dict(d.get("skipped", {})).items()},
                         runs=numbers("runs"), host_ms=numbers("host_ms"),
-                        max_errors=numbers("max_errors"))
+                        max_errors=numbers("max_errors"), device_ms=numbers("device_ms"))
 
 
 Measure = Callable[[object, str, torch.device], Decision]

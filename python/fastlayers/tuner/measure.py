@@ -2,9 +2,11 @@
 
 A candidate's figure is what a training step pays for it: the wall time of calls enqueued back to
 back, host and device together, divided by the number of calls, plus any host time per call it
-takes beyond the baseline's. Device time alone would let a candidate with a fast kernel and a slow
-host path win a step it loses; wall time alone hides host time behind the device's, which a
-host-bound step (small layers, autocast) pays in full.
+takes beyond the baseline's, plus any device time per call beyond the baseline's. Device time alone
+would let a candidate with a fast kernel and a slow host path win a step it loses; wall time alone
+hides host time behind the device's, which a host-bound step (small layers, autocast) pays in full,
+and a small layer's device time behind its host's, which a step pays where its device is the
+bottleneck (a backward, whose host issues kernels faster than a forward's).
 
 The first candidate is the baseline (PyTorch's own path): it is always measured, its error sets
 the tolerance, and another candidate replaces it only when measurably faster.
@@ -21,7 +23,7 @@ import math
 import statistics
 import threading
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -159,12 +161,81 @@ def step_timer(device: torch.device):
     return run
 
 
-def step_cost(wall: float, host: float, baseline_host: float) -> float:
+# The device time of calls (device_timer): they are enqueued behind a kernel that holds the device
+# for HOLD_FACTOR x their host time (at least HOLD_MIN_MS), so that they run back to back, and
+# timed by events around them; at most DEVICE_CALLS calls (a device's time varies little).
+HOLD_FACTOR = 2.0
+HOLD_MIN_MS = 0.05
+DEVICE_CALLS = 4
+_sleep_cycles_per_ms: Dict[int, float] = {}
+
+
+def _cycles_per_ms(index: int) -> float:
+    """Clock cycles of torch.cuda._sleep per millisecond on the current device (`index`),
+    measured once per process."""
+    c = _sleep_cycles_per_ms.get(index)
+    if c is None:
+        cycles = 1 << 20
+        for _ in range(2):  # the first launch loads the kernel
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(cycles)
+            b.record()
+            b.synchronize()
+            c = cycles / max(a.elapsed_time(b), 1e-3)
+        _sleep_cycles_per_ms[index] = c
+    return c
+
+
+def device_timer(device: torch.device):
+    """run(fn, args, calls, host_ms) -> milliseconds of device time per call of `calls` calls
+    (host_ms: an estimate of the host's time per call), or None on a CPU (no device time apart
+    from the wall time) or without torch.cuda._sleep. The calls are enqueued behind a kernel that
+    holds the device for HOLD_FACTOR x their host time, so they run back to back, as they do where
+    a step's device is the bottleneck, and events around them time them. Where the hold ended
+    before the last call was enqueued (a host slower than estimated), the calls are timed once
+    more behind a hold of HOLD_FACTOR x the host time just taken (at least four times the first);
+    a call that synchronises with the device ends any hold, and its figure then includes the
+    host's time after it, which a step pays too."""
+    if device.type != "cuda" or not hasattr(torch.cuda, "_sleep"):
+        return None
+
+    def run(fn, args, calls, host_ms):
+        per_ms = _cycles_per_ms(torch.cuda.current_device())
+        hold = max(HOLD_MIN_MS, HOLD_FACTOR * host_ms * calls)
+        for _ in range(2):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(hold * per_ms))
+            start.record()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            end.record()
+            enqueued_ms = (time.perf_counter() - t0) * 1e3
+            late = start.query()  # the hold over already: the device waited for the host
+            end.synchronize()
+            if not late:
+                break
+            hold = max(4 * hold, HOLD_FACTOR * enqueued_ms)
+        return start.elapsed_time(end) / calls
+    return run
+
+
+def step_cost(wall: float, host: float, baseline_host: float, dev: Optional[float] = None,
+              baseline_dev: Optional[float] = None) -> float:
     """What a step pays for a candidate: its wall time, plus the host time it takes beyond the
-    baseline's. In a step whose host is the bottleneck the excess adds in full; where the device
-    is, it hid behind the device in the wall time: counting it once more keeps a candidate that
-    wins by less than its extra host time on the baseline."""
-    return wall + max(0.0, host - baseline_host)
+    baseline's, plus the device time beyond the baseline's (where both are given). In a step whose
+    host is the bottleneck the host's excess adds in full; where the device is, it hid behind the
+    device in the wall time: counting it once more keeps a candidate that wins by less than its
+    extra host time on the baseline. Likewise the device's excess: a call whose host path is the
+    longer one shows its wall time as the host's, and a step whose device is the bottleneck pays
+    the device time it adds."""
+    extra = 0.0
+    if dev is not None and baseline_dev is not None:
+        extra = max(0.0, dev - baseline_dev)
+    return wall + max(0.0, host - baseline_host) + extra
 
 
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
@@ -182,11 +253,13 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     `workspace` exceeds the bound. Time: every other candidate is warmed up (`warmups` calls on
     `args`, the problem's size, untimed: plans, the allocator, a CUDA graph recorded on a later
     call than the first) and timed once there, then the budget buys rounds for those within
-    DROP_FACTOR of the best; each candidate's figure is step_cost of its median wall and host
-    times, and the lowest wins if it is below WIN_MARGIN x the baseline's."""
+    DROP_FACTOR of the best; each candidate's figure is step_cost of its median wall, host and
+    device times (device_timer, on CUDA), and the lowest wins if it is below WIN_MARGIN x the
+    baseline's."""
     t_start = time.perf_counter()
     limit = workspace_limit(device)
     run = step_timer(device)
+    device_run = device_timer(device)
     error_of = error_measure(ref)
     baseline = choices[0].label
     errors: Dict[str, float] = {}
@@ -194,6 +267,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     skipped: Dict[str, str] = {}
     samples: Dict[str, List[float]] = {}
     hosts: Dict[str, List[float]] = {}
+    devs: Dict[str, List[float]] = {}
     runs: Dict[str, int] = {}
     fns: Dict[str, Callable] = {}
     tol = max_tol = None
@@ -226,6 +300,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                 fn(*args)
             wall, host = run(fn, args)
             samples[label], hosts[label] = [wall], [host]
+            if device_run is not None:
+                devs[label] = [device_run(fn, args, 1, host)]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
             why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             if device.type == "cuda":
@@ -248,11 +324,15 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             wall, host = run(fns[label], args, calls)
             samples[label].append(wall)
             hosts[label].append(host)
+            if device_run is not None:
+                devs[label].append(device_run(fns[label], args, min(calls, DEVICE_CALLS), host))
             runs[label] += calls
         rounds += 1
 
     host_ms = {lab: statistics.median(h) for lab, h in hosts.items()}
-    times = {lab: step_cost(statistics.median(s), host_ms[lab], host_ms[baseline])
+    device_ms = {lab: statistics.median(d) for lab, d in devs.items()}
+    times = {lab: step_cost(statistics.median(s), host_ms[lab], host_ms[baseline],
+                            device_ms.get(lab), device_ms.get(baseline))
              for lab, s in samples.items()}
     best = min(race, key=times.get)
     spent = time.perf_counter() - t_start
@@ -267,4 +347,5 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             best, 100 * (1 - WIN_MARGIN), baseline, baseline, rounds, spent)
         best = baseline
     return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
-                    skipped=skipped, runs=runs, host_ms=host_ms, max_errors=max_errors)
+                    skipped=skipped, runs=runs, host_ms=host_ms, max_errors=max_errors,
+                    device_ms=device_ms)

@@ -32,11 +32,12 @@ def decisions() -> List[dict]:
             rows.append({"key": key, "choice": d.choice, "source": d.source, "reason": d.reason,
                          "times_ms": dict(d.times_ms), "errors": dict(d.errors),
                          "skipped": dict(d.skipped), "runs": dict(d.runs),
-                         "host_ms": dict(d.host_ms), "max_errors": dict(d.max_errors)})
+                         "host_ms": dict(d.host_ms), "max_errors": dict(d.max_errors),
+                         "device_ms": dict(d.device_ms)})
         for what, reason in _state.fallbacks.items():
             rows.append({"key": what, "choice": "native", "source": "unsupported", "reason": reason,
                          "times_ms": {}, "errors": {}, "skipped": {}, "runs": {},
-                         "host_ms": {}, "max_errors": {}})
+                         "host_ms": {}, "max_errors": {}, "device_ms": {}})
     return rows
 
 
@@ -80,11 +81,14 @@ def report() -> str:
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
-            # per call: the step cost (back to back, plus host time beyond native's), the calls
-            # timed and the host's own time (a layer check's: after other work)
+            # per call: the step cost (back to back, plus host and device time beyond native's),
+            # the calls timed, the host's own time (a layer check's: after other work) and the
+            # device's
             lines.append("      ms:  " + ", ".join(
-                "%s %.4g (%s%s)" % (k, v, r["runs"].get(k, "?"),
-                                    ", host %.3g" % r["host_ms"][k] if k in r["host_ms"] else "")
+                "%s %.4g (%s%s%s)" % (k, v, r["runs"].get(k, "?"),
+                                      ", host %.3g" % r["host_ms"][k] if k in r["host_ms"] else "",
+                                      ", device %.3g" % r["device_ms"][k]
+                                      if k in r["device_ms"] else "")
                 for k, v in r["times_ms"].items()))
         if r["errors"]:
             lines.append("      err: " + ", ".join("%s %.2e" % kv for kv in r["errors"].items()))
