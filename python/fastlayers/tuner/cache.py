@@ -19,9 +19,10 @@ from .state import _state
 
 # 2: labels name the transform backend and the tile; 3: convolution decisions also bound the
 # largest element's error (measure.error_measure), on uniform data; 4: the layer check counts host
-# time after other work (conv2d.measure_layer). The file's name carries the format, so a new one
-# measures every decision again.
-FORMAT = 4
+# time after other work (conv2d.measure_layer); 5: step costs count device time beyond PyTorch's
+# (measure.device_timer). The file's name carries the format, so a new one measures every
+# decision again.
+FORMAT = 5
 
 try:  # the digest of the sources and flags the extension was built from (setup.py writes it)
     from .._build_info import SOURCES as _SOURCES
