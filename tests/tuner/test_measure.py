@@ -94,7 +94,7 @@ def simulated_device(monkeypatch):
     """The tuner's device timer replaced, on any device, by one that reads the device time the
     calls simulate (DEVICE_MS): nothing else adds any."""
     def timer(device):
-        def run(fn, args, calls, host_ms):
+        def run(fn, args, calls, host_ms, wall_ms):
             before = DEVICE_MS[0]
             for _ in range(calls):
                 fn(*args)
@@ -209,8 +209,9 @@ def test_device_time_beyond_the_baselines_is_paid_again(timed, no_fft, simulated
 def test_the_device_timer_times_the_device_alone(device):
     """On a GPU: calls that keep the host busy 1 ms each around a tiny kernel take next to no
     device time, even when the host's time was underestimated (the timer then holds the device
-    longer and times them again); calls of a device-bound matrix product take the time events
-    give them on an idle device, back to back."""
+    longer and times them again); calls whose host took under half their wall time back to back
+    take that wall time, untimed; calls of a matrix product timed behind the hold take the time
+    events give them on an idle device, back to back."""
     if device != "cuda":
         pytest.skip("on a CPU there is no device time apart from the wall time")
     run = tuner.measure.device_timer(torch.device(device))
@@ -221,8 +222,10 @@ def test_the_device_timer_times_the_device_alone(device):
         while time.perf_counter() < t_end:
             pass
         return x * 2
-    assert run(host_bound, (), 4, 1.0) < 0.2
-    assert run(host_bound, (), 4, 1e-3) < 0.2  # the estimate far too small
+    assert run(host_bound, (), 4, 1.0, 1.0) < 0.2
+    assert run(host_bound, (), 4, 1e-3, 1e-3) < 0.2  # the estimate far too small
+    seen = []  # device-bound back to back (host under half the wall time): that wall time
+    assert run(lambda: seen.append(1), (), 4, 0.1, 1.0) == 1.0 and not seen
     a = torch.randn(4096, 4096, device=device)
     torch.mm(a, a)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -236,7 +239,7 @@ def test_the_device_timer_times_the_device_alone(device):
         end.synchronize()
         times.append(start.elapsed_time(end) / 4)
     mm = min(times)
-    timed = min(run(torch.mm, (a, a), 4, 0.05) for _ in range(3))
+    timed = min(run(torch.mm, (a, a), 4, 0.05, 0.05) for _ in range(3))
     assert mm > 0.5, "the product is too small to be device-bound: %.3f ms" % mm
     assert 0.9 * mm < timed < 1.1 * mm, (timed, mm)
 

@@ -430,11 +430,11 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
         calls = max(3, min(32, int(LAYER_TRIAL_MS / max(first, 1e-3))))
         for r in range(LAYER_ROUNDS):
             for k in names[r % len(names):] + names[:r % len(names)]:
-                walls[k].append(run(steps[k], (), calls)[0])
+                wall, warm = run(steps[k], (), calls)
+                walls[k].append(wall)
                 hosts[k].append(cold(steps[k]))
                 if device_run is not None:
-                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS),
-                                              walls[k][-1]))
+                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS), warm, wall))
             for k in ratios:
                 dev = (devs[k][-1], devs["native"][-1]) if device_run is not None else (None,) * 2
                 ratios[k].append(step_cost(walls[k][-1], hosts[k][-1], hosts["native"][-1], *dev)

@@ -163,7 +163,10 @@ def step_timer(device: torch.device):
 
 # The device time of calls (device_timer): they are enqueued behind a kernel that holds the device
 # for HOLD_FACTOR x their host time (at least HOLD_MIN_MS), so that they run back to back, and
-# timed by events around them; at most DEVICE_CALLS calls (a device's time varies little).
+# timed by events around them; at most DEVICE_CALLS calls (a device's time varies little). Calls
+# whose host time back to back was under DEVICE_BOUND x their wall time kept the device busy then:
+# their device time is that wall time, and they are not timed again.
+DEVICE_BOUND = 0.5
 HOLD_FACTOR = 2.0
 HOLD_MIN_MS = 0.05
 DEVICE_CALLS = 4
@@ -188,9 +191,12 @@ def _cycles_per_ms(index: int) -> float:
 
 
 def device_timer(device: torch.device):
-    """run(fn, args, calls, host_ms) -> milliseconds of device time per call of `calls` calls
-    (host_ms: an estimate of the host's time per call), or None on a CPU (no device time apart
-    from the wall time) or without torch.cuda._sleep. The calls are enqueued behind a kernel that
+    """run(fn, args, calls, host_ms, wall_ms) -> milliseconds of device time per call of `calls`
+    calls, given the host's and the wall time per call of calls back to back (step_timer), or None
+    on a CPU (no device time apart from the wall time) or without torch.cuda._sleep. Where the
+    host's time was under DEVICE_BOUND x the wall time, the device was the bottleneck back to back
+    and the wall time is the device's (the device's start counted in: a little over it, for every
+    candidate alike); otherwise the calls are enqueued behind a kernel that
     holds the device for HOLD_FACTOR x their host time, so they run back to back, as they do where
     a step's device is the bottleneck, and events around them time them. Where the hold ended
     before the last call was enqueued (a host slower than estimated), the calls are timed once
@@ -200,7 +206,9 @@ def device_timer(device: torch.device):
     if device.type != "cuda" or not hasattr(torch.cuda, "_sleep"):
         return None
 
-    def run(fn, args, calls, host_ms):
+    def run(fn, args, calls, host_ms, wall_ms):
+        if host_ms < DEVICE_BOUND * wall_ms:
+            return wall_ms
         per_ms = _cycles_per_ms(torch.cuda.current_device())
         hold = max(HOLD_MIN_MS, HOLD_FACTOR * host_ms * calls)
         for _ in range(2):
@@ -301,7 +309,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             wall, host = run(fn, args)
             samples[label], hosts[label] = [wall], [host]
             if device_run is not None:
-                devs[label] = [device_run(fn, args, 1, host)]
+                devs[label] = [device_run(fn, args, 1, host, wall)]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
             why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             if device.type == "cuda":
@@ -325,7 +333,8 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             samples[label].append(wall)
             hosts[label].append(host)
             if device_run is not None:
-                devs[label].append(device_run(fns[label], args, min(calls, DEVICE_CALLS), host))
+                devs[label].append(device_run(fns[label], args, min(calls, DEVICE_CALLS), host,
+                                              wall))
             runs[label] += calls
         rounds += 1
 
