@@ -16,8 +16,9 @@ from fastlayers.algorithms import NATIVE, Family
 # taken by the next call of a 'timed:cold=MS' label.
 AFTER_OTHER_WORK = [False]
 # Device time simulated on any device: a 'timed:device=MS' call adds MS, which the timer of
-# simulated_device reads.
+# simulated_device reads; that timer records the figures it was given (host, wall, wall's calls).
 DEVICE_MS = [0.0]
+DEVICE_TIMER_ARGS = []
 
 
 class Timed(Family):
@@ -85,6 +86,7 @@ def timed(monkeypatch):
     yield register
     AFTER_OTHER_WORK[0] = False
     DEVICE_MS[0] = 0.0
+    DEVICE_TIMER_ARGS.clear()
     for family in registered:
         algorithms.unregister(family)
 
@@ -94,7 +96,8 @@ def simulated_device(monkeypatch):
     """The tuner's device timer replaced, on any device, by one that reads the device time the
     calls simulate (DEVICE_MS): nothing else adds any."""
     def timer(device):
-        def run(fn, args, calls, host_ms, wall_ms):
+        def run(fn, args, calls, host_ms, wall_ms, wall_calls):
+            DEVICE_TIMER_ARGS.append((calls, host_ms, wall_ms, wall_calls))
             before = DEVICE_MS[0]
             for _ in range(calls):
                 fn(*args)
@@ -203,13 +206,32 @@ def test_device_time_beyond_the_baselines_is_paid_again(timed, no_fft, simulated
     assert row["device_ms"] == {"native": 0.0, "timed:device=1000": 1000.0}, tuner.report()
     assert row["times_ms"]["timed:device=1000"] >= 1000.0
     assert ", device 1e+03)" in tuner.report()
+    # the timer was given the step timer's figures of the same calls: host time to the last
+    # call's return, at most the wall time to its completion; at most DEVICE_CALLS calls
+    assert DEVICE_TIMER_ARGS and all(
+        0 < host <= wall and 1 <= calls <= min(wall_calls, tuner.measure.DEVICE_CALLS)
+        for calls, host, wall, wall_calls in DEVICE_TIMER_ARGS), DEVICE_TIMER_ARGS
+    assert any(host < wall for _, host, wall, _ in DEVICE_TIMER_ARGS)
+
+
+def test_less_device_time_than_the_baselines_earns_nothing(timed, no_fft, simulated_device,
+                                                            device):
+    """Device time below PyTorch's is no credit: a step whose host is the bottleneck does not see
+    it, and the wall time back to back already shows it where the device is."""
+    timed("timed:device=-1000")
+    tuner.set_budget(0)
+    p = problem(device)
+    tuner.choose_conv2d(p, "forward")
+    row = row_of(p)
+    assert row["device_ms"]["timed:device=-1000"] == -1000.0
+    assert 0 < row["times_ms"]["timed:device=-1000"] < 1000, tuner.report()
 
 
 @pytest.mark.device_alone
 def test_the_device_timer_times_the_device_alone(device):
     """On a GPU: calls that keep the host busy 1 ms each around a tiny kernel take next to no
     device time, even when the host's time was underestimated (the timer then holds the device
-    longer and times them again); calls whose host took under half their wall time back to back
+    longer and times them again); calls that kept the device busy back to back (DEVICE_BOUND)
     take that wall time, untimed; calls of a matrix product timed behind the hold take the time
     events give them on an idle device, back to back."""
     if device != "cuda":
@@ -222,10 +244,13 @@ def test_the_device_timer_times_the_device_alone(device):
         while time.perf_counter() < t_end:
             pass
         return x * 2
-    assert run(host_bound, (), 4, 1.0, 1.0) < 0.2
-    assert run(host_bound, (), 4, 1e-3, 1e-3) < 0.2  # the estimate far too small
-    seen = []  # device-bound back to back (host under half the wall time): that wall time
-    assert run(lambda: seen.append(1), (), 4, 0.1, 1.0) == 1.0 and not seen
+    assert run(host_bound, (), 4, 1.0, 1.0, 4) < 0.2
+    assert run(host_bound, (), 4, 1e-3, 1e-3, 4) < 0.2  # the estimate far too small
+    seen = []  # device-bound back to back (host / calls a tenth of the wall time): that wall time
+    assert run(lambda: seen.append(1), (), 4, 0.4, 1.0, 4) == 1.0 and not seen
+    # one call, host a fifth of the wall time: the host's time before the device starts may be
+    # a fifth of the wall time, so it is timed
+    assert run(lambda: seen.append(1) or x * 2, (), 1, 0.2, 1.0, 1) < 0.2 and seen
     a = torch.randn(4096, 4096, device=device)
     torch.mm(a, a)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -239,7 +264,7 @@ def test_the_device_timer_times_the_device_alone(device):
         end.synchronize()
         times.append(start.elapsed_time(end) / 4)
     mm = min(times)
-    timed = min(run(torch.mm, (a, a), 4, 0.05, 0.05) for _ in range(3))
+    timed = min(run(torch.mm, (a, a), 4, 0.05, 0.05, 4) for _ in range(3))
     assert mm > 0.5, "the product is too small to be device-bound: %.3f ms" % mm
     assert 0.9 * mm < timed < 1.1 * mm, (timed, mm)
 
@@ -512,6 +537,9 @@ def test_the_layer_check_counts_device_time(timed, no_fft, simulated_device, mon
     assert row["device_ms"] == {"native": 0.0, "tuned": 3000.0}, tuner.report()
     assert row["times_ms"]["tuned"] >= 3000.0, tuner.report()
     assert "device time 3e+03 ms against 0" in row["reason"]
+    # given the back-to-back figures of each plan's calls (host at most wall)
+    assert DEVICE_TIMER_ARGS and all(0 < host <= wall and calls <= wall_calls
+                                     for calls, host, wall, wall_calls in DEVICE_TIMER_ARGS)
     assert next(iter(m._fl_plans.values())).native
 
 

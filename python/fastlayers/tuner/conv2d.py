@@ -434,7 +434,8 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
                 walls[k].append(wall)
                 hosts[k].append(cold(steps[k]))
                 if device_run is not None:
-                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS), warm, wall))
+                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS), warm, wall,
+                                              calls))
             for k in ratios:
                 dev = (devs[k][-1], devs["native"][-1]) if device_run is not None else (None,) * 2
                 ratios[k].append(step_cost(walls[k][-1], hosts[k][-1], hosts["native"][-1], *dev)

@@ -26,7 +26,7 @@ class Decision:
     runs: Dict[str, int] = field(default_factory=dict)  # calls timed per candidate
     host_ms: Dict[str, float] = field(default_factory=dict)  # the host's own time per call
     max_errors: Dict[str, float] = field(default_factory=dict)  # the largest element's, scaled
-    device_ms: Dict[str, float] = field(default_factory=dict)  # the device's own time per call
+    device_ms: Dict[str, float] = field(default_factory=dict)  # per call (measure.device_timer)
 
     def to_json(self) -> dict:
         return {"choice": self.choice, "reason": self.reason, "times_ms": self.times_ms,

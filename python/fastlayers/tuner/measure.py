@@ -162,72 +162,77 @@ def step_timer(device: torch.device):
 
 
 # The device time of calls (device_timer): they are enqueued behind a kernel that holds the device
-# for HOLD_FACTOR x their host time (at least HOLD_MIN_MS), so that they run back to back, and
-# timed by events around them; at most DEVICE_CALLS calls (a device's time varies little). Calls
-# whose host time back to back was under DEVICE_BOUND x their wall time kept the device busy then:
-# their device time is that wall time, and they are not timed again.
-DEVICE_BOUND = 0.5
+# for HOLD_FACTOR x their host time (at least HOLD_MIN_MS, at most HOLD_MAX_MS), so that they run
+# back to back, and timed by events around them; at most DEVICE_CALLS calls (a device's time varies
+# little). Calls that kept the device busy back to back are not timed again: their wall time is
+# the device's, over it by at most the host's time before the first launch spread over the calls
+# (and the device's start), so where host time / calls is under DEVICE_BOUND x the wall time (and
+# the host's time under half of it: the device was the bottleneck), the error is under that share.
+DEVICE_BOUND = 0.1
 HOLD_FACTOR = 2.0
 HOLD_MIN_MS = 0.05
+HOLD_MAX_MS = 50.0
 DEVICE_CALLS = 4
 _sleep_cycles_per_ms: Dict[int, float] = {}
 
 
 def _cycles_per_ms(index: int) -> float:
     """Clock cycles of torch.cuda._sleep per millisecond on the current device (`index`),
-    measured once per process."""
+    measured once per process after a longer spin that wakes the clocks; the higher of two rates
+    (a hold sized at a rate above the true one lasts longer, which costs time, never a figure)."""
     c = _sleep_cycles_per_ms.get(index)
     if c is None:
-        cycles = 1 << 20
-        for _ in range(2):  # the first launch loads the kernel
+        torch.cuda._sleep(1 << 22)
+        c = 0.0
+        for _ in range(2):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            torch.cuda._sleep(cycles)
+            torch.cuda._sleep(1 << 21)
             b.record()
             b.synchronize()
-            c = cycles / max(a.elapsed_time(b), 1e-3)
+            c = max(c, (1 << 21) / max(a.elapsed_time(b), 1e-3))
         _sleep_cycles_per_ms[index] = c
     return c
 
 
 def device_timer(device: torch.device):
-    """run(fn, args, calls, host_ms, wall_ms) -> milliseconds of device time per call of `calls`
-    calls, given the host's and the wall time per call of calls back to back (step_timer), or None
-    on a CPU (no device time apart from the wall time) or without torch.cuda._sleep. Where the
-    host's time was under DEVICE_BOUND x the wall time, the device was the bottleneck back to back
-    and the wall time is the device's (the device's start counted in: a little over it, for every
-    candidate alike); otherwise the calls are enqueued behind a kernel that
-    holds the device for HOLD_FACTOR x their host time, so they run back to back, as they do where
-    a step's device is the bottleneck, and events around them time them. Where the hold ended
-    before the last call was enqueued (a host slower than estimated), the calls are timed once
-    more behind a hold of HOLD_FACTOR x the host time just taken (at least four times the first);
-    a call that synchronises with the device ends any hold, and its figure then includes the
-    host's time after it, which a step pays too."""
+    """run(fn, args, calls, host_ms, wall_ms, wall_calls) -> milliseconds of device time per call
+    of `calls` calls on `device`, given the host's and the wall time per call of `wall_calls`
+    calls back to back (step_timer), or None on a CPU (no device time apart from the wall time) or
+    without torch.cuda._sleep. Where those calls kept the device busy (DEVICE_BOUND), their wall
+    time is the device's. Otherwise the calls are enqueued behind a kernel that holds the device
+    for HOLD_FACTOR x their host time, so they run back to back, as they do where a step's device
+    is the bottleneck, and events around them time them. Where the hold ended before the last call
+    was enqueued (a host slower than estimated), they are timed once more behind a hold of
+    HOLD_FACTOR x the host time just taken (at least four times the first); where it ended early
+    again (a call that synchronises with the device ends any hold), the figure, which then holds
+    host time too, is taken at most at the wall time."""
     if device.type != "cuda" or not hasattr(torch.cuda, "_sleep"):
         return None
 
-    def run(fn, args, calls, host_ms, wall_ms):
-        if host_ms < DEVICE_BOUND * wall_ms:
+    def run(fn, args, calls, host_ms, wall_ms, wall_calls):
+        if host_ms < min(0.5, DEVICE_BOUND * wall_calls) * wall_ms:
             return wall_ms
-        per_ms = _cycles_per_ms(torch.cuda.current_device())
-        hold = max(HOLD_MIN_MS, HOLD_FACTOR * host_ms * calls)
-        for _ in range(2):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(hold * per_ms))
-            start.record()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn(*args)
-            end.record()
-            enqueued_ms = (time.perf_counter() - t0) * 1e3
-            late = start.query()  # the hold over already: the device waited for the host
-            end.synchronize()
-            if not late:
-                break
-            hold = max(4 * hold, HOLD_FACTOR * enqueued_ms)
-        return start.elapsed_time(end) / calls
+        with torch.cuda.device(device):
+            per_ms = _cycles_per_ms(torch.cuda.current_device())
+            hold = min(HOLD_MAX_MS, max(HOLD_MIN_MS, HOLD_FACTOR * host_ms * calls))
+            for _ in range(2):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                torch.cuda._sleep(int(hold * per_ms))
+                start.record()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn(*args)
+                end.record()
+                enqueued_ms = (time.perf_counter() - t0) * 1e3
+                late = start.query()  # the hold over already: the device waited for the host
+                end.synchronize()
+                if not late:
+                    return start.elapsed_time(end) / calls
+                hold = min(HOLD_MAX_MS, max(4 * hold, HOLD_FACTOR * enqueued_ms))
+            return min(start.elapsed_time(end) / calls, wall_ms)
     return run
 
 
@@ -239,7 +244,10 @@ def step_cost(wall: float, host: float, baseline_host: float, dev: Optional[floa
     device in the wall time: counting it once more keeps a candidate that wins by less than its
     extra host time on the baseline. Likewise the device's excess: a call whose host path is the
     longer one shows its wall time as the host's, and a step whose device is the bottleneck pays
-    the device time it adds."""
+    the device time it adds. Which of the two a step is, is not known here, so a candidate that
+    saves host time and adds device time (or the reverse) wins only where it saves more than it
+    adds, by the win margin; an excess of the bottleneck's own kind is counted twice, which only
+    widens a loss."""
     extra = 0.0
     if dev is not None and baseline_dev is not None:
         extra = max(0.0, dev - baseline_dev)
@@ -309,7 +317,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             wall, host = run(fn, args)
             samples[label], hosts[label] = [wall], [host]
             if device_run is not None:
-                devs[label] = [device_run(fn, args, 1, host, wall)]
+                devs[label] = [device_run(fn, args, 1, host, wall, 1)]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
             why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             if device.type == "cuda":
@@ -334,7 +342,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
             hosts[label].append(host)
             if device_run is not None:
                 devs[label].append(device_run(fns[label], args, min(calls, DEVICE_CALLS), host,
-                                              wall))
+                                              wall, calls))
             runs[label] += calls
         rounds += 1
 
