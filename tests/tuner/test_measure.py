@@ -48,12 +48,10 @@ class Timed(Family):
         what = choice.params[0]
         if what == "memo" or what.startswith(("spin=", "cold=", "device=")):
             memo = {}
-            ms = float(what.split("=")[1]) / 1e3 if "=" in what else 0.0
+            value = float(what.split("=")[1]) if "=" in what else 0.0
             cold = what.startswith("cold=")
-            if what.startswith("device="):
-                device_ms, ms = 1e3 * ms, 0.0
-            else:
-                device_ms = 0.0
+            device_ms = value if what.startswith("device=") else 0.0
+            ms = 0.0 if device_ms else value / 1e3  # the host's spin, in seconds
 
             def call(x, w, b, gy):
                 key = (id(x), id(gy))
