@@ -225,6 +225,21 @@ def test_less_device_time_than_the_baselines_earns_nothing(timed, no_fft, simula
     assert 0 < row["times_ms"]["timed:device=-1000"] < 1000, tuner.report()
 
 
+@pytest.mark.parametrize("host_ms, wall_ms, wall_calls, bound", [
+    (0.3, 1.0, 4, True),     # host / calls 0.075 of the wall time
+    (0.4, 1.0, 4, False),    # at the bound: a tenth
+    (0.399, 1.0, 4, True),
+    (0.49, 1.0, 40, True),   # many calls: half the wall time still bounds it
+    (0.5, 1.0, 40, False),   # the host as busy as the device's half: timed
+    (0.09, 1.0, 1, True),
+    (0.1, 1.0, 1, False),
+])
+def test_device_bound_is_strictly_under_both_bounds(host_ms, wall_ms, wall_calls, bound):
+    """The shortcut that takes the wall time for the device's holds strictly under DEVICE_BOUND x
+    the calls' wall time and under half of it (on every device: the rule, not the timer)."""
+    assert tuner.measure.device_bound(host_ms, wall_ms, wall_calls) is bound
+
+
 @pytest.mark.device_alone
 def test_the_device_timer_times_the_device_alone(device):
     """On a GPU: calls that keep the host busy 1 ms each around a tiny kernel take next to no
@@ -244,8 +259,8 @@ def test_the_device_timer_times_the_device_alone(device):
         return x * 2
     assert run(host_bound, (), 4, 1.0, 1.0, 4) < 0.2
     assert run(host_bound, (), 4, 1e-3, 1e-3, 4) < 0.2  # the estimate far too small
-    seen = []  # device-bound back to back (host / calls a tenth of the wall time): that wall time
-    assert run(lambda: seen.append(1), (), 4, 0.4, 1.0, 4) == 1.0 and not seen
+    seen = []  # device-bound back to back (host / calls under a tenth of the wall): that wall time
+    assert run(lambda: seen.append(1), (), 4, 0.3, 1.0, 4) == 1.0 and not seen
     # one call, host a fifth of the wall time: the host's time before the device starts may be
     # a fifth of the wall time, so it is timed
     assert run(lambda: seen.append(1) or x * 2, (), 1, 0.2, 1.0, 1) < 0.2 and seen

@@ -195,6 +195,15 @@ def _cycles_per_ms(index: int) -> float:
     return c
 
 
+def device_bound(host_ms: float, wall_ms: float, wall_calls: int) -> bool:
+    """Whether `wall_calls` calls back to back, `host_ms` of host and `wall_ms` of wall time each,
+    kept the device busy, so that their wall time is the device's within DEVICE_BOUND: the host
+    took under half the wall time, and under DEVICE_BOUND x the wall time of all the calls (the
+    host's time before the first launch, the figure's error, spread over them). Strictly under:
+    at the bound itself the calls are timed."""
+    return host_ms < min(0.5, DEVICE_BOUND * wall_calls) * wall_ms
+
+
 def device_timer(device: torch.device):
     """run(fn, args, calls, host_ms, wall_ms, wall_calls) -> milliseconds of device time per call
     of `calls` calls on `device`, given the host's and the wall time per call of `wall_calls`
@@ -211,7 +220,7 @@ def device_timer(device: torch.device):
         return None
 
     def run(fn, args, calls, host_ms, wall_ms, wall_calls):
-        if host_ms < min(0.5, DEVICE_BOUND * wall_calls) * wall_ms:
+        if device_bound(host_ms, wall_ms, wall_calls):
             return wall_ms
         with torch.cuda.device(device):
             per_ms = _cycles_per_ms(torch.cuda.current_device())
