@@ -1,7 +1,9 @@
 """Layers on the second GPU while the first is current, as a model placed with .to("cuda:1")
 runs: every algorithm family's kernels run on the tensors' device (the same values as on the
-first GPU, no memory of PyTorch's allocator left taken there), the tuned module decides and keeps
-the tuner's accuracy rule, and the current device is left as it was."""
+first GPU, step after step, so that the graphs the pipeline and the LSTM record on a key's second
+call are recorded and replayed there too; no memory of PyTorch's allocator left taken there), the
+tuned module decides and keeps the tuner's accuracy rule, and the current device is left as it
+was."""
 import copy
 
 import pytest
@@ -32,19 +34,27 @@ def conv_step(m, x, gy):
     return [y.detach(), xi.grad, m.weight.grad, m.bias.grad]
 
 
+STEPS = 3  # a key's first call, the second (which records a graph) and the third (replays it)
+
+
 def on_each_device(make, step):
-    """step(make(dev)) on cuda:0, then on cuda:1 with cuda:0 current: both results (on the CPU),
-    and the bytes the second run left allocated on cuda:0."""
+    """STEPS x step(make(dev)) on cuda:0, then on cuda:1 with cuda:0 current: both runs' results
+    (on the CPU, step after step, concatenated), and the bytes the second run left allocated on
+    cuda:0."""
     torch.cuda.set_device(0)
     out = {}
     for dev in ("cuda:0", "cuda:1"):
         torch.cuda.synchronize(0)
         before = torch.cuda.memory_allocated(0)
-        got = step(make(torch.device(dev)))
-        assert all(t.device == torch.device(dev) for t in got)
-        assert torch.cuda.current_device() == 0
-        out[dev] = [t.cpu() for t in got]
-        del got
+        m = make(torch.device(dev))
+        out[dev] = []
+        for _ in range(STEPS):
+            got = step(m)
+            assert all(t.device == torch.device(dev) for t in got)
+            assert torch.cuda.current_device() == 0
+            out[dev] += [t.cpu() for t in got]
+            del got
+        del m
         left_on_0 = torch.cuda.memory_allocated(0) - before
     return out["cuda:0"], out["cuda:1"], left_on_0
 
@@ -59,7 +69,7 @@ def test_conv_on_the_second_gpu(plan):
             lambda dev: copy.deepcopy(base).to(dev),
             lambda m: conv_step(m, x.to(m.weight.device), gy.to(m.weight.device)))
     passes = [n for n, _ in rec.calls if n.endswith(("conv2d", "input_grad", "weight_grad"))]
-    assert len(passes) == 6, passes  # three passes a device, none on PyTorch's path
+    assert len(passes) == 6 * STEPS, passes  # three passes a step, none on PyTorch's path
     assert left_on_0 == 0
     for a, b in zip(first, second):  # the same kernels on the same model of GPU
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
