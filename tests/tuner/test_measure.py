@@ -1,6 +1,7 @@
 """The tuner's measuring: a candidate's figure is what a step pays (host and device, back to back),
 every candidate within tolerance is timed at least once whatever the budget, and the budget buys
 rounds for the candidates that can still win, with fewer calls of slow ones."""
+import re
 import time
 
 import pytest
@@ -225,6 +226,36 @@ def test_less_device_time_than_the_baselines_earns_nothing(timed, no_fft, simula
     assert 0 < row["times_ms"]["timed:device=-1000"] < 1000, tuner.report()
 
 
+def test_only_candidates_that_could_win_are_timed_on_the_device(timed, no_fft, simulated_device,
+                                                                device, monkeypatch):
+    """The device term only adds to a figure: a candidate that loses without it (3 ms of the
+    host's a call), kept in the rounds here, is not timed on the device; one that would win
+    without it is, beside PyTorch's path, with as many figures each as the rounds give the wall
+    time."""
+    monkeypatch.setattr(tuner.measure, "DROP_FACTOR", 1e9)  # every candidate in every round
+    timed("timed:sleep=3", "timed:device=1000")
+    tuner.set_budget(0.1)
+    p = problem(device)
+    assert tuner.choose_conv2d(p, "forward") == "native", tuner.report()
+    row = row_of(p)
+    assert row["device_ms"] == {"native": 0.0, "timed:device=1000": 1000.0}, tuner.report()
+    assert row["runs"]["timed:sleep=3"] > 1  # in the rounds
+    rounds = int(re.search(r"\((\d+) rounds", row["reason"]).group(1))
+    assert len(DEVICE_TIMER_ARGS) == 2 * (1 + rounds), (DEVICE_TIMER_ARGS, row["reason"])
+
+
+def test_no_device_time_where_no_candidate_could_win(timed, no_fft, simulated_device, device):
+    """Where every candidate loses without the device term, nothing is timed on the device,
+    PyTorch's path included."""
+    timed("timed:sleep=3")
+    tuner.set_budget(0.1)
+    p = problem(device)
+    assert tuner.choose_conv2d(p, "forward") == "native"
+    row = row_of(p)
+    assert row["device_ms"] == {} and not DEVICE_TIMER_ARGS, tuner.report()
+    assert ", device " not in tuner.report()
+
+
 @pytest.mark.parametrize("host_ms, wall_ms, wall_calls, bound", [
     (0.3, 1.0, 4, True),     # host / calls 0.075 of the wall time
     (0.4, 1.0, 4, False),    # at the bound: a tenth
@@ -233,6 +264,10 @@ def test_less_device_time_than_the_baselines_earns_nothing(timed, no_fft, simula
     (0.5, 1.0, 40, False),   # the host as busy as the device's half: timed
     (0.09, 1.0, 1, True),
     (0.1, 1.0, 1, False),
+    (0.7, 2.0, 4, True),     # the bounds scale with the wall time
+    (0.8, 2.0, 4, False),
+    (0.9, 2.0, 40, True),
+    (1.0, 2.0, 40, False),
 ])
 def test_device_bound_is_strictly_under_both_bounds(host_ms, wall_ms, wall_calls, bound):
     """The shortcut that takes the wall time for the device's holds strictly under DEVICE_BOUND x

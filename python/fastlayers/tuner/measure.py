@@ -263,6 +263,12 @@ def step_cost(wall: float, host: float, baseline_host: float, dev: Optional[floa
     return wall + max(0.0, host - baseline_host) + extra
 
 
+def round_calls(first_ms: float) -> int:
+    """Calls of a round (about ROUND_MS of them, at most MAX_CALLS) of a call whose first figure
+    was `first_ms`."""
+    return max(1, min(MAX_CALLS, int(ROUND_MS / max(first_ms, 1e-3))))
+
+
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
                        workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
                        ref: torch.Tensor, device: torch.device, floor: float,
@@ -278,9 +284,11 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     `workspace` exceeds the bound. Time: every other candidate is warmed up (`warmups` calls on
     `args`, the problem's size, untimed: plans, the allocator, a CUDA graph recorded on a later
     call than the first) and timed once there, then the budget buys rounds for those within
-    DROP_FACTOR of the best; each candidate's figure is step_cost of its median wall, host and
-    device times (device_timer, on CUDA), and the lowest wins if it is below WIN_MARGIN x the
-    baseline's."""
+    DROP_FACTOR of the best; each candidate's figure is step_cost of its median wall and host
+    times, and the lowest wins if it is below WIN_MARGIN x the baseline's. On CUDA the figures of
+    those that would win so, and the baseline's, add the device time beyond the baseline's
+    (device_timer: as many figures as their wall times have, interleaved, after the rounds); the
+    device term only adds, so the others could not win with it and are not timed on the device."""
     t_start = time.perf_counter()
     limit = workspace_limit(device)
     run = step_timer(device)
@@ -292,7 +300,6 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     skipped: Dict[str, str] = {}
     samples: Dict[str, List[float]] = {}
     hosts: Dict[str, List[float]] = {}
-    devs: Dict[str, List[float]] = {}
     runs: Dict[str, int] = {}
     fns: Dict[str, Callable] = {}
     tol = max_tol = None
@@ -325,8 +332,6 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
                 fn(*args)
             wall, host = run(fn, args)
             samples[label], hosts[label] = [wall], [host]
-            if device_run is not None:
-                devs[label] = [device_run(fn, args, 1, host, wall, 1)]
         except (RuntimeError, MemoryError) as e:  # an OOM or a library refusal: not a candidate
             why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             if device.type == "cuda":
@@ -345,21 +350,33 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     rounds = 0
     while len(race) > 1 and rounds < ROUNDS and time.perf_counter() < deadline:
         for label in race:  # interleaved: drift of the machine hits every candidate alike
-            calls = max(1, min(MAX_CALLS, int(ROUND_MS / max(samples[label][0], 1e-3))))
+            calls = round_calls(samples[label][0])
             wall, host = run(fns[label], args, calls)
             samples[label].append(wall)
             hosts[label].append(host)
-            if device_run is not None:
-                devs[label].append(device_run(fns[label], args, min(calls, DEVICE_CALLS), host,
-                                              wall, calls))
             runs[label] += calls
         rounds += 1
 
     host_ms = {lab: statistics.median(h) for lab, h in hosts.items()}
-    device_ms = {lab: statistics.median(d) for lab, d in devs.items()}
-    times = {lab: step_cost(statistics.median(s), host_ms[lab], host_ms[baseline],
-                            device_ms.get(lab), device_ms.get(baseline))
+    times = {lab: step_cost(statistics.median(s), host_ms[lab], host_ms[baseline])
              for lab, s in samples.items()}
+    device_ms: Dict[str, float] = {}
+    # The device term only adds to a cost: a candidate that does not win without it cannot win
+    # with it, and its device time is not needed (nor PyTorch's, where none can win).
+    can_win = [lab for lab in race if lab != baseline and times[lab] <= WIN_MARGIN * times[baseline]]
+    if device_run is not None and can_win:
+        timed = [baseline] + can_win
+        per_call = {lab: round_calls(samples[lab][0]) if rounds else 1 for lab in timed}
+        devs = {lab: [] for lab in timed}
+        for _ in range(1 + rounds):  # as many figures as the wall time has, interleaved
+            for lab in timed:
+                devs[lab].append(device_run(fns[lab], args, min(per_call[lab], DEVICE_CALLS),
+                                            host_ms[lab], statistics.median(samples[lab]),
+                                            per_call[lab]))
+        device_ms = {lab: statistics.median(d) for lab, d in devs.items()}
+        times.update({lab: step_cost(statistics.median(samples[lab]), host_ms[lab],
+                                     host_ms[baseline], device_ms[lab], device_ms[baseline])
+                      for lab in can_win})
     best = min(race, key=times.get)
     spent = time.perf_counter() - t_start
     out_of_race = [lab for lab in samples if lab not in race]
