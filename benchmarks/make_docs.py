@@ -888,7 +888,8 @@ def summary(docs: dict) -> str:
     if pc:
         rs = pc[1].get("rows", [])
         rows.append(("The fbfft paper's 3x3 experiment (72 cells), fbfft convolution over",
-                     "the cuFFT convolution %sx (geomean); cuDNN %sx (geomean, ahead in %d cells)" % (
+                     "the cuFFT convolution %sx (geomean); cuDNN %sx (geomean; fbfft ahead in %d "
+                     "cells)" % (
                          f(geomean([r["cufft_over_fbfft"] for r in rs])),
                          f(geomean([r["cudnn_over_fbfft"] for r in rs])),
                          sum(1 for r in rs if (r.get("cudnn_over_fbfft") or 0) > 1))))

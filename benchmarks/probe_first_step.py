@@ -81,13 +81,15 @@ def main(argv):
         conv = fastlayers.convert(copy.deepcopy(plain))
         x = torch.randn(N, 3, side, side, device="cuda")
         target = torch.randint(0, 1000, (N,), device="cuda")
-        tuner.clear()
+        tuner.clear(file=True)  # each network on a fresh cache, a repeated one too
         t_plain = common.first_call_s(bn.make_step(plain, x, target, mode))
         t_conv = common.first_call_s(bn.make_step(conv, x, target, mode))
         print("%s %s N=%d: first step plain %.2f s, converted %.2f s; %s" % (
             name, mode, N, t_plain, t_conv,
             "; ".join("%s %.2f s (%d)" % (k, spent[k], count[k]) for k in sorted(spent))),
             flush=True)
+        del plain, conv, x, target
+        common.release()
     return 0
 
 
