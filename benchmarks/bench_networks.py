@@ -4,6 +4,7 @@
     python3 benchmarks/bench_networks.py [--out DIR] [--quick] [--nets vgg16,resnet18]
                                          [--modes fp32,tf32,bf16] [--steps N] [--rounds R]
                                          [--rounds-for resnet50:tf32=131,...] [--best-of K]
+    python3 benchmarks/bench_networks.py --join RUN.json [RUN.json ...] [--out DIR]
 
 Per network and precision mode (fp32: TF32 off; tf32: PyTorch's convolution default; bf16:
 autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's method says:
@@ -25,11 +26,15 @@ autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's 
               rounds than --rounds (a host-bound step's ratio spreads more round to round, and
               its median's 95% interval narrows as the square root of the rounds)
 The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
+--join: one document from runs of one commit that timed different rows (a run that a command's
+time limit cut, and the rest by --nets/--modes), written to DIR/networks-<device>.json; refused
+where the runs differ in anything but the rows, their rounds and the run's own record.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import os
 import statistics
@@ -230,6 +235,73 @@ def render(doc) -> str:
     return make_docs.networks(doc)
 
 
+# What runs joined may differ in: their rows, the rounds given rows, and each run's own record.
+JOIN_OWN = ("date", "argv", "rows", "sections", "summary", "tuner_report", "stats", "elapsed_s")
+
+
+def join(docs: list) -> dict:
+    """One networks document from runs of one commit (docs, each a results document) that timed
+    different rows: the rows in NETWORKS x MODES order, each run's sections and stats together,
+    the summary recomputed, the argv of each run, the latest date. A ValueError where a row was
+    timed twice, or where the runs differ in anything else (commit and tree state, device,
+    versions, settings but rounds_for, which joins where it agrees)."""
+    if not docs:
+        raise ValueError("nothing to join")
+    first = docs[0]
+    rounds: dict = {}
+    rows: dict = {}
+    for i, d in enumerate(docs):
+        if d.get("kind") != "networks":
+            raise ValueError("run %d is not a networks document (kind %r)" % (i, d.get("kind")))
+        for key in sorted(set(first) | set(d)):
+            if key in JOIN_OWN or key in ("config", "git"):
+                continue
+            if d.get(key) != first.get(key):
+                raise ValueError("run %d differs from run 0 in %s" % (i, key))
+        if {k: v for k, v in d["git"].items() if k != "note"} != \
+                {k: v for k, v in first["git"].items() if k != "note"}:
+            raise ValueError("run %d is of another tree: %s, not %s" % (
+                i, d["git"].get("commit"), first["git"].get("commit")))
+        cfg = {k: v for k, v in d["config"].items() if k != "rounds_for"}
+        if cfg != {k: v for k, v in first["config"].items() if k != "rounds_for"}:
+            raise ValueError("run %d has other settings: %s" % (i, cfg))
+        for k, r in d["config"].get("rounds_for", {}).items():
+            if rounds.setdefault(k, r) != r:
+                raise ValueError("rounds for %s differ: %s and %s" % (k, rounds[k], r))
+        for r in d["rows"]:
+            key = (r["network"], r["mode"])
+            if key in rows:
+                raise ValueError("row %s %s is in two runs" % key)
+            rows[key] = r
+    order = [(n, m) for n in NETWORKS for m in MODES]
+    out = {k: v for k, v in first.items() if k not in JOIN_OWN}
+    out["date"] = max(d["date"] for d in docs)
+    out["argv"] = []
+    for d in docs:  # a joined document's argv is already one list a run
+        out["argv"] += d["argv"] if d["argv"] and isinstance(d["argv"][0], list) else [d["argv"]]
+    out["config"] = dict(first["config"], rounds_for=rounds)
+    joined = "%d runs of this tree joined (bench_networks --join)" % len(docs)
+    out["git"] = dict(first["git"],
+                      note="; ".join(filter(None, [first["git"].get("note"), joined])))
+    out["rows"] = [rows[k] for k in order if k in rows]
+    names = ["%s %s" % k for k in order]
+    sections = {k: v for d in docs for k, v in d.get("sections", {}).items()}
+    out["sections"] = {k: sections[k] for k in names if k in sections}
+    ratios = [r["ratio"] for r in out["rows"] if "ratio" in r]
+    out["summary"] = {"min_ratio": min(ratios) if ratios else None,
+                      "geomean": common.geomean(ratios) if ratios else None}
+    reports = [d["tuner_report"] for d in docs if d.get("tuner_report")]
+    if reports:
+        out["tuner_report"] = "\n".join(reports)
+    # a run cut short wrote no stats: its failed rows are its errors
+    out["stats"] = {"errors": sum(d["stats"]["errors"] if "stats" in d else
+                                  sum(1 for r in d["rows"] if "failed" in r) for d in docs),
+                    "oom": sum(d.get("stats", {}).get("oom", 0) for d in docs)}
+    out["elapsed_s"] = sum(d["elapsed_s"] if d.get("elapsed_s") is not None else
+                           sum(v["s"] for v in d.get("sections", {}).values()) for d in docs)
+    return {k: out[k] for k in list(first) + [k for k in out if k not in first] if k in out}
+
+
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--nets", default=",".join(NETWORKS), help="comma-separated: " + ", ".join(NETWORKS))
@@ -241,7 +313,23 @@ def main(argv=None) -> int:
                     "comma-separated")
     ap.add_argument("--best-of", type=int, default=1,
                     help="rotations per round, each model's least trial kept (default 1)")
+    ap.add_argument("--join", nargs="+", metavar="RUN.json",
+                    help="join these runs' rows into one document (see above); times nothing")
     args = ap.parse_args(argv)
+    if args.join:
+        docs = []
+        for path in args.join:
+            with open(path) as f:
+                docs.append(json.load(f))
+        try:
+            doc = join(docs)
+        except ValueError as e:
+            ap.error("--join: %s" % e)
+        res = common.Results(args.out, doc)
+        res.save()
+        print(render(doc))
+        log("wrote %s (%d rows from %d runs)" % (res.path, len(doc["rows"]), len(docs)))
+        return 0
     args.steps = args.steps or (4 if args.quick else 10)
     args.rounds = args.rounds or (3 if args.quick else 15)
     unused = [n + (":" + m if m else "") for n, m in args.rounds_for

@@ -1,0 +1,71 @@
+"""bench_networks --join: one document from runs of one tree that timed different rows (a run a
+command's time limit cut, and the rest), with nothing joined that differs in more than the rows."""
+import copy
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+import bench_networks  # noqa: E402
+
+
+def run(rows, rounds_for=None, commit="abc", stats=True, **extra):
+    """A networks document of the rows (network, mode, ratio) as a run writes it."""
+    doc = {"kind": "networks", "date": "2026-11-29T10:00:00+00:00",
+           "device": {"name": "GPU", "type": "cuda"}, "versions": {"torch": "2.11.0"},
+           "git": {"commit": commit, "dirty": False, "note": "manifest"},
+           "argv": ["--nets", ",".join(sorted({n for n, _, _ in rows}))],
+           "config": {"steps": 10, "rounds": 31, "rounds_for": rounds_for or {}},
+           "rows": [{"network": n, "mode": m, "ratio": x} for n, m, x in rows],
+           "sections": {"%s %s" % (n, m): {"ok": True, "s": 2.0} for n, m, _ in rows},
+           "summary": {}, "tuner_report": "report of %d rows" % len(rows)}
+    if stats:
+        doc.update(stats={"errors": 0, "oom": 1}, elapsed_s=10.0)
+    doc.update(extra)
+    return doc
+
+
+def test_rows_join_in_the_benchmarks_order_with_the_summary_of_all():
+    cut = run([("vgg16", "fp32", 1.6), ("resnet50", "tf32", 0.98)],
+              rounds_for={"resnet50:tf32": 81, "resnet50:bf16": 81}, stats=False)
+    rest = run([("alexnet", "bf16", 1.0)], date="2026-11-29T11:00:00+00:00")
+    more = run([("resnet50", "bf16", 0.99)], rounds_for={"resnet50:bf16": 81})
+    doc = bench_networks.join([cut, rest, more])
+    assert [(r["network"], r["mode"]) for r in doc["rows"]] == [
+        ("vgg16", "fp32"), ("resnet50", "tf32"), ("resnet50", "bf16"), ("alexnet", "bf16")]
+    assert list(doc["sections"]) == ["vgg16 fp32", "resnet50 tf32", "resnet50 bf16",
+                                     "alexnet bf16"]
+    assert doc["summary"]["min_ratio"] == 0.98
+    assert doc["summary"]["geomean"] == pytest.approx((1.6 * 0.98 * 1.0 * 0.99) ** 0.25)
+    assert doc["config"]["rounds_for"] == {"resnet50:tf32": 81, "resnet50:bf16": 81}
+    assert doc["argv"] == [cut["argv"], rest["argv"], more["argv"]]
+    assert doc["date"] == "2026-11-29T11:00:00+00:00"
+    assert doc["stats"] == {"errors": 0, "oom": 2}
+    assert doc["elapsed_s"] == 4.0 + 10.0 + 10.0  # the cut run's sections stand for its time
+    assert doc["tuner_report"].count("report of") == 3
+    assert doc["git"]["commit"] == "abc" and doc["git"]["dirty"] is False
+    assert "3 runs of this tree joined" in doc["git"]["note"]
+    # joined again with another run: each run's argv once
+    again = bench_networks.join([doc, run([("resnet18", "fp32", 1.2)])])
+    assert len(again["argv"]) == 4 and len(again["rows"]) == 5
+
+
+@pytest.mark.parametrize("change, what", [
+    (lambda d: d["git"].update(commit="def"), "another tree"),
+    (lambda d: d["git"].update(dirty=True), "another tree"),
+    (lambda d: d["config"].update(steps=4), "other settings"),
+    (lambda d: d["config"].update(rounds_for={"resnet50:tf32": 41}), "rounds for"),
+    (lambda d: d["device"].update(name="other GPU"), "device"),
+    (lambda d: d["versions"].update(torch="2.10.0"), "versions"),
+    (lambda d: d["rows"].append({"network": "vgg16", "mode": "fp32", "ratio": 1.5}), "two runs"),
+    (lambda d: d.update(kind="layers"), "not a networks document"),
+])
+def test_runs_that_differ_in_more_than_their_rows_are_not_joined(change, what):
+    a = run([("vgg16", "fp32", 1.6)], rounds_for={"resnet50:tf32": 81})
+    b = run([("alexnet", "fp32", 1.3)])
+    bench_networks.join([copy.deepcopy(a), copy.deepcopy(b)])  # as they are: joined
+    change(b)
+    with pytest.raises(ValueError, match=what):
+        bench_networks.join([a, b])
