@@ -366,13 +366,12 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     can_win = [lab for lab in race if lab != baseline and times[lab] <= WIN_MARGIN * times[baseline]]
     if device_run is not None and can_win:
         timed = [baseline] + can_win
-        per_call = {lab: round_calls(samples[lab][0]) if rounds else 1 for lab in timed}
         devs = {lab: [] for lab in timed}
-        for _ in range(1 + rounds):  # as many figures as the wall time has, interleaved
-            for lab in timed:
-                devs[lab].append(device_run(fns[lab], args, min(per_call[lab], DEVICE_CALLS),
-                                            host_ms[lab], statistics.median(samples[lab]),
-                                            per_call[lab]))
+        for i in range(1 + rounds):  # a figure for each of the wall time's, interleaved
+            for lab in timed:  # given that figure's host and wall time and its calls
+                calls = round_calls(samples[lab][0]) if i else 1
+                devs[lab].append(device_run(fns[lab], args, min(calls, DEVICE_CALLS),
+                                            hosts[lab][i], samples[lab][i], calls))
         device_ms = {lab: statistics.median(d) for lab, d in devs.items()}
         times.update({lab: step_cost(statistics.median(samples[lab]), host_ms[lab],
                                      host_ms[baseline], device_ms[lab], device_ms[baseline])
@@ -386,8 +385,10 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     if best == baseline and len(times) == 1:
         reason = "only candidate measured"
     elif best != baseline and times[best] > WIN_MARGIN * times[baseline]:
-        reason = "%s within %.0f%% of %s: kept %s (%d rounds, %.2f s)" % (
-            best, 100 * (1 - WIN_MARGIN), baseline, baseline, rounds, spent)
+        reason = "%s within %.0f%% of %s%s: kept %s (%d rounds, %.2f s)" % (
+            best, 100 * (1 - WIN_MARGIN), baseline,
+            " without its device time" if device_run is not None and best not in device_ms else "",
+            baseline, rounds, spent)
         best = baseline
     return Decision(choice=best, source="tuned", reason=reason, times_ms=times, errors=errors,
                     skipped=skipped, runs=runs, host_ms=host_ms, max_errors=max_errors,
