@@ -26,9 +26,9 @@ autocast to bfloat16 with TF32 off), with cudnn.benchmark on as BENCHMARKS.md's 
               rounds than --rounds (a host-bound step's ratio spreads more round to round, and
               its median's 95% interval narrows as the square root of the rounds)
 The tuner's decisions per network go into the JSON. Writes DIR/networks-<device>.json.
---join: one document from runs of one commit that timed different rows (a run that a command's
-time limit cut, and the rest by --nets/--modes), written to DIR/networks-<device>.json; refused
-where the runs differ in anything but the rows, their rounds and the run's own record.
+--join: one document from runs of one clean commit that timed different rows (a run that a
+command's time limit cut, and the rest by --nets/--modes), written to DIR/networks-<device>.json;
+refused where the runs differ in anything but the rows, their rounds and the run's own record.
 """
 from __future__ import annotations
 
@@ -240,14 +240,20 @@ JOIN_OWN = ("date", "argv", "rows", "sections", "summary", "tuner_report", "stat
 
 
 def join(docs: list) -> dict:
-    """One networks document from runs of one commit (docs, each a results document) that timed
-    different rows: the rows in NETWORKS x MODES order, each run's sections and stats together,
-    the summary recomputed, the argv of each run, the latest date. A ValueError where a row was
-    timed twice, or where the runs differ in anything else (commit and tree state, device,
-    versions, settings but rounds_for, which joins where it agrees)."""
+    """One networks document from runs of one clean commit (docs, each a results document) that
+    timed different rows: the rows in NETWORKS x MODES order, each run's sections and stats
+    together, the summary recomputed, rounds_for rebuilt from the rounds each row was given, the
+    argv of each run, the latest date. A ValueError where a row was timed twice, is not a
+    network and mode of this benchmark or was given other rounds than its run's settings say, or
+    where the runs differ in anything else (commit and tree state, device, versions, settings
+    but rounds_for)."""
     if not docs:
         raise ValueError("nothing to join")
     first = docs[0]
+    if not first["git"].get("commit") or first["git"].get("dirty") is not False:
+        raise ValueError("run 0 is not of a clean commit (%s)" % first["git"])
+    settings = {k: v for k, v in first["config"].items() if k != "rounds_for"}
+    order = [(n, m) for n in NETWORKS for m in MODES]
     rounds: dict = {}
     rows: dict = {}
     for i, d in enumerate(docs):
@@ -262,27 +268,34 @@ def join(docs: list) -> dict:
                 {k: v for k, v in first["git"].items() if k != "note"}:
             raise ValueError("run %d is of another tree: %s, not %s" % (
                 i, d["git"].get("commit"), first["git"].get("commit")))
-        cfg = {k: v for k, v in d["config"].items() if k != "rounds_for"}
-        if cfg != {k: v for k, v in first["config"].items() if k != "rounds_for"}:
-            raise ValueError("run %d has other settings: %s" % (i, cfg))
-        for k, r in d["config"].get("rounds_for", {}).items():
-            if rounds.setdefault(k, r) != r:
-                raise ValueError("rounds for %s differ: %s and %s" % (k, rounds[k], r))
+        if {k: v for k, v in d["config"].items() if k != "rounds_for"} != settings:
+            raise ValueError("run %d has other settings: %s" % (i, d["config"]))
+        given = d["config"].get("rounds_for", {})
         for r in d["rows"]:
             key = (r["network"], r["mode"])
+            if key not in order:
+                raise ValueError("run %d has a row of no network and mode of this benchmark: "
+                                 "%s %s" % ((i,) + key))
             if key in rows:
                 raise ValueError("row %s %s is in two runs" % key)
+            want = given.get("%s:%s" % key, given.get(key[0], settings["rounds"]))
+            if r.get("rounds", want) != want:
+                raise ValueError("row %s %s was timed %s rounds, its run's settings say %s"
+                                 % (key + (r["rounds"], want)))
+            if want != settings["rounds"]:
+                rounds["%s:%s" % key] = want
             rows[key] = r
-    order = [(n, m) for n in NETWORKS for m in MODES]
     out = {k: v for k, v in first.items() if k not in JOIN_OWN}
     out["date"] = max(d["date"] for d in docs)
     out["argv"] = []
     for d in docs:  # a joined document's argv is already one list a run
         out["argv"] += d["argv"] if d["argv"] and isinstance(d["argv"][0], list) else [d["argv"]]
     out["config"] = dict(first["config"], rounds_for=rounds)
-    joined = "%d runs of this tree joined (bench_networks --join)" % len(docs)
-    out["git"] = dict(first["git"],
-                      note="; ".join(filter(None, [first["git"].get("note"), joined])))
+    notes = [n for d in docs for n in (d["git"].get("note") or "").split("; ")
+             if n and not n.endswith("(bench_networks --join)")]
+    notes = list(dict.fromkeys(notes)) + [
+        "%d runs of this tree joined (bench_networks --join)" % len(out["argv"])]
+    out["git"] = dict(first["git"], note="; ".join(notes))
     out["rows"] = [rows[k] for k in order if k in rows]
     names = ["%s %s" % k for k in order]
     sections = {k: v for d in docs for k, v in d.get("sections", {}).items()}
@@ -293,10 +306,12 @@ def join(docs: list) -> dict:
     reports = [d["tuner_report"] for d in docs if d.get("tuner_report")]
     if reports:
         out["tuner_report"] = "\n".join(reports)
-    # a run cut short wrote no stats: its failed rows are its errors
-    out["stats"] = {"errors": sum(d["stats"]["errors"] if "stats" in d else
-                                  sum(1 for r in d["rows"] if "failed" in r) for d in docs),
-                    "oom": sum(d.get("stats", {}).get("oom", 0) for d in docs)}
+    # a run cut short wrote no stats: its failed rows say which were out of memory (common.guard)
+    out["stats"] = {"errors": 0, "oom": 0}
+    for d in docs:
+        for k in out["stats"]:
+            out["stats"][k] += d["stats"][k] if "stats" in d else sum(
+                1 for r in d["rows"] if "failed" in r and bool(r.get("oom")) == (k == "oom"))
     out["elapsed_s"] = sum(d["elapsed_s"] if d.get("elapsed_s") is not None else
                            sum(v["s"] for v in d.get("sections", {}).values()) for d in docs)
     return {k: out[k] for k in list(first) + [k for k in out if k not in first] if k in out}
@@ -314,17 +329,24 @@ def main(argv=None) -> int:
     ap.add_argument("--best-of", type=int, default=1,
                     help="rotations per round, each model's least trial kept (default 1)")
     ap.add_argument("--join", nargs="+", metavar="RUN.json",
-                    help="join these runs' rows into one document (see above); times nothing")
+                    help="join these runs' rows into one document, written to --out (default "
+                    "benchmarks/results, replacing the file there); times nothing")
     args = ap.parse_args(argv)
     if args.join:
-        docs = []
-        for path in args.join:
-            with open(path) as f:
-                docs.append(json.load(f))
+        timing = [o for o in ("nets", "modes", "steps", "rounds", "best_of", "quick")
+                  if getattr(args, o) != ap.get_default(o)] + (["rounds_for"] if args.rounds_for
+                                                              else [])
+        if timing:
+            ap.error("--join times nothing: --%s do not apply"
+                     % ", --".join(o.replace("_", "-") for o in timing))
         try:
+            docs = []
+            for path in args.join:
+                with open(path) as f:
+                    docs.append(json.load(f))
             doc = join(docs)
-        except ValueError as e:
-            ap.error("--join: %s" % e)
+        except (OSError, ValueError, KeyError) as e:  # a JSON error is a ValueError
+            ap.error("--join: %s: %s" % (type(e).__name__, e))
         res = common.Results(args.out, doc)
         res.save()
         print(render(doc))
