@@ -542,12 +542,24 @@ def test_the_layer_check_weighs_the_whole_step(timed, no_fft, monkeypatch, label
     assert next(iter(m2._fl_plans.values())).native == (not kept)
 
 
-def test_the_layer_check_counts_host_time_after_other_work(timed, no_fft, monkeypatch):
+@pytest.fixture
+def one_thread():
+    """PyTorch on one thread of its own: on a loaded machine its thread pool's barriers, not the
+    host path a test weighs, took a tiny layer's forward + backward to 36-79 ms (2 cores, another
+    test run and matrix products beside it)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_layer_check_counts_host_time_after_other_work(timed, no_fft, monkeypatch,
+                                                            one_thread):
     """In a network's step a layer's calls come between other layers', which leave its host path
     cold: a plan as fast as a memo back to back but whose calls take 20 ms more of the host's time
     each after other work (on the CPU, where host time is all the time, a hundred times PyTorch's
-    step of this small layer, so a loaded machine does not close the gap) goes back to PyTorch's
-    path, and the report gives the host times."""
+    step of this small layer, on one thread so that a loaded machine does not close the gap) goes
+    back to PyTorch's path, and the report gives the host times."""
     real_other, real_timer = tuner_conv2d.other_work, tuner_conv2d.step_timer
 
     def other_work(device):
