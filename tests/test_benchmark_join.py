@@ -110,10 +110,12 @@ def test_the_command_writes_the_joined_document_and_refuses_timing_options(tmp_p
     assert bench_networks.main(["--join", *map(str, paths), "--out", str(out)]) == 0
     doc = json.loads((out / "networks-gpu.json").read_text())
     assert [r["network"] for r in doc["rows"]] == ["vgg16", "alexnet"]
-    joins = ["--join", *map(str, paths)]
+    # each into a folder of the test's, so that a run which failed to refuse writes nothing else
+    joins = ["--join", *map(str, paths), "--out", str(tmp_path / "refused")]
     for args in (joins + ["--rounds", "3"], joins + ["--nets", "vgg16"],
                  joins + ["--rounds-for", "vgg16=3"],
                  ["--join", str(paths[0]), str(tmp_path / "missing.json"), "--out", str(out)]):
         with pytest.raises(SystemExit):
             bench_networks.main(args)
+    assert not (tmp_path / "refused").exists()
     assert "--join" in capsys.readouterr().err
