@@ -237,6 +237,7 @@ def render(doc) -> str:
 
 # What runs joined may differ in: their rows, the rounds given rows, and each run's own record.
 JOIN_OWN = ("date", "argv", "rows", "sections", "summary", "tuner_report", "stats", "elapsed_s")
+JOIN_CONFIG = ("rounds_for", "merged")
 
 
 def join(docs: list) -> dict:
@@ -252,7 +253,7 @@ def join(docs: list) -> dict:
     first = docs[0]
     if not first["git"].get("commit") or first["git"].get("dirty") is not False:
         raise ValueError("run 0 is not of a clean commit (%s)" % first["git"])
-    settings = {k: v for k, v in first["config"].items() if k != "rounds_for"}
+    settings = {k: v for k, v in first["config"].items() if k not in JOIN_CONFIG}
     order = [(n, m) for n in NETWORKS for m in MODES]
     rounds: dict = {}
     rows: dict = {}
@@ -268,7 +269,7 @@ def join(docs: list) -> dict:
                 {k: v for k, v in first["git"].items() if k != "note"}:
             raise ValueError("run %d is of another tree: %s, not %s" % (
                 i, d["git"].get("commit"), first["git"].get("commit")))
-        if {k: v for k, v in d["config"].items() if k != "rounds_for"} != settings:
+        if {k: v for k, v in d["config"].items() if k not in JOIN_CONFIG} != settings:
             raise ValueError("run %d has other settings: %s" % (i, d["config"]))
         given = d["config"].get("rounds_for", {})
         for r in d["rows"]:
@@ -290,12 +291,10 @@ def join(docs: list) -> dict:
     out["argv"] = []
     for d in docs:  # a joined document's argv is already one list a run
         out["argv"] += d["argv"] if d["argv"] and isinstance(d["argv"][0], list) else [d["argv"]]
-    out["config"] = dict(first["config"], rounds_for=rounds)
-    notes = [n for d in docs for n in (d["git"].get("note") or "").split("; ")
-             if n and not n.endswith("(bench_networks --join)")]
-    notes = list(dict.fromkeys(notes)) + [
-        "%d runs of this tree joined (bench_networks --join)" % len(out["argv"])]
-    out["git"] = dict(first["git"], note="; ".join(notes))
+    # make_docs says what a document joins (config "merged")
+    out["config"] = dict(first["config"], rounds_for=rounds, merged=(
+        "the rows of %d runs of this commit (bench_networks --join; each run's arguments in argv)"
+        % len(out["argv"])))
     out["rows"] = [rows[k] for k in order if k in rows]
     names = ["%s %s" % k for k in order]
     sections = {k: v for d in docs for k, v in d.get("sections", {}).items()}

@@ -51,12 +51,12 @@ def test_rows_join_in_the_benchmarks_order_with_the_summary_of_all():
     assert doc["stats"] == {"errors": 0, "oom": 2}
     assert doc["elapsed_s"] == 4.0 + 10.0 + 10.0  # the cut run's sections stand for its time
     assert doc["tuner_report"].count("report of") == 3
-    assert doc["git"]["commit"] == "abc" and doc["git"]["dirty"] is False
-    assert doc["git"]["note"] == "manifest; 3 runs of this tree joined (bench_networks --join)"
+    assert doc["git"] == cut["git"]
+    assert "the rows of 3 runs of this commit" in doc["config"]["merged"]
     # joined again with another run: each run's argv once, and counted once
     again = bench_networks.join([doc, run([("resnet18", "fp32", 1.2)])])
     assert len(again["argv"]) == 4 and len(again["rows"]) == 5
-    assert again["git"]["note"] == "manifest; 4 runs of this tree joined (bench_networks --join)"
+    assert "the rows of 4 runs of this commit" in again["config"]["merged"]
 
 
 def test_a_cut_runs_failed_rows_count_as_its_errors_and_out_of_memory():
