@@ -368,15 +368,18 @@ def check_passes(ours, x, w, b, gy, padding, precision: str, basis=None, mutatio
 
 class RecordOps(torch.utils._python_dispatch.TorchDispatchMode):
     """Records the fastlayers ops that run: (name, args); trailing default arguments are not
-    recorded, so read them with backend_of / tile_of."""
+    recorded, so read them with backend_of / tile_of. names_only: (name, None), so that no
+    tensor of a call outlives it (kept arguments move the allocator's later blocks, and with them
+    the addresses a cached graph's key holds)."""
 
-    def __init__(self):
+    def __init__(self, names_only=False):
         super().__init__()
         self.calls = []
+        self.names_only = names_only
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "fastlayers":
-            self.calls.append((func._opname, args))
+            self.calls.append((func._opname, None if self.names_only else args))
         return func(*args, **(kwargs or {}))
 
 

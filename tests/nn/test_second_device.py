@@ -1,10 +1,9 @@
 """Layers on the second GPU while the first is current, as a model placed with .to("cuda:1")
 runs: every algorithm family's kernels run on the tensors' device (the same values as on the
-first GPU, step after step: the fused LSTM's cached graph, keyed by shapes and weights, is
-recorded on the second step and replayed on the third; no memory of PyTorch's allocator left taken
-there), the tuned module decides and keeps the tuner's accuracy rule, and the current device is
-left as it was. Not reached: the Winograd pipeline's graph, whose key holds the tensors' addresses
-(new tensors every step here); nor are the graph counters asserted."""
+first GPU, step after step, with the same cached graphs recorded and replayed there: the
+Winograd pipeline's, keyed by the tensors' addresses, and the fused LSTM's, keyed by shapes and
+weights; no memory of PyTorch's allocator left taken there), the tuned module decides and keeps
+the tuner's accuracy rule, and the current device is left as it was."""
 import copy
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 from torch import nn
 
 import fastlayers
+from fastlayers import _C
 from conv_samples import RecordOps, cudnn_tf32, pass_decisions
 
 pytestmark = [pytest.mark.gpu,
@@ -35,29 +35,47 @@ def conv_step(m, x, gy):
     return [y.detach(), xi.grad, m.weight.grad, m.bias.grad]
 
 
-STEPS = 3  # a key's first call, the second (which records a graph where one is kept) and the third
+# A key's first call, the second (which records a graph where one is kept) and the third (which
+# replays it). The steps keep their inputs in place and record op names only, so that a step's
+# tensors take the addresses the step before had (the Winograd pipeline's key holds them).
+STEPS = 3
+GRAPH_PLANS = {"winograd-pipeline"}  # the conv plans whose passes run as cached graphs
+
+
+def graph_counts():
+    return _C.step_graph_recordings(), _C.step_graph_replays()
 
 
 def on_each_device(make, step):
     """STEPS x step(make(dev)) on cuda:0, then on cuda:1 with cuda:0 current: both runs' results
-    (on the CPU, step after step, concatenated), and the bytes the second run left allocated on
-    cuda:0."""
+    (on the CPU, step after step, concatenated), the bytes the second run left allocated on
+    cuda:0, and each run's cached graphs recorded and launched (graph_counts' growth)."""
     torch.cuda.set_device(0)
-    out = {}
+    out, graphs = {}, {}
     for dev in ("cuda:0", "cuda:1"):
         torch.cuda.synchronize(0)
         before = torch.cuda.memory_allocated(0)
-        m = make(torch.device(dev))
+        state = make(torch.device(dev))
+        counts = graph_counts()
         out[dev] = []
         for _ in range(STEPS):
-            got = step(m)
+            got = step(state)
             assert all(t.device == torch.device(dev) for t in got)
             assert torch.cuda.current_device() == 0
             out[dev] += [t.cpu() for t in got]
             del got
-        del m
+        graphs[dev] = tuple(b - a for a, b in zip(counts, graph_counts()))
+        del state
         left_on_0 = torch.cuda.memory_allocated(0) - before
-    return out["cuda:0"], out["cuda:1"], left_on_0
+    return out["cuda:0"], out["cuda:1"], left_on_0, graphs
+
+
+def assert_same_graphs(graphs, cached, passes):
+    """Both devices recorded and launched as many graphs; `cached`: each of the `passes` keys was
+    recorded once and launched on every step after its first, else no graph ran."""
+    assert graphs["cuda:1"] == graphs["cuda:0"], graphs
+    want = (passes, passes * (STEPS - 1)) if cached else (0, 0)
+    assert graphs["cuda:1"] == want, graphs
 
 
 @pytest.mark.parametrize("plan", CONV_PLANS)
@@ -65,13 +83,23 @@ def test_conv_on_the_second_gpu(plan):
     torch.manual_seed(0)
     base = fastlayers.Conv2d(8, 16, 3, padding=1).force_algorithms(*CONV_PLANS[plan])
     x, gy = torch.randn(4, 8, 12, 12), torch.randn(4, 16, 12, 12)
-    with cudnn_tf32(False), RecordOps() as rec:
-        first, second, left_on_0 = on_each_device(
-            lambda dev: copy.deepcopy(base).to(dev),
-            lambda m: conv_step(m, x.to(m.weight.device), gy.to(m.weight.device)))
+
+    def make(dev):
+        return copy.deepcopy(base).to(dev), x.to(dev).requires_grad_(), gy.to(dev)
+
+    def step(state):
+        m, xi, gyi = state
+        m.zero_grad(set_to_none=True)
+        xi.grad = None
+        y = m(xi)
+        y.backward(gyi)
+        return [y.detach(), xi.grad, m.weight.grad, m.bias.grad]
+    with cudnn_tf32(False), RecordOps(names_only=True) as rec:
+        first, second, left_on_0, graphs = on_each_device(make, step)
     passes = [n for n, _ in rec.calls if n.endswith(("conv2d", "input_grad", "weight_grad"))]
     assert len(passes) == 6 * STEPS, passes  # three passes a step a device, none on PyTorch's
     assert left_on_0 == 0
+    assert_same_graphs(graphs, plan in GRAPH_PLANS, 3)
     for a, b in zip(first, second):  # the same kernels on the same model of GPU
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
@@ -103,16 +131,23 @@ def test_lstm_on_the_second_gpu(algorithm):
     base = fastlayers.LSTM(8, 16, 2).force_algorithm(algorithm)
     x, gy = torch.randn(5, 3, 8), torch.randn(5, 3, 16)
 
-    def step(m):
-        dev = m.weight_ih_l0.device
+    def make(dev):
+        return copy.deepcopy(base).to(dev), x.to(dev).requires_grad_(), gy.to(dev)
+
+    def step(state):
+        m, xi, gyi = state
         m.zero_grad(set_to_none=True)
-        xi = x.to(dev).requires_grad_()
+        xi.grad = None
         y, _ = m(xi)
-        y.backward(gy.to(dev))
+        y.backward(gyi)
         return [y.detach(), xi.grad] + [p.grad for p in m.parameters()]
-    with cudnn_tf32(False), RecordOps() as rec:
-        first, second, left_on_0 = on_each_device(lambda dev: copy.deepcopy(base).to(dev), step)
+    with cudnn_tf32(False), RecordOps(names_only=True) as rec:
+        first, second, left_on_0, graphs = on_each_device(make, step)
     assert rec.calls and all(n.startswith("lstm") for n, _ in rec.calls)
     assert left_on_0 == 0
+    assert graphs["cuda:1"] == graphs["cuda:0"], graphs
+    if algorithm == "fused":  # its step loops run as cached graphs: recorded, then replayed
+        recorded, launched = graphs["cuda:1"]
+        assert recorded > 0 and launched == recorded * (STEPS - 1), graphs
     for a, b in zip(first, second):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
