@@ -55,13 +55,15 @@ def plan_labels(module):
 
 
 def hold(converted, held, pattern):
-    """Pins the layers of `held` that have a pass whose label in `converted` (its twin, tuned)
-    matches `pattern` (fnmatch): those passes to native, the layer's others to their tuned
-    labels. Returns the passes held."""
+    """Pins the layers of `held` that have a pass on fastlayers whose label in `converted` (its
+    twin, tuned) matches `pattern` (fnmatch): those passes to native, the layer's others to their
+    tuned labels. Returns the passes held."""
     n = 0
     for c, h in zip(converted.modules(), held.modules()):
         labels = plan_labels(c)
-        match = [fnmatch.fnmatchcase(v, pattern) for v in labels]
+        # passes on PyTorch's path are not held: '*' holds every pass on fastlayers, and no
+        # layer without one is pinned (a stride-2 layer would warn that its pins go unused)
+        match = [v != "native" and fnmatch.fnmatchcase(v, pattern) for v in labels]
         n_held = sum(match)
         if n_held:  # (a layer with none decides as its twin did: the same cache)
             n += n_held

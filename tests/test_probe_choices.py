@@ -50,3 +50,34 @@ def test_a_rows_choices_are_the_decisions_taken(tmp_path, monkeypatch):
         probe_held_passes.replay_choices(str(results), "net", "fp16")
     with pytest.raises(ValueError, match="records no choices"):
         probe_held_passes.replay_choices(str(results), "net", "tf32")
+
+
+def test_only_passes_on_fastlayers_are_held(monkeypatch):
+    # '*' holds every pass on fastlayers and pins no layer whose passes all run PyTorch's path
+    # (a stride-2 layer among them, whose pins would go unused with a warning).
+    monkeypatch.setattr(tuner._state, "tune_cpu", True)
+    import warnings
+    from torch import nn
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1),
+                             nn.Conv2d(4, 4, 3, padding=1, stride=2))
+    plans = [("winograd:2", "native", "winograd:4"), ("native",) * 3, None]
+    converted = fastlayers.convert(net())
+    for m, plan in zip(converted, plans):
+        if plan is not None:
+            m.force_algorithms(*plan)
+    step(converted)
+    assert [probe_held_passes.plan_labels(m) for m in converted][:2] == [list(p) for p in plans[:2]]
+
+    def held_by(pattern):
+        held = fastlayers.convert(net())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no pin may go unused
+            n = probe_held_passes.hold(converted, held, pattern)
+        return n, [m._fl_forced for m in held]
+    assert held_by("*") == (2, [("native",) * 3, None, None])
+    assert held_by("winograd:4") == (1, [("winograd:2", "native", "native"), None, None])
+    assert held_by("native") == (0, [None] * 3)
+    assert held_by("fft*") == (0, [None] * 3)
