@@ -606,6 +606,61 @@ def test_the_layer_check_counts_device_time(timed, no_fft, simulated_device, mon
     assert next(iter(m._fl_plans.values())).native
 
 
+def test_the_layer_check_times_no_device_where_no_plan_could_win(timed, no_fft, simulated_device,
+                                                                 monkeypatch):
+    """The device term only adds to a plan's cost: a plan that loses without it (5 ms of the
+    host's a call) is turned down without timing the device, PyTorch's layer included, and the
+    reason says its figure leaves the term out."""
+    timed("timed:sleep=5")
+    m, _, row = layer_with_every_pass_on("timed:sleep=5", monkeypatch, channels=4, size=8,
+                                         batch=1)
+    assert row["choice"] == "native", tuner.report()
+    assert row["device_ms"] == {} and not DEVICE_TIMER_ARGS, (DEVICE_TIMER_ARGS, tuner.report())
+    assert "PyTorch's (without its device time)" in row["reason"], row["reason"]
+    assert "; device time" not in row["reason"]
+
+
+def test_the_layer_check_times_on_the_device_only_plans_that_could_win(timed, no_fft,
+                                                                       simulated_device,
+                                                                       monkeypatch):
+    """Of two plans, the one that would win without the device term (every pass nearly free) is
+    timed on the device beside PyTorch's layer, a figure for each round's; the other (its weight
+    gradient moved to a candidate costing 5 ms a call) is not, and the reason says so."""
+    timed("timed:memo", "timed:sleep=5")
+    monkeypatch.setattr(algorithms.winograd.FAMILY, "candidates", lambda problem, pass_: [])
+    tuner.set_budget(0.05)
+    real = tuner_conv2d.measure
+    figures_of_passes = []  # the device figures taken when the passes' measurements ended
+
+    def measure(p, pass_, device):
+        d = real(p, pass_, device)
+        figures_of_passes.append(len(DEVICE_TIMER_ARGS))
+        if pass_ == "weight_grad":  # left on PyTorch's path, the slow label its best other
+            d.choice = NATIVE.label
+            d.times_ms = {k: v for k, v in d.times_ms.items() if k != "timed:memo"}
+        else:
+            d.choice = "timed:memo"
+        return d
+    monkeypatch.setattr(tuner_conv2d, "measure", measure)
+    m = fastlayers.Conv2d(32, 32, 3, padding=1)  # PyTorch's two gradients cost the step
+    m(torch.randn(4, 32, 32, 32, requires_grad=True)).sum().backward()
+    rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
+    assert len(rows) == 1, tuner.report()
+    row = rows[0]
+    slow = "timed:memo/timed:memo/timed:sleep=5"
+    assert set(row["times_ms"]) == {"native", "tuned", slow}, row
+    assert row["times_ms"][slow] > row["times_ms"]["native"], tuner.report()
+    assert set(row["device_ms"]) == {"native", "tuned"}, tuner.report()
+    assert "also timed: %s " % slow in row["reason"], row["reason"]
+    assert row["reason"].endswith("(without its device time))"), row["reason"]
+    # the layer check's own: a figure a round each for PyTorch's layer and the plan, each given
+    # its round's calls back to back (at least 3) and at most DEVICE_CALLS of them
+    check = DEVICE_TIMER_ARGS[figures_of_passes[-1]:]
+    assert len(check) == 2 * tuner_conv2d.LAYER_ROUNDS, check
+    assert all(3 <= wall_calls and calls == min(wall_calls, tuner.measure.DEVICE_CALLS)
+               and 0 < host <= wall for calls, host, wall, wall_calls in check), check
+
+
 def test_the_layer_check_moves_the_passes_left_on_pytorchs_path(timed, no_fft, monkeypatch):
     """Passes are tuned one by one, each beside PyTorch's path for the others: a layer whose
     forward and input gradient took a nearly free label, and whose weight gradient stayed on

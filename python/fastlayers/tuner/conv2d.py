@@ -7,7 +7,7 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, List, Optional, Sequence, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -389,7 +389,10 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     device shows the host's time, and a step whose device is the bottleneck pays the device's),
     over PyTorch's wall time in the same round; its figure is the median of those ratios times
     PyTorch's median. Ratios within a round cancel the host's drift, which a host-bound layer's
-    separate medians did not."""
+    separate medians did not. The device term only adds to a round's cost, so a plan whose figure
+    without it is not WIN_MARGIN below PyTorch's cannot be kept with it: only the others, and
+    PyTorch's layer beside them, are timed on the device, after the rounds, a figure for each
+    round's (given that round's wall and host time), in the same rotation."""
     p = c.problem
     x, w, gy = inputs(p, device)
     # seeded as inputs() is: tuning leaves the process's random generators as they were
@@ -408,9 +411,18 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     device_run = device_timer(device)
     names = list(steps)
     walls = {k: [] for k in steps}
+    warms = {k: [] for k in steps}
     hosts = {k: [] for k in steps}
-    devs = {k: [] for k in steps}
-    ratios = {k: [] for k in names[1:]}
+
+    def rotated(keys, r):
+        return keys[r % len(keys):] + keys[:r % len(keys)]
+
+    def ratios(k, devs=None):
+        """A plan's cost over PyTorch's wall time, round by round (with the device term where
+        `devs` holds both its figures and PyTorch's)."""
+        return [step_cost(walls[k][r], hosts[k][r], hosts["native"][r],
+                          *((devs[k][r], devs["native"][r]) if devs else (None, None)))
+                / walls["native"][r] for r in range(LAYER_ROUNDS)]
     with torch.autocast(device.type, enabled=False), torch.enable_grad(), \
             problem_precision("conv", p):
         other = other_work(device)
@@ -429,35 +441,43 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
         first = max(run(fn, (), 2)[0] for fn in steps.values())
         calls = max(3, min(32, int(LAYER_TRIAL_MS / max(first, 1e-3))))
         for r in range(LAYER_ROUNDS):
-            for k in names[r % len(names):] + names[:r % len(names)]:
+            for k in rotated(names, r):
                 wall, warm = run(steps[k], (), calls)
                 walls[k].append(wall)
+                warms[k].append(warm)
                 hosts[k].append(cold(steps[k]))
-                if device_run is not None:
-                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS), warm, wall,
-                                              calls))
-            for k in ratios:
-                dev = (devs[k][-1], devs["native"][-1]) if device_run is not None else (None,) * 2
-                ratios[k].append(step_cost(walls[k][-1], hosts[k][-1], hosts["native"][-1], *dev)
-                                 / walls["native"][-1])
+        times = {"native": statistics.median(walls["native"])}
+        times.update({k: statistics.median(ratios(k)) * times["native"] for k in names[1:]})
+        can_win = [k for k in names[1:] if times[k] <= WIN_MARGIN * times["native"]]
+        devs: Dict[str, List[float]] = {}
+        if device_run is not None and can_win:
+            timed = ["native"] + can_win
+            devs = {k: [] for k in timed}
+            for r in range(LAYER_ROUNDS):
+                for k in rotated(timed, r):
+                    devs[k].append(device_run(steps[k], (), min(calls, DEVICE_CALLS),
+                                              warms[k][r], walls[k][r], calls))
+            times.update({k: statistics.median(ratios(k, devs)) * times["native"]
+                          for k in can_win})
     host = {k: statistics.median(v) for k, v in hosts.items()}
-    dev_ms = {k: statistics.median(v) for k, v in devs.items() if v}
-    times = {"native": statistics.median(walls["native"])}
-    times.update({k: statistics.median(v) * times["native"] for k, v in ratios.items()})
+    dev_ms = {k: statistics.median(v) for k, v in devs.items()}
     best = min((k for k in steps if k != "native"), key=times.get)
     keep = times[best] <= WIN_MARGIN * times["native"]
     plan = "/".join(layer_labels(c, best))
-    reason = ("the layer's forward + backward with %s (%s) costs %.2fx PyTorch's: %s (win "
+    untimed = " (without its device time)" if device_run is not None else ""
+    reason = ("the layer's forward + backward with %s (%s) costs %.2fx PyTorch's%s: %s (win "
               "margin %.0f%%; host time after other work %.3g ms against PyTorch's %.3g%s; %d "
               "rounds of %d calls%s)" % (
-                  "its passes as tuned" if best == "tuned" else "the plan", plan,
-                  times[best] / times["native"], "kept" if keep else "PyTorch's path instead",
-                  100 * (1 - WIN_MARGIN), host[best], host["native"],
-                  "; device time %.3g ms against %.3g" % (dev_ms[best], dev_ms["native"])
-                  if dev_ms else "", LAYER_ROUNDS, calls,
-                  "" if c.alternative is None else "; also timed: %s" % ", ".join(
-                      "%s %.2fx" % ("/".join(layer_labels(c, k)), times[k] / times["native"])
-                      for k in steps if k not in ("native", best))))
+                "its passes as tuned" if best == "tuned" else "the plan", plan,
+                times[best] / times["native"], "" if best in dev_ms else untimed,
+                "kept" if keep else "PyTorch's path instead",
+                100 * (1 - WIN_MARGIN), host[best], host["native"],
+                "; device time %.3g ms against %.3g" % (dev_ms[best], dev_ms["native"])
+                if best in dev_ms else "", LAYER_ROUNDS, calls,
+                "" if c.alternative is None else "; also timed: %s" % ", ".join(
+                    "%s %.2fx%s" % ("/".join(layer_labels(c, k)), times[k] / times["native"],
+                                    "" if k in dev_ms else untimed)
+                    for k in steps if k not in ("native", best))))
     return decide.Decision(choice=best if keep else "native", source="tuned", reason=reason,
                            times_ms=times,
                            runs={k: LAYER_ROUNDS * (calls + COLD_CALLS) for k in steps},
