@@ -606,17 +606,44 @@ def test_the_layer_check_counts_device_time(timed, no_fft, simulated_device, mon
     assert next(iter(m._fl_plans.values())).native
 
 
+def layer_check_figures(monkeypatch):
+    """The layer checks' device figures: a list that gets, per check, the figures timed before
+    it began (DEVICE_TIMER_ARGS' length), so that DEVICE_TIMER_ARGS[list[-1]:] are the last
+    check's own (the passes' measurements time some too); and the step timer's figures of each
+    plan's calls in the checks, [(fn, calls, wall, host)]."""
+    starts, walls = [], []
+    real_check, real_timer = tuner_conv2d.measure_layer, tuner_conv2d.step_timer
+
+    def measure_layer(*a, **k):
+        starts.append(len(DEVICE_TIMER_ARGS))
+        return real_check(*a, **k)
+
+    def step_timer(device):
+        run = real_timer(device)
+
+        def recorded(fn, args, calls=1):
+            wall, host = run(fn, args, calls)
+            walls.append((fn, calls, wall, host))
+            return wall, host
+        return recorded
+    monkeypatch.setattr(tuner_conv2d, "measure_layer", measure_layer)
+    monkeypatch.setattr(tuner_conv2d, "step_timer", step_timer)
+    return starts, walls
+
+
 def test_the_layer_check_times_no_device_where_no_plan_could_win(timed, no_fft, simulated_device,
                                                                  monkeypatch):
     """The device term only adds to a plan's cost: a plan that loses without it (5 ms of the
     host's a call) is turned down without timing the device, PyTorch's layer included, and the
     reason says its figure leaves the term out."""
     timed("timed:sleep=5")
+    starts, _ = layer_check_figures(monkeypatch)
     m, _, row = layer_with_every_pass_on("timed:sleep=5", monkeypatch, channels=4, size=8,
                                          batch=1)
     assert row["choice"] == "native", tuner.report()
-    assert row["device_ms"] == {} and not DEVICE_TIMER_ARGS, (DEVICE_TIMER_ARGS, tuner.report())
-    assert "PyTorch's (without its device time)" in row["reason"], row["reason"]
+    assert len(starts) == 1 and not DEVICE_TIMER_ARGS[starts[0]:], DEVICE_TIMER_ARGS
+    assert row["device_ms"] == {}, tuner.report()
+    assert "PyTorch's (its device time not timed)" in row["reason"], row["reason"]
     assert "; device time" not in row["reason"]
 
 
@@ -624,17 +651,28 @@ def test_the_layer_check_times_on_the_device_only_plans_that_could_win(timed, no
                                                                        simulated_device,
                                                                        monkeypatch):
     """Of two plans, the one that would win without the device term (every pass nearly free) is
-    timed on the device beside PyTorch's layer, a figure for each round's; the other (its weight
-    gradient moved to a candidate costing 5 ms a call) is not, and the reason says so."""
+    timed on the device beside PyTorch's layer, one figure per round, each given that round's
+    wall and host time of the plan's calls; the other (its weight gradient moved to a candidate
+    costing 5 ms a call) is not, and the reason says so."""
     timed("timed:memo", "timed:sleep=5")
     monkeypatch.setattr(algorithms.winograd.FAMILY, "candidates", lambda problem, pass_: [])
     tuner.set_budget(0.05)
+    starts, walls = layer_check_figures(monkeypatch)
+    real_timer = tuner_conv2d.device_timer  # the simulated one: which plan each figure is for
+    device_fns = []
+
+    def device_timer(device):
+        run = real_timer(device)
+
+        def recorded(fn, *a):
+            device_fns.append(fn)
+            return run(fn, *a)
+        return recorded
+    monkeypatch.setattr(tuner_conv2d, "device_timer", device_timer)
     real = tuner_conv2d.measure
-    figures_of_passes = []  # the device figures taken when the passes' measurements ended
 
     def measure(p, pass_, device):
         d = real(p, pass_, device)
-        figures_of_passes.append(len(DEVICE_TIMER_ARGS))
         if pass_ == "weight_grad":  # left on PyTorch's path, the slow label its best other
             d.choice = NATIVE.label
             d.times_ms = {k: v for k, v in d.times_ms.items() if k != "timed:memo"}
@@ -645,20 +683,28 @@ def test_the_layer_check_times_on_the_device_only_plans_that_could_win(timed, no
     m = fastlayers.Conv2d(32, 32, 3, padding=1)  # PyTorch's two gradients cost the step
     m(torch.randn(4, 32, 32, 32, requires_grad=True)).sum().backward()
     rows = [r for r in tuner.decisions() if ".layer|" in r["key"]]
-    assert len(rows) == 1, tuner.report()
+    assert len(rows) == 1 and len(starts) == 1, tuner.report()
     row = rows[0]
     slow = "timed:memo/timed:memo/timed:sleep=5"
     assert set(row["times_ms"]) == {"native", "tuned", slow}, row
     assert row["times_ms"][slow] > row["times_ms"]["native"], tuner.report()
     assert set(row["device_ms"]) == {"native", "tuned"}, tuner.report()
-    assert "also timed: %s " % slow in row["reason"], row["reason"]
-    assert row["reason"].endswith("(without its device time))"), row["reason"]
-    # the layer check's own: a figure a round each for PyTorch's layer and the plan, each given
-    # its round's calls back to back (at least 3) and at most DEVICE_CALLS of them
-    check = DEVICE_TIMER_ARGS[figures_of_passes[-1]:]
-    assert len(check) == 2 * tuner_conv2d.LAYER_ROUNDS, check
-    assert all(3 <= wall_calls and calls == min(wall_calls, tuner.measure.DEVICE_CALLS)
-               and 0 < host <= wall for calls, host, wall, wall_calls in check), check
+    assert "; device time " in row["reason"], row["reason"]
+    assert "also timed: %s %.2fx (its device time not timed))" % (
+        slow, row["times_ms"][slow] / row["times_ms"]["native"]) in row["reason"], row["reason"]
+    # the check's own figures: per plan timed, one a round, each given that round's figures of
+    # the plan's calls back to back (their wall and host time, their number; at most
+    # DEVICE_CALLS of them timed), in the rounds' order
+    check = DEVICE_TIMER_ARGS[starts[0]:]
+    rounds = tuner_conv2d.LAYER_ROUNDS
+    assert len(check) == len(device_fns) == 2 * rounds, check
+    plans = {fn for fn, calls, _, _ in walls if calls > 2}  # (2: each plan's first figure)
+    assert len(plans) == 3 and set(device_fns) < plans
+    for fn in set(device_fns):
+        got = [a for f, a in zip(device_fns, check) if f is fn]
+        want = [(min(calls, tuner.measure.DEVICE_CALLS), host, wall, calls)
+                for f, calls, wall, host in walls if f is fn and calls > 2]
+        assert got == want and len(got) == rounds, (got, want)
 
 
 def test_the_layer_check_moves_the_passes_left_on_pytorchs_path(timed, no_fft, monkeypatch):

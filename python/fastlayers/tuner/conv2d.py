@@ -381,8 +381,8 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     """The layer's forward and backward with its tuned passes (and the alternative, if any)
     against PyTorch's (F.conv2d and its autograd): LAYER_ROUNDS rounds of about LAYER_TRIAL_MS
     of calls back to back per plan, in an order rotated round by round, and COLD_CALLS calls
-    after other work (the host's own time), and (on CUDA) the device's own time of a few calls
-    (device_timer). A plan's cost in a round is step_cost of its wall time back to back, its host
+    after other work (the host's own time), and (on CUDA, below) the device's own time of a few
+    calls (device_timer). A plan's cost in a round is step_cost of its wall time back to back, its host
     time after other work (host time beyond PyTorch's counts once more: a step whose host is the
     bottleneck pays it, as a network's step makes the calls) and its device time (device time
     beyond PyTorch's counts once more: back to back, a layer whose host takes longer than its
@@ -390,9 +390,9 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     over PyTorch's wall time in the same round; its figure is the median of those ratios times
     PyTorch's median. Ratios within a round cancel the host's drift, which a host-bound layer's
     separate medians did not. The device term only adds to a round's cost, so a plan whose figure
-    without it is not WIN_MARGIN below PyTorch's cannot be kept with it: only the others, and
-    PyTorch's layer beside them, are timed on the device, after the rounds, a figure for each
-    round's (given that round's wall and host time), in the same rotation."""
+    without it is above WIN_MARGIN x PyTorch's cannot be kept with it: only the others, and
+    PyTorch's layer beside them, are timed on the device, after the rounds, one figure per round
+    (given that round's wall and host time of the plan), in that round's rotated order."""
     p = c.problem
     x, w, gy = inputs(p, device)
     # seeded as inputs() is: tuning leaves the process's random generators as they were
@@ -417,11 +417,11 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     def rotated(keys, r):
         return keys[r % len(keys):] + keys[:r % len(keys)]
 
-    def ratios(k, devs=None):
+    def ratios(k, dev=None):
         """A plan's cost over PyTorch's wall time, round by round (with the device term where
-        `devs` holds both its figures and PyTorch's)."""
+        `dev` holds both its figures and PyTorch's)."""
         return [step_cost(walls[k][r], hosts[k][r], hosts["native"][r],
-                          *((devs[k][r], devs["native"][r]) if devs else (None, None)))
+                          *((dev[k][r], dev["native"][r]) if dev else (None, None)))
                 / walls["native"][r] for r in range(LAYER_ROUNDS)]
     with torch.autocast(device.type, enabled=False), torch.enable_grad(), \
             problem_precision("conv", p):
@@ -464,7 +464,7 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     best = min((k for k in steps if k != "native"), key=times.get)
     keep = times[best] <= WIN_MARGIN * times["native"]
     plan = "/".join(layer_labels(c, best))
-    untimed = " (without its device time)" if device_run is not None else ""
+    untimed = " (its device time not timed)" if device_run is not None else ""
     reason = ("the layer's forward + backward with %s (%s) costs %.2fx PyTorch's%s: %s (win "
               "margin %.0f%%; host time after other work %.3g ms against PyTorch's %.3g%s; %d "
               "rounds of %d calls%s)" % (

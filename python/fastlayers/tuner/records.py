@@ -81,9 +81,9 @@ def report() -> str:
         if r["reason"]:
             lines.append("      why: %s" % r["reason"])
         if r["times_ms"]:
-            # per call: the step cost (back to back, plus host and device time beyond native's),
-            # the calls timed, the host's own time (a layer check's: after other work) and the
-            # device's
+            # per call: the step cost (back to back, plus host time beyond native's, and device
+            # time beyond native's where the device was timed), the calls timed, the host's own
+            # time (a layer check's: after other work) and the device's where timed
             lines.append("      ms:  " + ", ".join(
                 "%s %.4g (%s%s%s)" % (k, v, r["runs"].get(k, "?"),
                                       ", host %.3g" % r["host_ms"][k] if k in r["host_ms"] else "",
