@@ -102,7 +102,7 @@ def kept_step(state, output=lambda y: y):
 def test_conv_on_the_second_gpu(plan):
     torch.manual_seed(0)
     base = fastlayers.Conv2d(7, 10, 3, padding=1).force_algorithms(*CONV_PLANS[plan])
-    x, gy = torch.randn(3, 7, 11, 13), torch.randn(3, 10, 11, 13)
+    x, gy = torch.randn(3, 7, 11, 12), torch.randn(3, 10, 11, 12)  # fused fp32: width 4k
     with cudnn_tf32(False), RecordOps(names_only=True) as rec:
         first, second, left_on_0, graphs = on_each_device(kept_inputs(base, x, gy), kept_step)
     passes = [n for n, _ in rec.calls if n.endswith(("conv2d", "input_grad", "weight_grad"))]
@@ -137,8 +137,8 @@ def test_tuned_conv_on_the_second_gpu():
 @pytest.mark.parametrize("algorithm", ["fused", "persistent"])
 def test_lstm_on_the_second_gpu(algorithm):
     torch.manual_seed(0)
-    base = fastlayers.LSTM(6, 13, 2).force_algorithm(algorithm)
-    x, gy = torch.randn(5, 3, 6), torch.randn(5, 3, 13)
+    base = fastlayers.LSTM(8, 16, 2).force_algorithm(algorithm)
+    x, gy = torch.randn(6, 3, 8), torch.randn(6, 3, 16)
     with cudnn_tf32(False), RecordOps(names_only=True) as rec:
         first, second, left_on_0, graphs = on_each_device(
             kept_inputs(base, x, gy), lambda state: kept_step(state, output=lambda out: out[0]))
