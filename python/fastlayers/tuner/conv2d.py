@@ -18,8 +18,8 @@ from ..algorithms import CONV2D_PASSES as PASSES
 from ..algorithms import NATIVE
 from . import decide
 from .cache import versions
-from .measure import (DEVICE_CALLS, WIN_MARGIN, device_timer, error_floor, measure_candidates,
-                      problem_precision, step_cost, step_timer)
+from .measure import (DEVICE_CALLS, WIN_MARGIN, could_win, device_timer, error_floor,
+                      measure_candidates, problem_precision, step_cost, step_timer)
 from .state import transforms_allowed
 
 
@@ -382,9 +382,9 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
     against PyTorch's (F.conv2d and its autograd): LAYER_ROUNDS rounds of about LAYER_TRIAL_MS
     of calls back to back per plan, in an order rotated round by round, and COLD_CALLS calls
     after other work (the host's own time), and (on CUDA, below) the device's own time of a few
-    calls (device_timer). A plan's cost in a round is step_cost of its wall time back to back, its host
-    time after other work (host time beyond PyTorch's counts once more: a step whose host is the
-    bottleneck pays it, as a network's step makes the calls) and its device time (device time
+    calls (device_timer). A plan's cost in a round is step_cost of its wall time back to back, its
+    host time after other work (host time beyond PyTorch's counts once more: a step whose host is
+    the bottleneck pays it, as a network's step makes the calls) and its device time (device time
     beyond PyTorch's counts once more: back to back, a layer whose host takes longer than its
     device shows the host's time, and a step whose device is the bottleneck pays the device's),
     over PyTorch's wall time in the same round; its figure is the median of those ratios times
@@ -448,7 +448,7 @@ def measure_layer(c: LayerCheck, pass_: str, device: torch.device) -> decide.Dec
                 hosts[k].append(cold(steps[k]))
         times = {"native": statistics.median(walls["native"])}
         times.update({k: statistics.median(ratios(k)) * times["native"] for k in names[1:]})
-        can_win = [k for k in names[1:] if times[k] <= WIN_MARGIN * times["native"]]
+        can_win = could_win(times, names, "native")
         devs: Dict[str, List[float]] = {}
         if device_run is not None and can_win:
             timed = ["native"] + can_win

@@ -269,6 +269,13 @@ def round_calls(first_ms: float) -> int:
     return max(1, min(MAX_CALLS, int(ROUND_MS / max(first_ms, 1e-3))))
 
 
+def could_win(times: Dict[str, float], labels, baseline: str) -> List[str]:
+    """The labels (but the baseline) whose figures are at most WIN_MARGIN x the baseline's: those
+    that can still win once a term that only adds (the device time beyond the baseline's) is
+    counted; the others cannot, and need no such term."""
+    return [k for k in labels if k != baseline and times[k] <= WIN_MARGIN * times[baseline]]
+
+
 def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Callable],
                        workspace: Callable[[Choice], int], args: tuple, check_args: tuple,
                        ref: torch.Tensor, device: torch.device, floor: float,
@@ -363,7 +370,7 @@ def measure_candidates(choices: Sequence[Choice], call: Callable[[Choice], Calla
     device_ms: Dict[str, float] = {}
     # The device term only adds to a cost: a candidate that does not win without it cannot win
     # with it, and its device time is not needed (nor PyTorch's, where none can win).
-    can_win = [lab for lab in race if lab != baseline and times[lab] <= WIN_MARGIN * times[baseline]]
+    can_win = could_win(times, race, baseline)
     if device_run is not None and can_win:
         timed = [baseline] + can_win
         devs = {lab: [] for lab in timed}
