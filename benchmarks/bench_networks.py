@@ -235,6 +235,13 @@ def render(doc) -> str:
     return make_docs.networks(doc)
 
 
+def summary(rows) -> dict:
+    """The least and the geometric mean of the rows' ratios (rows that failed have none)."""
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    return {"min_ratio": min(ratios) if ratios else None,
+            "geomean": common.geomean(ratios) if ratios else None}
+
+
 # What runs joined may differ in: their rows, the rounds given rows, and each run's own record.
 JOIN_OWN = ("date", "argv", "rows", "sections", "summary", "tuner_report", "stats", "elapsed_s")
 JOIN_CONFIG = ("rounds_for", "merged")
@@ -299,9 +306,7 @@ def join(docs: list) -> dict:
     names = ["%s %s" % k for k in order]
     sections = {k: v for d in docs for k, v in d.get("sections", {}).items()}
     out["sections"] = {k: sections[k] for k in names if k in sections}
-    ratios = [r["ratio"] for r in out["rows"] if "ratio" in r]
-    out["summary"] = {"min_ratio": min(ratios) if ratios else None,
-                      "geomean": common.geomean(ratios) if ratios else None}
+    out["summary"] = summary(out["rows"])
     reports = [d["tuner_report"] for d in docs if d.get("tuner_report")]
     if reports:
         out["tuner_report"] = "\n".join(reports)
@@ -379,9 +384,7 @@ def main(argv=None) -> int:
         for mode in args.modes.split(","):
             ok &= common.section(doc, res, "%s %s" % (name, mode), run_network, doc, res, stats,
                                  name, mode, args)
-    ratios = [r["ratio"] for r in doc["rows"] if "ratio" in r]
-    doc["summary"] = {"min_ratio": min(ratios) if ratios else None,
-                      "geomean": common.geomean(ratios) if ratios else None}
+    doc["summary"] = summary(doc["rows"])
     return common.finish(doc, res, ok, stats, t_start, render)
 
 
