@@ -27,15 +27,6 @@ CONV_PLANS = {
 }
 
 
-def conv_step(m, x, gy):
-    """Output and the gradients of input, weight and bias of one forward and backward."""
-    m.zero_grad(set_to_none=True)
-    xi = x.clone().requires_grad_()
-    y = m(xi)
-    y.backward(gy)
-    return [y.detach(), xi.grad, m.weight.grad, m.bias.grad]
-
-
 # A key's first call, the second (which records a graph where one is kept) and the third (which
 # replays it). The steps keep their inputs in place and record op names only, so that a step's
 # tensors take the addresses the step before had (the Winograd pipeline's key holds them). The
@@ -84,7 +75,8 @@ def assert_graphs(graphs, keys):
 def kept_inputs(base, x, gy):
     """make() for on_each_device: a copy of `base` on the device, and the input (a leaf that
     keeps its address) and output gradient there."""
-    return lambda dev: (copy.deepcopy(base).to(dev), x.to(dev).requires_grad_(), gy.to(dev))
+    return lambda dev: (copy.deepcopy(base).to(dev), x.to(dev, copy=True).requires_grad_(),
+                        gy.to(dev))
 
 
 def kept_step(state, output=lambda y: y):
@@ -121,9 +113,9 @@ def test_tuned_conv_on_the_second_gpu():
     torch.cuda.set_device(0)
     dev = torch.device("cuda:1")
     with cudnn_tf32(False):
-        got = conv_step(fastlayers.convert(copy.deepcopy(ref)).to(dev), x.to(dev), gy.to(dev))
-        want = conv_step(copy.deepcopy(ref).to(dev), x.to(dev), gy.to(dev))
-    exact = conv_step(copy.deepcopy(ref).double(), x.double(), gy.double())
+        got = kept_step(kept_inputs(fastlayers.convert(copy.deepcopy(ref)), x, gy)(dev))
+        want = kept_step(kept_inputs(ref, x, gy)(dev))
+    exact = kept_step((copy.deepcopy(ref).double(), x.double().requires_grad_(), gy.double()))
     assert torch.cuda.current_device() == 0
     decisions = pass_decisions()
     assert len(decisions) == 3 and {d["source"] for d in decisions} == {"tuned"}, decisions
