@@ -24,6 +24,14 @@ SXM and the H200; both boost to 1.98). "kernel at" is the bound over the fused c
 measured time. The network totals at the bound take per layer the fastest of cuDNN, the measured
 Winograd candidates and the bound, each layer times its count, cuDNN's time as each row's
 `cudnn.ms`; "measured" is the result's own tuned total (bench_winograd's `tuned_ratio`).
+
+A second model bounds the float32 kernel (TF32 off: split TF32, three mma a product) by its
+products alone, forward and input gradient: a block's chunk (8 reduction channels) is 64 result
+channels x 32 tiles x 16 points, 524288 flops, and an SM delivers at most --split-rate flops a
+cycle that way (benchmarks/micro/mma_rate.cu, "split3 from smem": a warp's point as the kernel
+multiplies it, 4 ldmatrix, 16 splits, 24 mma and 32 FADD, nothing else; 271 with the kernel's 8
+warps an SM on an H200, 303 with 16). Items as above; the input gradient's result channels are
+the layer's C and its reduction K.
 """
 import argparse
 import json
@@ -69,6 +77,70 @@ def bound_ms(mode, N, C, K, H, odd, sms, clock_hz):
     return ms(lsu), ms(lsu + asynchronous)
 
 
+def products_bound_ms(N, M, R, H, sms, clock_hz, rate):
+    """The split-TF32 products' bound of the float32 fused kernel, ms: M result channels, R
+    reduction channels, H x H image (pad 1, stride 1)."""
+    tiles = H // 2
+    items = N * math.ceil(tiles / ITEM_ROWS) * math.ceil(tiles / ITEM_COLS) * math.ceil(M / ITEM_M)
+    per_sm = math.ceil(items / min(sms, items)) * math.ceil(R / 8)
+    flops = ITEM_M * ITEM_ROWS * ITEM_COLS * 16 * 8 * 2  # a block's chunk
+    return per_sm * flops / rate / clock_hz * 1e3
+
+
+def products_report(doc, sms, clock, rate, shown):
+    """The products' bound of the float32 kernel, forward and input gradient."""
+    cfg = doc["config"]
+    count = {lay["layer"]: lay.get("count", 1) for lay in cfg["layers"]}
+    rows = {(r["layer"], r["pass"], r["N"]): r for r in doc["speed"]
+            if r.get("mode") == "fp32" and "ms" in r.get("cudnn", {})}
+    totals = {(t["pass"], t["N"]): t for t in doc.get("totals", []) if t["mode"] == "fp32"}
+    print()
+    print("float32 (split TF32), the products alone at %g flops a cycle an SM: cuDNN ms over the "
+          "bound, and the bound over the kernel's ms, N = %s:"
+          % (rate, " / ".join(map(str, shown))))
+    print()
+    passes = (("fprop", "forward"), ("bprop", "input gradient"))
+    print("| layer | " + " | ".join("%s: cuDNN / bound | kernel at" % p for _, p in passes) + " |")
+    print("|---|" + "---|---|" * len(passes))
+    for lay in cfg["layers"]:
+        name, C, K, H = lay["layer"], lay["C"], lay["K"], lay["H"]
+        cells = []
+        for ps, _ in passes:
+            got = [rows.get((name, ps, n)) for n in shown]
+            if not all(got) or not all(fused_ran(r) for r in got):
+                cells += ["-", "-"]
+                continue
+            M, R = (K, C) if ps == "fprop" else (C, K)
+            b = [products_bound_ms(n, M, R, H, sms, clock, rate) for n in shown]
+            cells.append(" ; ".join("%.2f" % (r["cudnn"]["ms"] / x) for r, x in zip(got, b)))
+            fused = [r["candidates"][FUSED].get("ms") for r in got]
+            cells.append(" ; ".join("%.0f%%" % (100 * x / f) if f else "-"
+                                    for f, x in zip(fused, b)))
+        if any(c != "-" for c in cells):
+            print("| %s %d→%d, %d | %s |" % (name, C, K, H, " | ".join(cells)))
+    print()
+    for ps, label in passes:
+        out = []
+        for n in cfg["batches"]:
+            got = [rows.get((lay["layer"], ps, n)) for lay in cfg["layers"]]
+            if not all(got):
+                out.append("N=%d (a layer missing)" % n)
+                continue
+            a = t_b = 0.0
+            for lay, r in zip(cfg["layers"], got):
+                cu, c = r["cudnn"]["ms"], count[lay["layer"]]
+                best = cu / r["ratio"] if r.get("ratio") else cu
+                M, R = (lay["K"], lay["C"]) if ps == "fprop" else (lay["C"], lay["K"])
+                x = (products_bound_ms(n, M, R, lay["H"], sms, clock, rate)
+                     if fused_ran(r) else best)
+                a += cu * c
+                t_b += min(cu, best, x) * c
+            t = totals.get((ps, n), {})
+            out.append("N=%d %.2f (measured %s)" % (
+                n, a / t_b, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
+        print("fp32 network %s over cuDNN at the products' bound: %s" % (label, "; ".join(out)))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="?",
@@ -76,6 +148,8 @@ def main(argv=None):
                                 "winograd-nvidia-h200.json"))
     ap.add_argument("--clock-ghz", type=float, default=1.83)
     ap.add_argument("--batches", default="8,64")
+    ap.add_argument("--split-rate", type=float, default=271.0,
+                    help="flops a cycle an SM of the split-TF32 products (mma_rate.cu)")
     args = ap.parse_args(argv)
     doc = json.load(open(args.results))
     cfg = doc["config"]
@@ -130,6 +204,8 @@ def main(argv=None):
             out.append("N=%d %.2f / %.2f (measured %s)" % (
                 n, a / lo_t, a / hi_t, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
         print("%s network forward over cuDNN at the bound (lsu / all): %s" % (m, "; ".join(out)))
+    if any(r.get("mode") == "fp32" for r in doc["speed"]):
+        products_report(doc, sms, clock, args.split_rate, shown)
     return 0
 
 
