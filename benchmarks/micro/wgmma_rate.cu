@@ -1,0 +1,176 @@
+// What split TF32 could deliver by wgmma (sm_90a) instead of mma.sync: the issue rate of the
+// products alone, no transform, no copies, in flops a cycle an SM (clock64 over %globaltimer
+// gives the clock). A warpgroup takes 64 result channels x N tiles of a point; A (the filters,
+// 64 x 8) comes from registers, B (the data, 8 x N) from shared memory by descriptor. The
+// operands' values are whatever the memory holds: only the rate is measured. Cases:
+//   wgmma tf32            one wgmma a point straight into the sums (the TF32 product)
+//   split3 by wgmma       lo*hi + hi*lo + hi*hi a point from zero into a temporary (two, taking
+//                         turns), then 16 or 32 FADD into the sums after the next point's three
+//                         are issued; A's registers split each point (cvt.rn.tf32, lo by FADD),
+//                         B's hi and lo already split in shared memory
+// Two warpgroups an SM (one block of 256 threads), as the fused kernel's 8 warps.
+//   nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/micro/wgmma_rate.cu -o wgmma_rate && ./wgmma_rate
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstdio>
+
+#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+  std::printf("%s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
+
+constexpr int kIters = 512;
+
+__device__ __forceinline__ uint64_t gtime() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A shared-memory matrix descriptor without swizzle: start, leading and stride byte offsets.
+__device__ __forceinline__ uint64_t desc(uint32_t saddr) {
+  return uint64_t((saddr >> 4) & 0x3fff) | (uint64_t(128 >> 4) << 16) | (uint64_t(256 >> 4) << 32);
+}
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// D (64 x 32 float, 16 a thread) = A (registers) B (descriptor) + (scale_d ? D : 0)
+__device__ __forceinline__ void wgmma32(float (&d)[16], const uint32_t (&a)[4], uint64_t b,
+                                        int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void split(float v, uint32_t& hi, uint32_t& lo) {
+  asm volatile("cvt.rn.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
+  lo = __float_as_uint(v - __uint_as_float(hi));
+}
+
+struct Out { long long cycles; unsigned long long ns; float sum; };
+
+// 8 points a warpgroup, their sums 8 x 16 registers a thread.
+constexpr int kPoints = 8;
+
+template <int Case>
+__global__ void __launch_bounds__(256, 1) run(Out* out, float seed) {
+  __shared__ __align__(1024) float stage[8192];  // B's hi and lo planes, 16 KB each
+  for (int i = threadIdx.x; i < 8192; i += blockDim.x) stage[i] = seed * __sinf(0.1f * i);
+  __syncthreads();
+  const uint32_t sb = uint32_t(__cvta_generic_to_shared(stage));
+  float acc[kPoints][16];
+#pragma unroll
+  for (int p = 0; p < kPoints; ++p)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc[p][i] = 0.f;
+  float tmp[2][16];
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) tmp[t][i] = 0.f;
+  float av[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) av[i] = seed * (threadIdx.x + i);
+  // A's registers for two points, taking turns: a wgmma's A registers may change only after it
+  // is done (else ptxas serializes every wgmma), so point p + 1's are split once point p - 1's
+  // group is waited for
+  uint32_t ahi[2][4], alo[2][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) split(av[i], ahi[0][i], alo[0][i]);
+  const long long c0 = clock64();
+  const uint64_t t0 = gtime();
+  for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+    for (int p = 0; p < kPoints; ++p) {
+      const uint32_t off = ((it * kPoints + p) & 7) * 1024;
+      const uint64_t bhi = desc(sb + off), blo = desc(sb + 16384 + off);
+      fence();
+      if (Case == 0) {
+        wgmma32(acc[p], ahi[p & 1], bhi, 1);
+        commit();
+        wait<1>();
+      } else {
+        float (&t)[16] = tmp[p & 1];
+        wgmma32(t, alo[p & 1], bhi, 0);
+        wgmma32(t, ahi[p & 1], blo, 1);
+        wgmma32(t, ahi[p & 1], bhi, 1);
+        commit();
+        // the previous point's three are done once at most this group is pending (the
+        // pipeline drains at the end of the points: ptxas serializes every wgmma where a sum
+        // is read across the loop's back edge)
+        if (p > 0) {
+          wait<1>();
+#pragma unroll
+          for (int i = 0; i < 16; ++i) acc[p - 1][i] += tmp[(p + 1) & 1][i];
+        }
+        if (p == kPoints - 1) {
+          wait<0>();
+#pragma unroll
+          for (int i = 0; i < 16; ++i) acc[p][i] += t[i];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) split(av[i] + float(p + 1), ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
+    }
+  }
+  wait<0>();
+  const long long c1 = clock64();
+  const uint64_t t1 = gtime();
+  float s = 0.f;
+#pragma unroll
+  for (int p = 0; p < kPoints; ++p)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s += acc[p][i];
+  __shared__ float red;
+  if (threadIdx.x == 0) red = 0.f;
+  __syncthreads();
+  atomicAdd(&red, s);
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = Out{c1 - c0, t1 - t0, red};
+}
+
+const char* kNames[2] = {"wgmma tf32 (m64n32k8)", "split3 by wgmma (delivered)"};
+
+template <int Case>
+int measure(int sms) {
+  Out* d;
+  CHECK(cudaMalloc(&d, sizeof(Out) * sms));
+  Out* h = new Out[sms];
+  double best = 0, ghz = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    run<Case><<<sms, 256>>>(d, 1.0f + rep * 1e-3f);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(h, d, sizeof(Out) * sms, cudaMemcpyDeviceToHost));
+    double cyc = 0, ns = 0;
+    for (int i = 0; i < sms; ++i) { cyc += h[i].cycles; ns += h[i].ns; }
+    cyc /= sms;
+    ns /= sms;
+    // two warpgroups an SM, kPoints points an iteration, 64 x 32 x 8 products a point
+    const double flops = 2.0 * kIters * kPoints * 64 * 32 * 8 * 2;
+    if (flops / cyc > best) { best = flops / cyc; ghz = cyc / ns; }
+  }
+  std::printf("%-28s  8 warps/SM: %7.0f flop/cycle/SM, at %.2f GHz %6.1f TFLOP/s, at 1.83 GHz "
+              "%6.1f\n", kNames[Case], best, ghz, best * ghz * 1e9 * sms / 1e12,
+              best * 1.83e9 * sms / 1e12);
+  delete[] h;
+  cudaFree(d);
+  return 0;
+}
+
+int main() {
+  cudaDeviceProp p;
+  CHECK(cudaGetDeviceProperties(&p, 0));
+  std::printf("%s, %d SMs\n", p.name, p.multiProcessorCount);
+  return measure<0>(p.multiProcessorCount) || measure<1>(p.multiProcessorCount);
+}
