@@ -30,7 +30,12 @@ def test_products_bound_counts_items_and_chunks():
 def test_report_runs_on_the_committed_results(capsys):
     assert winograd_bound.main([RESULTS, "--batches", "32,64"]) == 0
     out = capsys.readouterr().out
-    assert "fp32 network input gradient over cuDNN at the products' bound" in out
+    # the totals docs/winograd.md quotes: every layer, weighted by its count, at the least of
+    # cuDNN, the measured candidates and the bound, the input gradient's channels swapped
+    totals = [line for line in out.splitlines()
+              if line.startswith("fp32 network input gradient over cuDNN at the products' bound")]
+    assert len(totals) == 1
+    assert "N=32 1.50 (measured 1.30)" in totals[0] and "N=64 1.36 (measured 1.25)" in totals[0]
     # conv3_1 (128 -> 256): the input gradient has 128 result channels and reduces 256, the
     # forward the other way round; each cell is cuDNN's time over that bound
     doc = json.load(open(RESULTS))
