@@ -15,9 +15,8 @@
 // bank conflicts), where the kernel's U stage is swizzled. The rate runs write no sums (an item's
 // raw sums are 4x the kernel's results) and run with V copied, V kept in shared memory (the
 // kernel's case: its V comes from the transform, not from L2), with no copies at all, and in the
-// transform mode. The check
-// runs two items a block, with V copied, kept and transformed, and fails (exit 1) where split
-// TF32's error exceeds float32 FFMA's in order.
+// transform mode. The check runs two items a block, with V copied, kept and transformed, and
+// fails (exit 1) where split TF32's error exceeds float32 FFMA's in order.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Icuda \
 //     benchmarks/micro/wgmma_split.cu -o wgmma_split && ./wgmma_split
 #include <cuda_runtime.h>
