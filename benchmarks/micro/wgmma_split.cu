@@ -10,14 +10,14 @@
 // the next point's issue. The transform mode makes V as the kernel would: each chunk's input patch
 // (8 channels x 10 x 18) comes with U, and after issuing a chunk's first point the warps transform
 // the next chunk's patch (B^T d B, split, stored into the other V stage); a proxy fence and a
-// barrier end each chunk; in its second form (run_ws) a third warpgroup copies and transforms
-// while the two others multiply. What it leaves out of the kernel: the inverse transform, and the patch's
+// barrier end each chunk; in its second form (run_ws) a third warpgroup copies and transforms while
+// the two others multiply. What it leaves out of the kernel: the inverse transform, and the patch's
 // real layout and copies; elsewhere V arrives by copy, already split; U is read unswizzled (2-way
 // bank conflicts), where the kernel's U stage is swizzled. The rate runs write no sums (an item's
 // raw sums are 4x the kernel's results) and run with V copied, V kept in shared memory (the
 // kernel's case: its V comes from the transform, not from L2), with no copies at all, and in both
-// forms of the transform mode. The check runs two items a block, with V copied, kept and transformed, and
-// fails (exit 1) where split TF32's error exceeds float32 FFMA's in order.
+// forms of the transform mode. The check runs two items a block, with V copied, kept and
+// transformed, and fails (exit 1) where split TF32's error exceeds float32 FFMA's in order.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Icuda \
 //     benchmarks/micro/wgmma_split.cu -o wgmma_split && ./wgmma_split
 #include <cuda_runtime.h>
