@@ -15,23 +15,16 @@
 // From the repository root:
 //   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/micro/mma_rate.cu -o mma_rate && ./mma_rate
 #include <cuda_runtime.h>
-#include <algorithm>
-#include <cstdint>
-#include <vector>
-#include <utility>
-#include <cstdio>
 
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-  std::printf("%s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
+#include <cstdint>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "timing.cuh"
 
 constexpr int kIters = 4096;
 constexpr int kFrags = 8;
-
-__device__ __forceinline__ uint64_t gtime() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
                                          const uint32_t (&b)[2], const float (&c)[4]) {
@@ -188,36 +181,18 @@ int measure(int sms, int blocks_per_sm, int warps) {
   // the median of 5 runs (rate, clock)
   std::vector<std::pair<double, double>> runs;
   for (int rep = 0; rep < 5; ++rep) {
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    CHECK(cudaEventRecord(e0));
     run<Case><<<blocks, warps * 32>>>(d, 1.0f + rep * 1e-3f);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaDeviceSynchronize());
     CHECK(cudaGetLastError());
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
     CHECK(cudaMemcpy(h, d, sizeof(Out) * blocks, cudaMemcpyDeviceToHost));
-    double cyc = 0, ns = 0;
-    // the slowest block's cycles (the grid's time), the clock from all blocks' cycles and time
-    double cmax = 0, csum = 0;
-    for (int i = 0; i < blocks; ++i) {
-      cmax = std::max(cmax, double(h[i].cycles));
-      csum += h[i].cycles;
-      ns += h[i].ns;
-    }
-    const double clock_ratio = csum / ns;
-    cyc = cmax;
+    std::vector<BlockTime> t(blocks);
+    for (int i = 0; i < blocks; ++i) t[i] = {h[i].cycles, h[i].ns};
+    const std::pair<double, double> g = grid_time(t);
     // rate per SM per cycle: every block of an SM runs at once (blocks_per_sm fit by design)
     const double flops_sm = double(blocks_per_sm) * warps * kIters * kFlopsPerIter[Case];
-    const double rate = flops_sm / cyc;
-    runs.push_back({rate, clock_ratio});
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    runs.push_back({flops_sm / g.first, g.second});
   }
-  std::sort(runs.begin(), runs.end());
-  const double best = runs[2].first, ghz = runs[2].second;
+  const double best = median(runs).first, ghz = median(runs).second;
   std::printf("%-27s %2d warps/SM: %7.0f flop/cycle/SM, at %.2f GHz %6.1f TFLOP/s, "
               "at 1.83 GHz %6.1f\n", kNames[Case], blocks_per_sm * warps, best, ghz,
               best * ghz * 1e9 * sms / 1e12, best * 1.83e9 * sms / 1e12);

@@ -11,54 +11,15 @@
 // Two warpgroups an SM (one block of 256 threads), as the fused kernel's 8 warps.
 //   nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/micro/wgmma_rate.cu -o wgmma_rate && ./wgmma_rate
 #include <cuda_runtime.h>
-#include <algorithm>
 #include <cstdint>
-#include <vector>
-#include <utility>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-  std::printf("%s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
+#include "timing.cuh"
+#include "wgmma_tf32.cuh"
 
 constexpr int kIters = 512;
-
-__device__ __forceinline__ uint64_t gtime() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// A shared-memory matrix descriptor without swizzle: start, leading and stride byte offsets.
-__device__ __forceinline__ uint64_t desc(uint32_t saddr) {
-  return uint64_t((saddr >> 4) & 0x3fff) | (uint64_t(128 >> 4) << 16) | (uint64_t(256 >> 4) << 32);
-}
-
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-// D (64 x 32 float, 16 a thread) = A (registers) B (descriptor) + (scale_d ? D : 0)
-__device__ __forceinline__ void wgmma32(float (&d)[16], const uint32_t (&a)[4], uint64_t b,
-                                        int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1;\n}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-}
-
-__device__ __forceinline__ void split(float v, uint32_t& hi, uint32_t& lo) {
-  asm volatile("cvt.rn.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
-  lo = __float_as_uint(v - __uint_as_float(hi));
-}
 
 struct Out { long long cycles; unsigned long long ns; float sum; };
 
@@ -160,22 +121,14 @@ int measure(int sms) {
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaGetLastError());
     CHECK(cudaMemcpy(h, d, sizeof(Out) * sms, cudaMemcpyDeviceToHost));
-    double cyc = 0, ns = 0;
-    // the slowest block's cycles (the grid's time), the clock from all blocks' cycles and time
-    double cmax = 0, csum = 0;
-    for (int i = 0; i < sms; ++i) {
-      cmax = std::max(cmax, double(h[i].cycles));
-      csum += h[i].cycles;
-      ns += h[i].ns;
-    }
-    const double clock_ratio = csum / ns;
-    cyc = cmax;
+    std::vector<BlockTime> t(sms);
+    for (int i = 0; i < sms; ++i) t[i] = {h[i].cycles, h[i].ns};
+    const std::pair<double, double> g = grid_time(t);
     // two warpgroups an SM, kPoints points an iteration, 64 x 32 x 8 products a point
     const double flops = 2.0 * kIters * kPoints * 64 * 32 * 8 * 2;
-    runs.push_back({flops / cyc, clock_ratio});
+    runs.push_back({flops / g.first, g.second});
   }
-  std::sort(runs.begin(), runs.end());
-  const double best = runs[2].first, ghz = runs[2].second;
+  const double best = median(runs).first, ghz = median(runs).second;
   std::printf("%-28s  8 warps/SM: %7.0f flop/cycle/SM, at %.2f GHz %6.1f TFLOP/s, at 1.83 GHz "
               "%6.1f\n", kNames[Case], best, ghz, best * ghz * 1e9 * sms / 1e12,
               best * 1.83e9 * sms / 1e12);

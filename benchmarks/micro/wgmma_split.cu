@@ -32,15 +32,14 @@
 #include <vector>
 
 #include "common/async_copy.cuh"
+#include "timing.cuh"
+#include "wgmma_tf32.cuh"
 
 using fastlayers::bulk_copy;
 using fastlayers::mbar_expect_tx;
 using fastlayers::mbar_init_all;
 using fastlayers::mbar_wait;
 using fastlayers::smem_addr;
-
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-  std::printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); return 1; } } while (0)
 
 constexpr int kP = 16, kM = 64, kN = 32, kK = 8;
 constexpr int kUBytes = kP * kM * kK * 4;  // 32 KB
@@ -52,42 +51,7 @@ constexpr int kStageBytes = kUBytes + 2 * kVBytes;
 constexpr int kPatchRows = 10, kPatchCols = 18, kPatch = kK * kPatchRows * kPatchCols;
 constexpr int kPatchBytes = kPatch * 4;
 
-__device__ __forceinline__ uint64_t gtime() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
-// No swizzle: K-adjacent core matrices kLbo bytes apart, N-adjacent (8-row groups) kSbo, the
-// layout V's planes are stored in.
-constexpr uint32_t kLbo = 128, kSbo = 256;
-__device__ __forceinline__ uint64_t desc(uint32_t saddr) {
-  return uint64_t((saddr >> 4) & 0x3fff) | (uint64_t(kLbo >> 4) << 16) |
-         (uint64_t(kSbo >> 4) << 32);
-}
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void wgmma32(float (&d)[16], const uint32_t (&a)[4], uint64_t b,
-                                        int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1;\n}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-}
-__device__ __forceinline__ void split(float v, uint32_t& hi, uint32_t& lo) {
-  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
-  lo = __float_as_uint(v - __uint_as_float(hi));
-}
 
 struct Params {
   const float* U;   // [chunks][16][64][8]
@@ -615,17 +579,13 @@ int main(int argc, char** argv) {
         std::vector<unsigned long long> ns(sms);
         CHECK(cudaMemcpy(cyc.data(), dc, sms * sizeof(long long), cudaMemcpyDeviceToHost));
         CHECK(cudaMemcpy(ns.data(), dn, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-        double cmax = 0, nsum = 0, csum = 0;
-        for (int i = 0; i < sms; ++i) {
-          cmax = std::max(cmax, double(cyc[i]));
-          csum += cyc[i];
-          nsum += ns[i];
-        }
+        std::vector<BlockTime> t(sms);
+        for (int i = 0; i < sms; ++i) t[i] = {cyc[i], ns[i]};
+        const std::pair<double, double> gt = grid_time(t);
         const double flops = 8.0 * chunks * kP * kM * kN * kK * 2;  // a block's
-        runs.push_back({flops / cmax, csum / nsum});
+        runs.push_back({flops / gt.first, gt.second});
       }
-      std::sort(runs.begin(), runs.end());
-      const double best = runs[2].first, ghz = runs[2].second;
+      const double best = median(runs).first, ghz = median(runs).second;
       std::printf("%-19s %-23s: %5.0f flop/cycle/SM (the slowest block), at %.2f GHz\n",
                   only_hi ? "hi hi alone (TF32)" : "split TF32", kRuns[copies], best, ghz);
     }
