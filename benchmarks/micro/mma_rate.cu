@@ -53,9 +53,6 @@ __device__ __forceinline__ void split(uint32_t v, uint32_t& hi, uint32_t& lo) {
   lo = __float_as_uint(__uint_as_float(v) - __uint_as_float(hi));
 }
 
-// Per block: cycles and nanoseconds of thread 0, and a checksum so nothing is optimized away.
-struct Out { long long cycles; unsigned long long ns; float sum; };
-
 template <int Case>
 __global__ void run(Out* out, float seed) {
   uint32_t a[4], a2[4], b[2], b2[2];
@@ -156,12 +153,7 @@ __global__ void run(Out* out, float seed) {
   for (int f = 0; f < kFrags; ++f)
     for (int i = 0; i < 4; ++i) s += acc[f][i];
   for (int i = 0; i < 16; ++i) s += x[i];
-  __shared__ float red;
-  if (threadIdx.x == 0) red = 0.f;
-  __syncthreads();
-  atomicAdd(&red, s);
-  __syncthreads();
-  if (threadIdx.x == 0) out[blockIdx.x] = Out{c1 - c0, t1 - t0, red};
+  block_out(out, c1 - c0, t1 - t0, s);
 }
 
 // flops a warp issues per iteration (a product counted as 2 flops; the split cases count the
@@ -177,14 +169,14 @@ int measure(int sms, int blocks_per_sm, int warps) {
   const int blocks = sms * blocks_per_sm;
   Out* d;
   CHECK(cudaMalloc(&d, sizeof(Out) * blocks));
-  Out* h = new Out[blocks];
+  std::vector<Out> h(blocks);
   // the median of 5 runs (rate, clock)
   std::vector<std::pair<double, double>> runs;
   for (int rep = 0; rep < 5; ++rep) {
     run<Case><<<blocks, warps * 32>>>(d, 1.0f + rep * 1e-3f);
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaGetLastError());
-    CHECK(cudaMemcpy(h, d, sizeof(Out) * blocks, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(h.data(), d, sizeof(Out) * blocks, cudaMemcpyDeviceToHost));
     std::vector<BlockTime> t(blocks);
     for (int i = 0; i < blocks; ++i) t[i] = {h[i].cycles, h[i].ns};
     const std::pair<double, double> g = grid_time(t);
@@ -192,20 +184,14 @@ int measure(int sms, int blocks_per_sm, int warps) {
     const double flops_sm = double(blocks_per_sm) * warps * kIters * kFlopsPerIter[Case];
     runs.push_back({flops_sm / g.first, g.second});
   }
-  const double best = median(runs).first, ghz = median(runs).second;
-  std::printf("%-27s %2d warps/SM: %7.0f flop/cycle/SM, at %.2f GHz %6.1f TFLOP/s, "
-              "at 1.83 GHz %6.1f\n", kNames[Case], blocks_per_sm * warps, best, ghz,
-              best * ghz * 1e9 * sms / 1e12, best * 1.83e9 * sms / 1e12);
-  delete[] h;
+  print_rate(kNames[Case], blocks_per_sm * warps, median(runs), sms);
   cudaFree(d);
   return 0;
 }
 
 int main() {
-  cudaDeviceProp p;
-  CHECK(cudaGetDeviceProperties(&p, 0));
-  std::printf("%s, %d SMs\n", p.name, p.multiProcessorCount);
-  const int sms = p.multiProcessorCount;
+  const int sms = device_sms();
+  if (sms < 0) return 1;
   for (int w : {4, 8, 16}) {
     if (measure<0>(sms, 1, w) || measure<1>(sms, 1, w) || measure<4>(sms, 1, w) ||
         measure<2>(sms, 1, w) || measure<3>(sms, 1, w))

@@ -27,6 +27,23 @@ struct BlockTime {
   unsigned long long ns;
 };
 
+// A block's time and the sum of its threads' values (so that none of their work is dead code),
+// written by thread 0.
+struct Out {
+  long long cycles;
+  unsigned long long ns;
+  float sum;
+};
+__device__ __forceinline__ void block_out(Out* out, long long cycles, unsigned long long ns,
+                                          float s) {
+  __shared__ float red;
+  if (threadIdx.x == 0) red = 0.f;
+  __syncthreads();
+  atomicAdd(&red, s);
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = Out{cycles, ns, red};
+}
+
 // The slowest block's cycles and the clock in GHz (cycles per nanosecond over all blocks).
 inline std::pair<double, double> grid_time(const std::vector<BlockTime>& t) {
   double cmax = 0, csum = 0, nsum = 0;
@@ -42,4 +59,20 @@ inline std::pair<double, double> grid_time(const std::vector<BlockTime>& t) {
 inline std::pair<double, double> median(std::vector<std::pair<double, double>> runs) {
   std::sort(runs.begin(), runs.end());
   return runs[runs.size() / 2];
+}
+
+// The device's name and SM count printed; its SM count, or -1.
+inline int device_sms() {
+  cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return -1;
+  std::printf("%s, %d SMs\n", p.name, p.multiProcessorCount);
+  return p.multiProcessorCount;
+}
+
+// One line of a rate: flops a cycle an SM, the clock it ran at, and TFLOP/s at that clock and at
+// 1.83 GHz (the clock behind the published dense rates).
+inline void print_rate(const char* name, int warps, std::pair<double, double> rate, int sms) {
+  std::printf("%-28s %2d warps/SM: %7.0f flop/cycle/SM, at %.2f GHz %6.1f TFLOP/s, at 1.83 GHz "
+              "%6.1f\n", name, warps, rate.first, rate.second,
+              rate.first * rate.second * 1e9 * sms / 1e12, rate.first * 1.83e9 * sms / 1e12);
 }

@@ -21,8 +21,6 @@
 
 constexpr int kIters = 512;
 
-struct Out { long long cycles; unsigned long long ns; float sum; };
-
 // 8 points a warpgroup, their sums 8 x 16 registers a thread.
 constexpr int kPoints = 8;
 
@@ -99,12 +97,7 @@ __global__ void __launch_bounds__(256, 1) run(Out* out, float seed) {
   for (int p = 0; p < kPoints; ++p)
 #pragma unroll
     for (int i = 0; i < 16; ++i) s += acc[p][i];
-  __shared__ float red;
-  if (threadIdx.x == 0) red = 0.f;
-  __syncthreads();
-  atomicAdd(&red, s);
-  __syncthreads();
-  if (threadIdx.x == 0) out[blockIdx.x] = Out{c1 - c0, t1 - t0, red};
+  block_out(out, c1 - c0, t1 - t0, s);
 }
 
 const char* kNames[2] = {"wgmma tf32 (m64n32k8)", "split3 by wgmma (delivered)"};
@@ -113,14 +106,14 @@ template <int Case>
 int measure(int sms) {
   Out* d;
   CHECK(cudaMalloc(&d, sizeof(Out) * sms));
-  Out* h = new Out[sms];
+  std::vector<Out> h(sms);
   // the median of 5 runs (rate, clock)
   std::vector<std::pair<double, double>> runs;
   for (int rep = 0; rep < 5; ++rep) {
     run<Case><<<sms, 256>>>(d, 1.0f + rep * 1e-3f);
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaGetLastError());
-    CHECK(cudaMemcpy(h, d, sizeof(Out) * sms, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(h.data(), d, sizeof(Out) * sms, cudaMemcpyDeviceToHost));
     std::vector<BlockTime> t(sms);
     for (int i = 0; i < sms; ++i) t[i] = {h[i].cycles, h[i].ns};
     const std::pair<double, double> g = grid_time(t);
@@ -128,18 +121,12 @@ int measure(int sms) {
     const double flops = 2.0 * kIters * kPoints * 64 * 32 * 8 * 2;
     runs.push_back({flops / g.first, g.second});
   }
-  const double best = median(runs).first, ghz = median(runs).second;
-  std::printf("%-28s  8 warps/SM: %7.0f flop/cycle/SM, at %.2f GHz %6.1f TFLOP/s, at 1.83 GHz "
-              "%6.1f\n", kNames[Case], best, ghz, best * ghz * 1e9 * sms / 1e12,
-              best * 1.83e9 * sms / 1e12);
-  delete[] h;
+  print_rate(kNames[Case], 8, median(runs), sms);
   cudaFree(d);
   return 0;
 }
 
 int main() {
-  cudaDeviceProp p;
-  CHECK(cudaGetDeviceProperties(&p, 0));
-  std::printf("%s, %d SMs\n", p.name, p.multiProcessorCount);
-  return measure<0>(p.multiProcessorCount) || measure<1>(p.multiProcessorCount);
+  const int sms = device_sms();
+  return sms < 0 || measure<0>(sms) || measure<1>(sms);
 }

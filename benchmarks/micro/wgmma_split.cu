@@ -160,6 +160,23 @@ __device__ __forceinline__ void multiply(const float* us, uint32_t vhi, uint32_t
   }
 }
 
+// The rate runs' one value a thread, so that no product is dead code.
+__device__ __forceinline__ void checksum(float* out, const float (&acc)[8][16]) {
+  float sum = 0.f;
+#pragma unroll
+  for (int p = 0; p < 8; ++p)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sum += acc[p][i];
+  *out = sum;
+}
+
+__device__ __forceinline__ void zero(float (&acc)[8][16]) {
+#pragma unroll
+  for (int p = 0; p < 8; ++p)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc[p][i] = 0.f;
+}
+
 // An item's sums out ([point][channel][tile]), a warpgroup's 8 points, and from zero again.
 __device__ __forceinline__ void store_item(const Params& g, int item, int wg, int w, int lane,
                                            float (&acc)[8][16]) {
@@ -235,10 +252,7 @@ __global__ void __launch_bounds__(256, 1) run(Params g) {
   float acc[8][16];
   float tmp[2][16];
   uint32_t ahi[2][4], alo[2][4];
-#pragma unroll
-  for (int p = 0; p < 8; ++p)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) acc[p][i] = 0.f;
+  zero(acc);
   const long long c0 = clock64();
   const uint64_t t0 = gtime();
   // a warpgroup's points' offset in V's planes, the same in each warp (a shuffle from lane 0)
@@ -278,14 +292,7 @@ __global__ void __launch_bounds__(256, 1) run(Params g) {
   __syncthreads();  // the block's time is its slowest warp's
   const long long c1 = clock64();
   const uint64_t t1 = gtime();
-  if (!g.store) {
-    float sum = 0.f;
-#pragma unroll
-    for (int p = 0; p < 8; ++p)
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sum += acc[p][i];
-    g.M[blockIdx.x * blockDim.x + threadIdx.x] = sum;
-  }
+  if (!g.store) checksum(g.M + blockIdx.x * blockDim.x + threadIdx.x, acc);
   if (threadIdx.x == 0) {
     g.cycles[blockIdx.x] = c1 - c0;
     g.ns[blockIdx.x] = t1 - t0;
@@ -364,10 +371,7 @@ __global__ void __launch_bounds__(384, 1) run_ws(Params g) {
     const uint32_t wgoff = __shfl_sync(~0u, uint32_t(wg) * 8 * 1024, 0);
     float tmp[2][16];
     uint32_t ahi[2][4], alo[2][4];
-#pragma unroll
-    for (int p = 0; p < 8; ++p)
-#pragma unroll
-      for (int i = 0; i < 16; ++i) acc[p][i] = 0.f;
+    zero(acc);
     for (int q = 0; q < total; ++q) {
       mbar_wait(full_u + 8 * (q % kWsStages), (q / kWsStages) & 1);
       mbar_wait(full_v + 8 * (q % 2), (q / 2) & 1);
@@ -379,14 +383,7 @@ __global__ void __launch_bounds__(384, 1) run_ws(Params g) {
       if (g.store && q % g.chunks == g.chunks - 1)
         store_item(g, blockIdx.x + (q / g.chunks) * gridDim.x, wg, w, lane, acc);
     }
-    if (!g.store) {
-      float sum = 0.f;
-#pragma unroll
-      for (int p = 0; p < 8; ++p)
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sum += acc[p][i];
-      g.M[blockIdx.x * 256 + threadIdx.x] = sum;
-    }
+    if (!g.store) checksum(g.M + blockIdx.x * 256 + threadIdx.x, acc);
   }
   __syncthreads();  // the block's time is its slowest warp's
   const long long c1 = clock64();
