@@ -3,13 +3,15 @@
 // gives the clock). A warpgroup takes 64 result channels x N tiles of a point; A (the filters,
 // 64 x 8) comes from registers, B (the data, 8 x N) from shared memory by descriptor. The
 // operands' values are whatever the memory holds: only the rate is measured. Cases:
-//   wgmma tf32            one wgmma a point straight into the sums (the TF32 product)
+//   wgmma tf32            one wgmma a point straight into the sums (the TF32 product, hi alone)
 //   split3 by wgmma       lo*hi + hi*lo + hi*hi a point from zero into a temporary (two, taking
-//                         turns), then 16 or 32 FADD into the sums after the next point's three
-//                         are issued; A's registers split each point (cvt.rn.tf32, lo by FADD),
-//                         B's hi and lo already split in shared memory
+//                         turns), then 16 FADD into the sums after the next point's three are
+//                         issued; B's hi and lo already split in shared memory
+// In both, A's 4 registers are split each point (cvt.rn.tf32, lo by FADD), from values that
+// change every point (one FADD), so that the splits stay in the loop.
 // Two warpgroups an SM (one block of 256 threads), as the fused kernel's 8 warps.
-//   nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/micro/wgmma_rate.cu -o wgmma_rate && ./wgmma_rate
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/micro/wgmma_rate.cu \
+//     -o wgmma_rate && ./wgmma_rate
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <cstdio>
@@ -51,6 +53,7 @@ __global__ void __launch_bounds__(256, 1) run(Out* out, float seed) {
   uint32_t ahi[2][4], alo[2][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) split(av[i], ahi[0][i], alo[0][i]);
+  float bump = 0.f;
   const long long c0 = clock64();
   const uint64_t t0 = gtime();
   for (int it = 0; it < kIters; ++it) {
@@ -83,9 +86,10 @@ __global__ void __launch_bounds__(256, 1) run(Out* out, float seed) {
           for (int i = 0; i < 16; ++i) acc[p][i] += t[i];
         }
       }
+      bump += 1.f;  // A changes every point, or ptxas takes the splits out of the loop
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        split(av[i] + float(p + 1), ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
+        split(av[i] + bump, ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
     }
   }
   wait<0>();

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/async_copy.cuh"
+#include "winograd/matrices.h"
 #include "timing.cuh"
 #include "wgmma_tf32.cuh"
 
@@ -86,17 +87,17 @@ __device__ __forceinline__ void transform(const float* patch, uint32_t* vstage, 
   for (int c = 0; c < 4; ++c) {
     const float d0 = d[c], d1 = d[kPatchCols + c], d2 = d[2 * kPatchCols + c],
                 d3 = d[3 * kPatchCols + c];
-    t[0][c] = d0 - d2;
+    t[0][c] = d2 - d0;  // B^T's rows as the kernel's (cuda/winograd/matrices.h)
     t[1][c] = d1 + d2;
     t[2][c] = d2 - d1;
-    t[3][c] = d1 - d3;
+    t[3][c] = d3 - d1;
   }
   // plain stores (no asm): a thread's two windows' loads and stores may interleave
   uint32_t* at = vstage + ((n >> 3) * 2 + (k >> 2)) * 32 + (n & 7) * 4 + (k & 3);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const float v[4] = {t[r][0] - t[r][2], t[r][1] + t[r][2], t[r][2] - t[r][1],
-                        t[r][1] - t[r][3]};
+    const float v[4] = {t[r][2] - t[r][0], t[r][1] + t[r][2], t[r][2] - t[r][1],
+                        t[r][3] - t[r][1]};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint32_t hi, lo;
@@ -207,6 +208,7 @@ __global__ void __launch_bounds__(256, 1) run(Params g) {
   const int wg = threadIdx.x >> 7, w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int my_items = (g.items - blockIdx.x + gridDim.x - 1) / gridDim.x;
   const int total = my_items * g.chunks;
+  if (total == 0) return;  // (block-uniform) no waits on copies never issued
   auto issue = [&](int q) {
     const int s = q % kStages, c = q % g.chunks;
     const uint32_t dst = smem_addr(smem + s * kStageBytes), bar = bar0 + 8 * s;
@@ -333,6 +335,7 @@ __global__ void __launch_bounds__(384, 1) run_ws(Params g) {
   __syncthreads();
   const int my_items = (g.items - blockIdx.x + gridDim.x - 1) / gridDim.x;
   const int total = my_items * g.chunks;
+  if (total == 0) return;  // (block-uniform) no waits on copies never issued
   const long long c0 = clock64();
   const uint64_t t0 = gtime();
   float acc[8][16];
@@ -426,8 +429,8 @@ int main(int argc, char** argv) {
           V[(size_t(c) * 2 + 0) * kP * 256 + p * 256 + at] = hi;
           V[(size_t(c) * 2 + 1) * kP * 256 + p * 256 + at] = v - hi;
         }
-  // the transform mode's patches, and their V: in float as the kernel adds (for FFMA's order)
-  // and exact in double, [chunk][p][n][k]
+  // the transform mode's patches, and their V: in float (for FFMA's order) and exact in double,
+  // [chunk][p][n][k]
   std::vector<float> D(size_t(chunks) * kPatch), Vf(Vw.size());
   std::vector<double> Vd(Vw.size());
   for (auto& x : D) x = uni(rng);
@@ -436,26 +439,36 @@ int main(int argc, char** argv) {
       for (int n = 0; n < kN; ++n) {
         const float* d = &D[size_t(c) * kPatch + (k * kPatchRows + 2 * (n / 8)) * kPatchCols +
                             2 * (n % 8)];
+        // B^T d B by a generic 4 x 4 product with the generated matrix, in float (each sum has
+        // at most two terms that are not zero, so the kernel's adds round alike) and in double
+        using BT = fastlayers::winograd::Matrices<2, 3>;
         float tf[4][4];
         double td[4][4];
-        for (int j = 0; j < 4; ++j) {
-          const float d0 = d[j], d1 = d[kPatchCols + j], d2 = d[2 * kPatchCols + j],
-                      d3 = d[3 * kPatchCols + j];
-          tf[0][j] = d0 - d2; tf[1][j] = d1 + d2; tf[2][j] = d2 - d1; tf[3][j] = d1 - d3;
-          td[0][j] = double(d0) - d2; td[1][j] = double(d1) + d2;
-          td[2][j] = double(d2) - d1; td[3][j] = double(d1) - d3;
-        }
-        for (int r = 0; r < 4; ++r) {
-          const float vf[4] = {tf[r][0] - tf[r][2], tf[r][1] + tf[r][2], tf[r][2] - tf[r][1],
-                               tf[r][1] - tf[r][3]};
-          const double vd[4] = {td[r][0] - td[r][2], td[r][1] + td[r][2], td[r][2] - td[r][1],
-                                td[r][1] - td[r][3]};
+        for (int r = 0; r < 4; ++r)
           for (int j = 0; j < 4; ++j) {
-            const size_t at = ((size_t(c) * kP + 4 * r + j) * kN + n) * kK + k;
-            Vf[at] = vf[j];
-            Vd[at] = vd[j];
+            float f = 0.f;
+            double e = 0.0;
+            for (int i = 0; i < 4; ++i)
+              if (BT::BT(r, i) != 0.0) {
+                f += float(BT::BT(r, i)) * d[i * kPatchCols + j];
+                e += BT::BT(r, i) * d[i * kPatchCols + j];
+              }
+            tf[r][j] = f;
+            td[r][j] = e;
           }
-        }
+        for (int r = 0; r < 4; ++r)
+          for (int col = 0; col < 4; ++col) {
+            float f = 0.f;
+            double e = 0.0;
+            for (int j = 0; j < 4; ++j)
+              if (BT::BT(col, j) != 0.0) {
+                f += tf[r][j] * float(BT::BT(col, j));
+                e += td[r][j] * BT::BT(col, j);
+              }
+            const size_t at = ((size_t(c) * kP + 4 * r + col) * kN + n) * kK + k;
+            Vf[at] = f;
+            Vd[at] = e;
+          }
       }
   // float64 references, M[p][m][n]: V of each chunk (mode 0, copied), chunk 0's V for every
   // chunk (1, kept), or each chunk's V transformed from its patch (2); and float32 FFMA's error
