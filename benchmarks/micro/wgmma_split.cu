@@ -16,8 +16,9 @@
 // bank conflicts), where the kernel's U stage is swizzled. The rate runs write no sums (an item's
 // raw sums are 4x the kernel's results) and run with V copied, V kept in shared memory (the
 // kernel's case: its V comes from the transform, not from L2), with no copies at all, and in both
-// forms of the transform mode. The check runs two items a block, with V copied, kept and
-// transformed, and fails (exit 1) where split TF32's error exceeds float32 FFMA's in order.
+// forms of the transform mode; transform_rate times the transform alone. The check runs two items a
+// block, with V copied, kept and transformed, and fails (exit 1) where split TF32's error exceeds
+// float32 FFMA's in order.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Icuda \
 //     benchmarks/micro/wgmma_split.cu -o wgmma_split && ./wgmma_split
 #include <cuda_runtime.h>
@@ -78,10 +79,8 @@ __device__ __forceinline__ void load_a(const float* us, int p, int w, int lane, 
 // B^T d B of F(2x2,3x3) for the window at (2 ty, 2 tx) of channel k's patch, split into hi and
 // lo and stored in V's planes at point xi = 4 row + column, tile n, channel k. A warp's lanes take
 // 4 channels x 8 tiles, so that its stores of a point fill 32 consecutive words.
-__device__ __forceinline__ void transform(const float* patch, uint32_t* vstage, int warp,
-                                          int lane) {
-  const int k = (warp & 1) * 4 + (lane & 3), n = (warp >> 1) * 8 + (lane >> 2);
-  const float* d = patch + (k * kPatchRows + 2 * (n >> 3)) * kPatchCols + 2 * (n & 7);
+// The window at d (rows kPatchCols apart) into V's planes at `at` (point xi at at + 256 xi).
+__device__ __forceinline__ void transform_window(const float* d, uint32_t* at) {
   float t[4][4];
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
@@ -93,7 +92,6 @@ __device__ __forceinline__ void transform(const float* patch, uint32_t* vstage, 
     t[3][c] = d3 - d1;
   }
   // plain stores (no asm): a thread's two windows' loads and stores may interleave
-  uint32_t* at = vstage + ((n >> 3) * 2 + (k >> 2)) * 32 + (n & 7) * 4 + (k & 3);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const float v[4] = {t[r][2] - t[r][0], t[r][1] + t[r][2], t[r][2] - t[r][1],
@@ -106,6 +104,19 @@ __device__ __forceinline__ void transform(const float* patch, uint32_t* vstage, 
       at[(4 * r + c) * 256 + kVBytes / 4] = lo;
     }
   }
+}
+// Warp `warp`'s lanes take channels k and tiles n as above.
+__device__ __forceinline__ uint32_t* window_at(uint32_t* vstage, int warp, int lane, int& k,
+                                               int& n) {
+  k = (warp & 1) * 4 + (lane & 3);
+  n = (warp >> 1) * 8 + (lane >> 2);
+  return vstage + ((n >> 3) * 2 + (k >> 2)) * 32 + (n & 7) * 4 + (k & 3);
+}
+__device__ __forceinline__ void transform(const float* patch, uint32_t* vstage, int warp,
+                                          int lane) {
+  int k, n;
+  uint32_t* at = window_at(vstage, warp, lane, k, n);
+  transform_window(patch + (k * kPatchRows + 2 * (n >> 3)) * kPatchCols + 2 * (n & 7), at);
 }
 
 // A chunk's products for a warpgroup's 8 points: A (U's stage `us`) read into registers two
@@ -176,6 +187,44 @@ __device__ __forceinline__ void zero(float (&acc)[8][16]) {
   for (int p = 0; p < 8; ++p)
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[p][i] = 0.f;
+}
+
+// The transform alone, to time it apart from the products: kWarps warps transform one chunk's
+// 256 windows (each thread 256 / (32 kWarps) of them) into V's stage, a proxy fence and a barrier
+// a chunk, `chunks` times over one patch in shared memory. kRegs takes the window's values from
+// registers (changing every chunk) in place of the patch's reads.
+template <int kWarps, bool kRegs>
+__global__ void __launch_bounds__(kWarps * 32, 1) transform_rate(const float* D, int chunks,
+                                                                   Out* out) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  float* patch = reinterpret_cast<float*>(smem + 2 * kVBytes);
+  for (int i = threadIdx.x; i < kPatch; i += blockDim.x) patch[i] = D[i];
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float bump = 0.f;
+  const long long c0 = clock64();
+  const uint64_t t0 = gtime();
+  for (int q = 0; q < chunks; ++q) {
+    bump += 1.f;
+#pragma unroll
+    for (int j = 0; j < 8 / kWarps; ++j) {
+      if (kRegs) {  // the window's 16 values from registers: a patch of 4 x 4 around one value
+        float local[4 * kPatchCols];
+#pragma unroll
+        for (int i = 0; i < 4 * kPatchCols; ++i) local[i] = bump + float(i & 7) + lane;
+        int k, n;
+        transform_window(local, window_at(reinterpret_cast<uint32_t*>(smem), warp + kWarps * j,
+                                          lane, k, n));
+      } else {
+        transform(patch, reinterpret_cast<uint32_t*>(smem), warp + kWarps * j, lane);
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+  }
+  const long long c1 = clock64();
+  const uint64_t t1 = gtime();
+  block_out(out, c1 - c0, t1 - t0, bump);
 }
 
 // An item's sums out ([point][channel][tile]), a warpgroup's 8 points, and from zero again.
@@ -599,6 +648,36 @@ int main(int argc, char** argv) {
       std::printf("%-19s %-23s: %5.0f flop/cycle/SM (the slowest block), at %.2f GHz\n",
                   only_hi ? "hi hi alone (TF32)" : "split TF32", kRuns[copies], best, ghz);
     }
+  // the transform alone, cycles a chunk (the slowest block, median of 5): 8 warps (the same-warps
+  // mode's), 4 warps (run_ws's transforming warpgroup), and 8 warps with the window's values
+  // from registers
+  {
+    Out* dout;
+    CHECK(cudaMalloc(&dout, sms * sizeof(Out)));
+    const int tsmem = 2 * kVBytes + kPatchBytes;
+    auto probe = [&](auto kernel, int threads, const char* name) {
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, tsmem));
+      std::vector<std::pair<double, double>> runs;
+      for (int rep = 0; rep < 5; ++rep) {
+        const int n = 8 * chunks;
+        kernel<<<sms, threads, tsmem>>>(dD, n, dout);
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        std::vector<Out> h(sms);
+        CHECK(cudaMemcpy(h.data(), dout, sms * sizeof(Out), cudaMemcpyDeviceToHost));
+        std::vector<BlockTime> t(sms);
+        for (int i = 0; i < sms; ++i) t[i] = {h[i].cycles, h[i].ns};
+        const std::pair<double, double> gt = grid_time(t);
+        runs.push_back({gt.first / n, gt.second});
+      }
+      std::printf("transform alone, %-28s: %5.0f cycles a chunk\n", name, median(runs).first);
+      return 0;
+    };
+    if (probe(transform_rate<8, false>, 256, "8 warps") ||
+        probe(transform_rate<4, false>, 128, "4 warps, 2 windows each") ||
+        probe(transform_rate<8, true>, 256, "8 warps, values in registers"))
+      return 1;
+  }
   (void)argc;
   (void)argv;
   return 0;
