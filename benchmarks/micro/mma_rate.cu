@@ -21,36 +21,23 @@
 #include <utility>
 #include <vector>
 
+#include "../../cuda/common/mma.cuh"
 #include "timing.cuh"
 
 constexpr int kIters = 4096;
 constexpr int kFrags = 8;
 
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2], const float (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-        "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
+// The kernels' own products (cuda/common/mma.cuh): mma1688_tf32, mma16816, split_tf32 and
+// mma1688_tf32_split<false>, the fused kernel's split TF32 product.
+using fastlayers::mma16816;
+using fastlayers::mma1688_tf32;
+using fastlayers::mma1688_tf32_split;
+using fastlayers::split_tf32;
 
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4],
-                                        const uint32_t (&b)[2], const float (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-        "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
-
-// hi = v rounded to TF32, lo = v - hi (left whole: the mma reads its leading bits), as the
-// fused kernel splits its operands
-__device__ __forceinline__ void split(uint32_t v, uint32_t& hi, uint32_t& lo) {
-  asm volatile("cvt.rn.tf32.f32 %0, %1;" : "=r"(hi) : "f"(__uint_as_float(v)));
-  lo = __float_as_uint(__uint_as_float(v) - __uint_as_float(hi));
+__device__ __forceinline__ void ldmatrix(uint32_t (&r)[4], uint32_t saddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(saddr));
 }
 
 template <int Case>
@@ -82,63 +69,47 @@ __global__ void run(Out* out, float seed) {
   for (int it = 0; it < kIters; ++it) {
     if (Case == 0) {  // (cases 0 and 2: equal operands, but each fragment its own sums)
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) mma_tf32(acc[f], a, b, acc[f]);
+      for (int f = 0; f < kFrags; ++f) mma1688_tf32(acc[f], a, b);
     } else if (Case == 1) {
       // As a warp's point in the kernel: 2 A fragments (result channels) by 4 B fragments
       // (tiles). A changes every iteration (or ptxas hoists the products out of the loop), and
       // the B fragments differ from each other (or it computes equal fragments once).
-      const float zero[4] = {0.f, 0.f, 0.f, 0.f};
       const uint32_t ha[2][4] = {{a[0] + it, a[1], a[2], a[3]}, {a[0] - it, a[1], a[2], a[3]}};
       const uint32_t la[2][4] = {{a2[0] + it, a2[1], a2[2], a2[3]},
                                  {a2[0] - it, a2[1], a2[2], a2[3]}};
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) {
         const uint32_t hb[2] = {b[0] + (f & 3), b[1]}, lb[2] = {b2[0] + (f & 3), b2[1]};
-        float t[4];
-        mma_tf32(t, la[f >> 2], hb, zero);
-        mma_tf32(t, ha[f >> 2], lb, t);
-        mma_tf32(t, ha[f >> 2], hb, t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[f][i] += t[i];
+        mma1688_tf32_split<false>(acc[f], ha[f >> 2], la[f >> 2], hb, lb);
       }
     } else if (Case == 4) {
       // A warp's point as the kernel multiplies it: 2 A fragments (U, 32 result channels) and
       // 4 B fragments (V, 32 tiles) by 4 ldmatrix.x4 from shared memory, the 16 registers split
       // into hi and lo, then the 8 fragments' three mma and 4 FADD each.
+      // (ldmatrix by a 32-bit shared address made once: mma.cuh's ldmatrix_x4 converts a generic
+      // pointer at each call, address arithmetic the kernel's chunk loop does not have)
       const uint32_t off = (it & 15) * 1024;
       uint32_t ra[2][4], rb[2][4];
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(ra[m][0]), "=r"(ra[m][1]), "=r"(ra[m][2]), "=r"(ra[m][3])
-                     : "r"(sbase + off + m * 512));
+      for (int m = 0; m < 2; ++m) ldmatrix(ra[m], sbase + off + m * 512);
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(rb[n][0]), "=r"(rb[n][1]), "=r"(rb[n][2]), "=r"(rb[n][3])
-                     : "r"(sbase + off + 16384 + n * 512));
+      for (int n = 0; n < 2; ++n) ldmatrix(rb[n], sbase + off + 16384 + n * 512);
       uint32_t ha[2][4], la[2][4], hb[4][2], lb[4][2];
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) split(ra[m][i], ha[m][i], la[m][i]);
+        for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(ra[m][i]), ha[m][i], la[m][i]);
 #pragma unroll
       for (int n = 0; n < 4; ++n)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) split(rb[n >> 1][(n & 1) * 2 + i], hb[n][i], lb[n][i]);
-      const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int i = 0; i < 2; ++i)
+          split_tf32(__uint_as_float(rb[n >> 1][(n & 1) * 2 + i]), hb[n][i], lb[n][i]);
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        float t[4];
-        mma_tf32(t, la[f >> 2], hb[f & 3], zero);
-        mma_tf32(t, ha[f >> 2], lb[f & 3], t);
-        mma_tf32(t, ha[f >> 2], hb[f & 3], t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[f][i] += t[i];
-      }
+      for (int f = 0; f < kFrags; ++f)
+        mma1688_tf32_split<false>(acc[f], ha[f >> 2], la[f >> 2], hb[f & 3], lb[f & 3]);
     } else if (Case == 2) {
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) mma_f16(acc[f], a, b, acc[f]);
+      for (int f = 0; f < kFrags; ++f) mma16816(acc[f], a, b, __half());
     } else {
 #pragma unroll
       for (int k = 0; k < 8; ++k)

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(256, 1) run(Out* out, float seed) {
   // group is waited for
   uint32_t ahi[2][4], alo[2][4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) split(av[i], ahi[0][i], alo[0][i]);
+  for (int i = 0; i < 4; ++i) split_tf32(av[i], ahi[0][i], alo[0][i]);
   float bump = 0.f;
   const long long c0 = clock64();
   const uint64_t t0 = gtime();
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(256, 1) run(Out* out, float seed) {
       bump += 1.f;  // A changes every point, or ptxas takes the splits out of the loop
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        split(av[i] + bump, ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
+        split_tf32(av[i] + bump, ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
     }
   }
   wait<0>();

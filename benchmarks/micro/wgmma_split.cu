@@ -99,7 +99,7 @@ __device__ __forceinline__ void transform_window(const float* d, uint32_t* at) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint32_t hi, lo;
-      split(v[c], hi, lo);
+      split_tf32(v[c], hi, lo);
       at[(4 * r + c) * 256] = hi;
       at[(4 * r + c) * 256 + kVBytes / 4] = lo;
     }
@@ -135,7 +135,7 @@ __device__ __forceinline__ void multiply(const float* us, uint32_t vhi, uint32_t
   load_a(us, wg * 8, w, lane, raw[0]);
   load_a(us, wg * 8 + 1, w, lane, raw[1]);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) split(raw[0][i], ahi[0][i], alo[0][i]);
+  for (int i = 0; i < 4; ++i) split_tf32(raw[0][i], ahi[0][i], alo[0][i]);
 #pragma unroll
   for (int p = 0; p < 8; ++p) {
     const int pt = wg * 8 + p;
@@ -158,7 +158,7 @@ __device__ __forceinline__ void multiply(const float* us, uint32_t vhi, uint32_t
     if (p + 1 < 8) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        split(raw[(p + 1) & 1][i], ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
+        split_tf32(raw[(p + 1) & 1][i], ahi[(p + 1) & 1][i], alo[(p + 1) & 1][i]);
     }
     if (p > 0) {
 #pragma unroll

@@ -1,10 +1,12 @@
 // wgmma (sm_90a) in TF32 for the product-rate programs (wgmma_rate, wgmma_split): a warpgroup's
 // D (64 x 32 float, 16 a thread) = A (64 x 8, 4 registers a thread, as mma.m16n8k8's A fragments
 // of the warps' 16 rows each) x B (8 x 32, K-major in shared memory, by descriptor), the group
-// fence, commit and wait, and the split of a float32 value into TF32 hi and lo.
+// fence, commit and wait.
 #pragma once
 
 #include <cstdint>
+
+#include "../../cuda/common/mma.cuh"
 
 // B's layout: no swizzle, K-major 8 x 4 core matrices (8 rows of 16 bytes), K-adjacent ones
 // kLbo bytes apart and N-adjacent (8-row groups) kSbo.
@@ -38,9 +40,5 @@ __device__ __forceinline__ void wgmma32(float (&d)[16], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }
 
-// hi = v rounded to TF32 (to nearest, ties to even), lo = v - hi, exact and left whole: the mma
-// reads its leading bits.
-__device__ __forceinline__ void split(float v, uint32_t& hi, uint32_t& lo) {
-  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
-  lo = __float_as_uint(v - __uint_as_float(hi));
-}
+// The split of a float32 value into TF32 hi and lo is the kernels' (split_tf32).
+using fastlayers::split_tf32;
