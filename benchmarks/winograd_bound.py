@@ -87,10 +87,30 @@ def products_bound_ms(N, M, R, H, sms, clock_hz, rate):
     return per_sm * flops / rate / clock_hz * 1e3
 
 
+def roles(pass_, lay):
+    """The fused kernel's result and reduction channels for a pass of the layer: the forward's
+    K and C, the input gradient's C and K."""
+    return (lay["K"], lay["C"]) if pass_ == "fprop" else (lay["C"], lay["K"])
+
+
+def network_at_bounds(cfg, got, bounds, k):
+    """cuDNN's network time over the network's with each layer at the least of cuDNN, the
+    measured Winograd candidates (the row's tuned ratio) and each of the k bounds(layer) in turn,
+    the layers weighted by their count; where the fused kernel did not run, no bound counts.
+    `got`: each layer's row, in cfg["layers"] order. A tuple of k ratios."""
+    cudnn, at = 0.0, [0.0] * k
+    for lay, r in zip(cfg["layers"], got):
+        cu, c = r["cudnn"]["ms"], lay.get("count", 1)
+        best = cu / r["ratio"] if r.get("ratio") else cu
+        bs = bounds(lay) if fused_ran(r) else (best,) * k
+        cudnn += cu * c
+        at = [t + min(cu, best, b) * c for t, b in zip(at, bs)]
+    return tuple(cudnn / t for t in at)
+
+
 def products_report(doc, sms, clock, rate, shown):
     """The products' bound of the float32 kernel, forward and input gradient."""
     cfg = doc["config"]
-    count = {lay["layer"]: lay.get("count", 1) for lay in cfg["layers"]}
     rows = {(r["layer"], r["pass"], r["N"]): r for r in doc["speed"]
             if r.get("mode") == "fp32" and "ms" in r.get("cudnn", {})}
     totals = {(t["pass"], t["N"]): t for t in doc.get("totals", []) if t["mode"] == "fp32"}
@@ -110,8 +130,7 @@ def products_report(doc, sms, clock, rate, shown):
             if not all(got) or not all(fused_ran(r) for r in got):
                 cells += ["-", "-"]
                 continue
-            M, R = (K, C) if ps == "fprop" else (C, K)
-            b = [products_bound_ms(n, M, R, H, sms, clock, rate) for n in shown]
+            b = [products_bound_ms(n, *roles(ps, lay), H, sms, clock, rate) for n in shown]
             cells.append(" ; ".join("%.2f" % (r["cudnn"]["ms"] / x) for r, x in zip(got, b)))
             fused = [r["candidates"][FUSED].get("ms") for r in got]
             cells.append(" ; ".join("%.0f%%" % (100 * x / f) if f else "-"
@@ -126,18 +145,11 @@ def products_report(doc, sms, clock, rate, shown):
             if not all(got):
                 out.append("N=%d (a layer missing)" % n)
                 continue
-            a = t_b = 0.0
-            for lay, r in zip(cfg["layers"], got):
-                cu, c = r["cudnn"]["ms"], count[lay["layer"]]
-                best = cu / r["ratio"] if r.get("ratio") else cu
-                M, R = (lay["K"], lay["C"]) if ps == "fprop" else (lay["C"], lay["K"])
-                x = (products_bound_ms(n, M, R, lay["H"], sms, clock, rate)
-                     if fused_ran(r) else best)
-                a += cu * c
-                t_b += min(cu, best, x) * c
+            ratio, = network_at_bounds(cfg, got, lambda lay: (products_bound_ms(
+                n, *roles(ps, lay), lay["H"], sms, clock, rate),), 1)
             t = totals.get((ps, n), {})
             out.append("N=%d %.2f (measured %s)" % (
-                n, a / t_b, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
+                n, ratio, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
         print("fp32 network %s over cuDNN at the products' bound: %s" % (label, "; ".join(out)))
 
 
@@ -156,7 +168,6 @@ def main(argv=None):
     sms = doc.get("device", {}).get("sm_count") or SMS_DEFAULT
     clock = args.clock_ghz * 1e9
     odd = cfg.get("padding", [1, 1])[1] % 2 == 1  # the windows' first column, 2 tx0 - pad
-    count = {lay["layer"]: lay.get("count", 1) for lay in cfg["layers"]}
     rows = {(r["layer"], r["mode"], r["N"]): r for r in doc["speed"]
             if r.get("pass") == "fprop" and "ms" in r.get("cudnn", {})}
     totals = {(t["mode"], t["N"]): t for t in doc.get("totals", []) if t["pass"] == "fprop"}
@@ -191,18 +202,11 @@ def main(argv=None):
             if not all(got):
                 out.append("N=%d (a layer missing)" % n)
                 continue
-            a = lo_t = hi_t = 0.0
-            for lay, r in zip(cfg["layers"], got):
-                cu, c = r["cudnn"]["ms"], count[lay["layer"]]
-                best = cu / r["ratio"] if r.get("ratio") else cu
-                lo, hi = (bound_ms(m, n, lay["C"], lay["K"], lay["H"], odd, sms, clock)
-                          if fused_ran(r) else (best, best))
-                a += cu * c
-                lo_t += min(cu, best, lo) * c
-                hi_t += min(cu, best, hi) * c
+            lo, hi = network_at_bounds(cfg, got, lambda lay: bound_ms(
+                m, n, lay["C"], lay["K"], lay["H"], odd, sms, clock), 2)
             t = totals.get((m, n), {})
             out.append("N=%d %.2f / %.2f (measured %s)" % (
-                n, a / lo_t, a / hi_t, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
+                n, lo, hi, "%.2f" % t["tuned_ratio"] if t.get("tuned_ratio") else "-"))
         print("%s network forward over cuDNN at the bound (lsu / all): %s" % (m, "; ".join(out)))
     if any(r.get("mode") == "fp32" for r in doc["speed"]):
         products_report(doc, sms, clock, args.split_rate, shown)
