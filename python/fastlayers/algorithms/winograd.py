@@ -77,9 +77,9 @@ class Winograd(Family):
             return [self.make(t) for t in tiles] + extra
         if p.dtype == "float16":
             # The transformed tiles are stored in float16: B^T d B grows a value by up to the
-            # square of B^T's largest row sum (4, 49, 225 for alpha 4, 6, 8), so F(6x6,3x3)
+            # square of B^T's largest row sum (4, 25.6, 225 for alpha 4, 6, 8), so F(6x6,3x3)
             # overflows from inputs of about 290. The accuracy guard measures normal data and
-            # cannot see that; the candidates stop at alpha 6 (inputs up to about 1300).
+            # cannot see that; the candidates stop at alpha 6 (inputs up to about 2500).
             tiles = tuple(t for t in tiles if t + KERNEL - 1 <= FP16_MAX_ALPHA)
         return [self.make(t) for t in tiles]
 
