@@ -170,20 +170,28 @@ def test_convolution_checks_take_uniform_data(device):
 
 
 def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, cudnn_precision):
-    # In float32 twice PyTorch's error decides: F(4x4,3x3) and F(6x6,3x3) (2.4-7 and 7-20 times
-    # cuDNN's error on VGG-E's layers; 5 and 15 times PyTorch's at this shape on the CPU) are
-    # skipped, F(2x2,3x3) (1.2 times) is measured. The problem's precision, not the process's
-    # TF32 switch (on here), is what PyTorch's candidate runs at: measured in TF32, its error
-    # (3e-4 on an H100) would admit every tile.
+    # In float32 twice PyTorch's error decides: F(6x6,3x3) (7-20 times cuDNN's error on VGG-E's
+    # layers; 15 times PyTorch's at this shape on the CPU) is skipped, F(2x2,3x3) (1.2 times) is
+    # measured, and F(4x4,3x3) (1.8-3.5 times cuDNN's on the H200; 3.6 times PyTorch's here on
+    # the CPU) is skipped exactly where its error is above twice PyTorch's. The problem's
+    # precision, not the process's TF32 switch (on here), is what PyTorch's candidate runs at:
+    # measured in TF32, its error (3e-4 on an H100) would admit every tile.
     cudnn_precision.conv.fp32_precision = "tf32"
     p = problem(S=2, C=64, K=64, H=28, W=28, device=device)
     assert not p.tf32
     tuner.choose_conv2d(p, "forward")
     row = by_key()[p.key("forward")]
-    assert row["errors"]["native"] < 1e-6
-    for label in ("winograd:4", "winograd:6"):
-        assert row["skipped"][label].startswith("error "), row["skipped"]
+    native = row["errors"]["native"]
+    assert native < 1e-6
+    assert row["skipped"]["winograd:6"].startswith("error "), row["skipped"]
     assert "winograd:2" in row["times_ms"], row["skipped"]
+    from fastlayers.tuner.measure import error_floor
+    if row["errors"]["winograd:4"] > max(2 * native, error_floor(torch.float32, False)):
+        assert row["skipped"]["winograd:4"].startswith("error "), row["skipped"]
+    else:
+        assert "winograd:4" in row["times_ms"], row["skipped"]
+    if device == "cpu":
+        assert "winograd:4" in row["skipped"], row["errors"]
 
 
 def test_a_problem_is_measured_at_its_own_precision(cudnn_precision, monkeypatch):

@@ -69,6 +69,14 @@ def test_matches_pytorch_within_its_error(device, shape, spec, precision):
         return
     same = winograd_reference(pass_, x, w, b, gy, padding, tile, tf32, kernels=device).cpu()
     out, r, n = out.cpu(), ref[pass_].cpu(), native[pass_].cpu()
+    if device == "cuda":
+        # cuBLAS chooses the order of the products' reduction: the algorithm's own error is the
+        # larger of the two orders' (on a few outputs it is all a rounding or two: S1-C2-K3-1x1's
+        # F(4x4) forward reads 4.8e-8 in one and 2.3e-7 in the other; the kernel 2.2e-7, H200).
+        other = winograd_reference(pass_, x, w, b, gy, padding, tile, tf32, kernels=device,
+                                   reverse=True).cpu()
+        if rel_err(other, r) > rel_err(same, r):
+            same = other
     bound = assert_within_bound(out, r, n, same, precision_of(x.dtype, tf32), what=what)
     if spec in MUTATED.get((device, precision), ()):
         assert_mutation_rejected(out, r, bound, precision, what)

@@ -141,12 +141,12 @@ def _transform(M, d, kernels: str, acc0=None):
     return _fma_stage(M, _fma_stage(M, d, True), False, acc0)
 
 
-def _products(a, b, weight_grad: bool, kernels: str):
+def _products(a, b, weight_grad: bool, kernels: str, reverse: bool = False):
     """The per-point products: M [S, out, th, tw, a, a] = sum over in of a [out, in, a, a] times
     b [S, in, th, tw, a, a] (forward, input gradient), or M [K, C, a, a] = sum over (S, th, tw)
     of a [S, K, th, tw, a, a] times b [S, C, th, tw, a, a] (weight gradient). For 'cuda' in
-    float32 each sum runs as one FMA per term in the reduction's order, as cuBLAS's small GEMMs
-    do (a few outputs' errors hang on it); otherwise an einsum."""
+    float32 each sum runs as one FMA per term in the reduction's order (`reverse`: last term
+    first), as cuBLAS's small GEMMs do (a few outputs' errors hang on it); otherwise an einsum."""
     if b.dtype == torch.float64 or kernels == "cpu":
         eq = "sotuab,sctuab->ocab" if weight_grad else "ocab,sctuab->sotuab"
         return torch.einsum(eq, a, b)
@@ -160,7 +160,7 @@ def _products(a, b, weight_grad: bool, kernels: str):
         terms = [(a[None, :, c, None, None], b[:, None, c]) for c in range(a.shape[1])]
         acc = torch.zeros(b.shape[0], a.shape[0], *b.shape[2:], dtype=a.dtype,
                           device=a.device)
-    for x, y in terms:
+    for x, y in (terms[::-1] if reverse else terms):
         acc = (x.double() * y.double() + acc.double()).float()
     return acc
 
@@ -175,11 +175,12 @@ def _round(t, tf32, dtype):
 
 
 def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool = False,
-                       kernels: str = "cpu"):
+                       kernels: str = "cpu", reverse: bool = False):
     """One pass of Winograd convolution in torch only: 0 forward (with b), 1 input gradient,
     2 weight gradient; F(tile, 3) for 0 and 1, F(3, tile) for 2; `kernels`: the device whose
-    kernels' float32 arithmetic the transforms follow ('cpu' or 'cuda'). It runs on the operands'
-    device: the 'cuda' arithmetic is elementwise float64 steps, each rounded as on any device."""
+    kernels' float32 arithmetic the transforms follow ('cpu' or 'cuda'; for 'cuda', `reverse`
+    sums the products' reduction from its last term). It runs on the operands' device: the 'cuda'
+    arithmetic is elementwise float64 steps, each rounded as on any device."""
     dtype = x.dtype
     ct = torch.float64 if dtype == torch.float64 else torch.float32
     x, w, gy = x.to(ct), w.to(ct), gy.to(ct)
@@ -203,7 +204,7 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
         d = _windows(data, alpha, m, oy, ox, th, tw)            # [S, ch, th, tw, a, a]
         V = _transform(BT, d, kernels)
         U = _transform(G, filt, kernels)                         # [out, in, a, a]
-        M = _products(_round(U, tf32, dtype), _round(V, tf32, dtype), False, kernels)
+        M = _products(_round(U, tf32, dtype), _round(V, tf32, dtype), False, kernels, reverse)
         bias = None
         if pass_ == 0 and b is not None:
             bias = b.to(ct)[None, :, None, None].expand(M.shape[:4]).contiguous()
@@ -216,7 +217,7 @@ def winograd_reference(pass_: int, x, w, b, gy, padding, tile: int, tf32: bool =
     g = _windows(gy, r, r, 0, 0, th, tw)                         # [S, K, th, tw, r, r]
     X = _transform(BT, d, kernels)
     Gy = _transform(G, g, kernels)
-    M = _products(_round(Gy, tf32, dtype), _round(X, tf32, dtype), True, kernels)
+    M = _products(_round(Gy, tf32, dtype), _round(X, tf32, dtype), True, kernels, reverse)
     return _transform(AT, M, kernels).to(dtype)
 
 
