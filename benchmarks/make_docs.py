@@ -907,11 +907,17 @@ def summary(docs: dict) -> str:
             low = "; the median's 95%% interval reaching below 0.97x: %s" % (", ".join(
                 "%s %s (%.3f-%.3f)" % (r["network"], r["mode"], *r["ab"]["ratio_ci95"])
                 for r in rs if r["ab"]["ratio_ci95"][0] < 0.97) or "none")
-        rows.append(("Training steps after `convert` (%s), over the plain model" % ", ".join(
-            dict.fromkeys(r["network"] for r in nw[1].get("rows", []))),
+        # a joined document may lack some network's mode: named, not left to be assumed
+        all_rows = nw[1].get("rows", [])
+        nets = list(dict.fromkeys(r["network"] for r in all_rows))
+        timed = {(r["network"], r["mode"]) for r in all_rows}
+        untimed = ["%s %s" % (n, m) for n in nets
+                   for m in dict.fromkeys(r["mode"] for r in all_rows) if (n, m) not in timed]
+        rows.append(("Training steps after `convert` (%s), over the plain model" % ", ".join(nets),
             "; ".join("%s %s" % (m, span(v, ".3f")) + "x" for m, v in by_mode.items())
             + " (target: none below 0.97x)" + low
-            + ("; no ratio: %s" % ", ".join(bad) if bad else "")))
+            + ("; no ratio: %s" % ", ".join(bad) if bad else "")
+            + ("; not timed: %s" % ", ".join(untimed) if untimed else "")))
     wg = docs.get("winograd")
     if wg:
         devices.append(wg[1]["device"]["name"])

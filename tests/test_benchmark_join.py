@@ -119,3 +119,18 @@ def test_the_command_writes_the_joined_document_and_refuses_timing_options(tmp_p
             bench_networks.main(args)
     assert not (tmp_path / "refused").exists()
     assert "--join" in capsys.readouterr().err
+
+
+def test_the_readme_row_names_the_modes_a_joined_document_lacks():
+    """make_docs' results row of a networks document says which network's modes were not timed
+    (a join of runs that left one out), rather than a span that reads as every row's."""
+    import make_docs
+    doc = run([("vgg16", "fp32", 1.5), ("vgg16", "bf16", 1.04), ("resnet50", "fp32", 1.1)])
+    for r in doc["rows"]:
+        r["ab"] = {"ratio_ci95": [r["ratio"] - 0.01, r["ratio"] + 0.01]}
+    text = make_docs.summary({"networks": ("networks-GPU.json", doc)})
+    assert "fp32 1.100-1.500x; bf16 1.040x" in text, text
+    assert "not timed: resnet50 bf16" in text, text
+    doc["rows"].append({"network": "resnet50", "mode": "bf16", "ratio": 0.99,
+                        "ab": {"ratio_ci95": [0.98, 1.0]}})
+    assert "not timed" not in make_docs.summary({"networks": ("networks-GPU.json", doc)})
