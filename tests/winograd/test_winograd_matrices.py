@@ -136,8 +136,16 @@ def test_reference_in_cuda_arithmetic_is_the_same_algorithm(spec):
         ref = float64_passes(x, w, b, gy, shape[5:])[pass_]
         cuda = winograd_reference(pass_, x, w, b, gy, shape[5:], tile, kernels="cuda")
         cpu = winograd_reference(pass_, x, w, b, gy, shape[5:], tile, kernels="cpu")
+        # the products' reduction summed from its last term (the CUDA value tests take the larger
+        # error of the two orders, so this one must be the same pass too)
+        rev = winograd_reference(pass_, x, w, b, gy, shape[5:], tile, kernels="cuda",
+                                 reverse=True)
         what = "%s tile %d %s" % (PASS_NAMES[pass_], tile, shape_id(shape))
         assert cuda.dtype == torch.float32 and cuda.shape == ref.shape, what
         assert rel_err(cuda, ref) < 1e-4, (what, rel_err(cuda, ref))
+        assert rev.dtype == torch.float32 and rev.shape == ref.shape, what
+        assert rel_err(rev, ref) < 1e-4, (what, rel_err(rev, ref))
         if tile > 2 and shape == REFERENCE_SHAPES[0]:
             assert not torch.equal(cuda, cpu), what
+        if shape == REFERENCE_SHAPES[0]:  # reversing really changes the order
+            assert not torch.equal(rev, cuda), what

@@ -35,7 +35,8 @@ from .state import _state, workspace_limit
 # error in the same dtype, and never less than this floor, about four units of the dtype's rounding
 # (2^-24, 2^-11, 2^-8), where PyTorch's own error is below its storage rounding (few terms summed).
 # A floor far above PyTorch's error would admit what is less precise than the layer replaced:
-# float32's was once 1e-5 (160 units), which let F(4x4,3x3) in at 2.4-7 times cuDNN's error.
+# float32's was once 1e-5 (160 units), which let F(4x4,3x3) in at 2.4-7 times cuDNN's error (on
+# the alpha-6 points before d86080b).
 ERROR_FLOOR = {
     torch.float64: 1e-10,
     torch.float32: 2.4e-7,
