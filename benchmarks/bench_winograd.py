@@ -36,9 +36,9 @@ CPU tensors through the same code (wall-clock timer), DIR/winograd-cpu.json.
 A kernel fault (an illegal address, say) leaves the CUDA context unusable: the run records it and
 stops with what it measured. Exit status: 0 everything ran (out-of-memory configurations are
 recorded and tolerated; the larger tiles outside tolerance, F(6x6,3x3) in every dtype on most
-layers and F(4x4,3x3) in most fp32 input gradients, are recorded and counted apart, not timed), 3 a measurement failed (an
-error, or a tile-2 candidate outside tolerance: a broken kernel), 1 a section crashed or a kernel
-fault ended the run.
+layers and F(4x4,3x3) in most fp32 input gradients, are recorded and counted apart, not timed), 3
+a measurement failed (an error, or a tile-2 candidate outside tolerance: a broken kernel), 1 a
+section crashed or a kernel fault ended the run.
 """
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def attempt(entry: dict, stats: dict, fn) -> dict:
 def outside(tile: int) -> str:
     """What a candidate outside tolerance counts as: F(2x2,3x3) and F(3x3,2x2) stay within it in
     every dtype, so one outside is a broken kernel (an error); the larger tiles miss it on many
-    layers (F(4x4,3x3) rounds 1.7-5.1 times cuDNN's error in fp32, F(6x6,3x3) 7-20 times) and are
+    layers (F(4x4,3x3) rounds 1.7-5.1 times cuDNN's error in fp32, F(6x6,3x3) 7-21 times) and are
     counted apart."""
     return "errors" if tile == 2 else "outside_tolerance"
 

@@ -5,7 +5,7 @@ table of docs/winograd.md, and the search behind the points the ops use.
     PYTHONPATH=python python3 benchmarks/winograd_points.py [--search] [--tiles 2000]
 
 Per point set, over `tiles` output tiles of 64 input channels, data and filters uniform in
-[-1, 1]:
+[-1, 1] (a second table: the weight gradient's F(3, 4) on the alpha-6 sets, weight_grad_errors):
 - float32: the max element error against float64, every stage rounded to float32 (transforms,
   products, the channel sum, the inverse), beside the direct float32 convolution's;
 - 16 bits: the relative L2 error (the tuner's guard's measure) with the data and filters in
@@ -83,7 +83,8 @@ def weight_grad_errors(points, tiles=2048, trials=24, seed=2):
     """(float32, 16-bit) relative L2 errors of the weight gradient's F(3x3, 4x4) with `points`:
     each of `trials` filter gradients a sum over `tiles` tile pairs (6x6 data, 4x4 grad_output),
     uniform in [-1, 1]. float32: every stage rounded, the sum in float32 in blocks of 256 tiles;
-    16 bits: as half_error (the operands in float16, their transforms rounded, the rest exact)."""
+    16 bits: as half_error (the operands in float16, their transforms rounded, the products, sum
+    and inverse exact, the result rounded to float16)."""
     m, r, a = 3, 4, 6
     AT, G, BT = [np.array([[float(v) for v in row] for row in M])
                  for M in matrices(m, r, [Fr(p) for p in points])]
@@ -138,34 +139,35 @@ def main():
     ap.add_argument("--search", action="store_true")
     ap.add_argument("--tiles", type=int, default=2000)
     args = ap.parse_args()
-    print("| F(m,3) | points (with infinity) | float32 max error | direct | 16-bit relative L2 |")
+    print("| F(m,3) | points (with infinity) | float32 max error | direct convolution | 16-bit "
+          "relative L2 |")
     print("|---|---|---|---|---|")
     for m, pts in TABLE:
         w, d = errors(m, pts, args.tiles)
         print("| F(%d,3) | %s | %.1e | %.1e | %.1e |" % (
             m, ", ".join(map(str, pts)), w, d, half_error(m, pts, args.tiles)))
     print()
-    print("| F(3,4), weight gradient | points (with infinity) | float32 relative L2 | 16-bit "
-          "relative L2 |")
-    print("|---|---|---|---|")
-    for pts in (OLD_6, NEW_6):
-        print("| sums of 2048 tiles | %s | %.2e | %.2e |" % (
-            (", ".join(map(str, pts)),) + weight_grad_errors(pts)))
+    print("| F(3,4) | float32 relative L2 | 16-bit relative L2 |")
+    print("|---|---|---|")
+    for pts in (OLD_6, NEW_6):  # filter gradients summed over 2048 tile pairs
+        print("| %s | %.2e | %.2e |" % ((", ".join(map(str, pts)),) + weight_grad_errors(pts)))
     if args.search:
         first = sorted((half_error(4, p, 150, seed=3, channels=32), p) for p in _sets_4())
         again = sorted((np.mean([half_error(4, p, 1000, seed=s) for s in (11, 12, 13)]), p)
                        for _, p in first[:40])
         for e, pts in again[:5] + [(np.mean([half_error(4, OLD_6, 1000, seed=s)
                                              for s in (11, 12, 13)]), OLD_6)]:
-            print("F(4,3) %s: 16-bit L2 %.3g" % (", ".join(map(str, pts)), e))
+            print("F(4,3) %s: 16-bit L2 %.3g, float32 max error %.2e" % (
+                ", ".join(map(str, pts)), e, errors(4, pts, 2000)[0]))
         in_use = ({Fr(v) for v in NEW_6}, {-Fr(v) for v in NEW_6})  # a set errs as its negation
         print("the best 40: 16-bit L2 %.3g-%.3g; %s" % (again[0][0], again[-1][0], next(
             ("the set in use ranks %d (%.3g)" % (i + 1, e) for i, (e, p) in enumerate(again)
              if set(p) in in_use), "the set in use is not among them")))
         by_max = sorted((errors(4, p, 2000)[0], p) for _, p in again)
+        sixteen = {p: e for e, p in again}
         for e, pts in by_max[:3]:
-            print("F(4,3) %s: float32 max error %.2e (of the best 40)" % (
-                ", ".join(map(str, pts)), e))
+            print("F(4,3) %s: float32 max error %.2e, 16-bit L2 %.3g (of the best 40)" % (
+                ", ".join(map(str, pts)), e, sixteen[pts]))
         found = []
         for rest in itertools.combinations(SEARCH, 6):
             if Fr(1) in rest and Fr(-1) in rest:

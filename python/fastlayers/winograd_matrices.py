@@ -25,7 +25,7 @@ Points (POINTS): 0, 1, -1 for alpha 4; 0, -3/2, 2/3, -2/3, 4/3 for alpha 6 (F(4,
 transformed operands to 10 or 7 significand bits, and the tuner's guard reads that rounding in
 relative L2: that alpha 6 set gives F(4, 3) about 0.74 times the error of {0, 1, -1, 2, -1/2}
 (the set kept before for its float32 max error) and a smaller float32 max error as well; a search
-over small rationals finds sets about 10% better still in 16 bits (benchmarks/winograd_points.py,
+over small rationals finds a set about 8% better still in 16 bits (benchmarks/winograd_points.py,
 docs/winograd.md). Dyadic points would keep every entry exact in binary floating point; these
 entries round in float32 at about 6e-8, far below what the products lose. Barabasz et al. ("Error
 Analysis and Improving the Accuracy of Winograd Convolution for Deep Neural Networks", 2018) found

@@ -129,7 +129,9 @@ def test_reference_in_cuda_arithmetic_is_the_same_algorithm(spec):
     at a time) compute the same pass: within float32 rounding of float64 PyTorch (a misplaced
     index or term would be off by O(1)), and, for tiles above 2, not bit-equal to the
     matrix-product order (so the order is really another one; F(2,3) and F(3,2) add and halve
-    exactly, the same in any order)."""
+    exactly, the same in any order); the products' reduction summed from its last term
+    (reverse=True, which the CUDA value tests may take) likewise, and not bit-equal to the first
+    order."""
     pass_, tile = spec
     for shape in REFERENCE_SHAPES:
         x, w, b, gy = tensors(shape, torch.float32)
