@@ -911,8 +911,8 @@ def summary(docs: dict) -> str:
         all_rows = nw[1].get("rows", [])
         nets = list(dict.fromkeys(r["network"] for r in all_rows))
         timed = {(r["network"], r["mode"]) for r in all_rows}
-        untimed = ["%s %s" % (n, m) for n in nets
-                   for m in dict.fromkeys(r["mode"] for r in all_rows) if (n, m) not in timed]
+        modes = list(dict.fromkeys(r["mode"] for r in all_rows))
+        untimed = ["%s %s" % (n, m) for n in nets for m in modes if (n, m) not in timed]
         rows.append(("Training steps after `convert` (%s), over the plain model" % ", ".join(nets),
             "; ".join("%s %s" % (m, span(v, ".3f")) + "x" for m, v in by_mode.items())
             + " (target: none below 0.97x)" + low

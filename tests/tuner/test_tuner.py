@@ -16,7 +16,7 @@ from torch import nn
 import fastlayers
 from conv_samples import pass_decisions
 from fastlayers import algorithms, tuner
-from fastlayers.tuner import cache, state
+from fastlayers.tuner import cache, measure, state
 from fastlayers.tuner import conv2d as tuner_conv2d
 
 REPO_PYTHON = Path(__file__).resolve().parents[2] / "python"
@@ -186,8 +186,7 @@ def test_float32_tuning_keeps_out_the_less_precise_tiles(tune_cpu, device, cudnn
     assert native < 1e-6
     assert row["skipped"]["winograd:6"].startswith("error "), row["skipped"]
     assert "winograd:2" in row["times_ms"], row["skipped"]
-    from fastlayers.tuner.measure import error_floor
-    floor = error_floor(torch.float32, False)
+    floor = measure.error_floor(torch.float32, False)
     if row["errors"]["winograd:4"] > max(2 * native, floor):
         assert row["skipped"]["winograd:4"].startswith("error "), row["skipped"]
     elif row["max_errors"]["winograd:4"] > max(2 * row["max_errors"]["native"], floor):
