@@ -20,6 +20,11 @@ same rounds. Prints held / converted (> 1: the held passes pay) and plain / held
 plain / converted and plain / plain copy (the A/A), each the median of per-round ratios with its
 quartiles and the median's 95% interval.
 
+--offer-half-pipeline: a further converted model, "offered", tuned (on a cleared cache, after the
+converted one) with the non-fused Winograd pipeline offered in float16 and bfloat16 as well (the
+module's policy offers only the fused kernel there: docs/winograd.md); both models' passes are then
+pinned to their tuned labels, so that neither tunes again, and the two timed in the same rotation.
+
 --choices-from: the converted model takes the decisions a bench_networks run recorded for the
 same network and mode (its row's `choices`, written into the fresh tuner cache, keyed for this
 build) instead of tuning anew, so that a run's plans can be timed again and held pass by pass;
@@ -89,6 +94,39 @@ def replay_choices(path, name, mode):
     return len(rows[0]["choices"])
 
 
+def pin(model):
+    """Pins every decided layer of `model` to its tuned labels. Returns how many layers."""
+    n = 0
+    for m in model.modules():
+        labels = plan_labels(m)
+        if labels:
+            m.force_algorithms(*labels)
+            n += 1
+    return n
+
+
+def tune_with_half_pipeline(step):
+    """Runs `step` (its first: the layers tune) with the Winograd family offering its non-fused
+    tiles in float16 and bfloat16 on CUDA beside the fused kernel (for float16 up to alpha
+    FP16_MAX_ALPHA, as on other devices)."""
+    from fastlayers.algorithms import winograd as wg
+    family = wg.FAMILY
+    policy = family.candidates
+
+    def offered(p, pass_):
+        out = list(policy(p, pass_))
+        if p.device_type == "cuda" and p.dtype in wg.HALF_DTYPES and wg.Winograd._layer_fits(p) is None:
+            tiles = [t for t in wg._tiles(pass_)
+                     if p.dtype != "float16" or t + wg.KERNEL - 1 <= wg.FP16_MAX_ALPHA]
+            out = [family.make(t) for t in tiles] + out
+        return out
+    family.candidates = offered
+    try:
+        step()
+    finally:
+        del family.candidates  # the class's method again
+
+
 def run(name, mode, patterns, args):
     N, side = bn.NETWORKS[name]
     common.set_precision("tf32" if mode == "tf32" else "fp32")
@@ -100,6 +138,8 @@ def run(name, mode, patterns, args):
     x = torch.randn(N, 3, side, side, device="cuda")
     target = torch.randint(0, 1000, (N,), device="cuda")
     models = {"plain": plain, "converted": conv, **helds, "twin": twin}
+    if args.offer_half_pipeline:
+        models["offered"] = fastlayers.convert(copy.deepcopy(plain))
     steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
     tuner.clear()
     if args.choices_from:
@@ -127,6 +167,18 @@ def run(name, mode, patterns, args):
             name, mode, ", ".join("%s median x%.2f max x%.2f" % (k, statistics.median(v), max(v))
                                   for k, v in sorted(ratios.items()))))
     n = {k: hold(conv, helds[k], pat) for k, pat in zip(helds, patterns)}
+    if args.offer_half_pipeline:
+        for k in ("converted", *helds):  # decided and pinned before the cache is cleared
+            if k != "converted":
+                steps[k]()
+            pin(models[k])
+        tuner.clear(memory=True, file=True)
+        tune_with_half_pipeline(steps["offered"])
+        n_pinned = pin(models["offered"])
+        offered = collections.Counter(lab for m in models["offered"].modules()
+                                      for lab in plan_labels(m))
+        log("  %s %s N=%d: with the 16-bit pipeline offered (%d layers pinned), the labels: %s" % (
+            name, mode, N, n_pinned, ", ".join("%s x%d" % kv for kv in sorted(offered.items()))))
     # The plain model's own error moves with cuDNN's algorithms: its error with the heuristics'
     # choices (benchmark off) beside the benchmark's shows how much.
     torch.backends.cudnn.benchmark = False
@@ -136,11 +188,11 @@ def run(name, mode, patterns, args):
         name, mode, ", ".join("%s %.2e" % (what, v["plain_err"])
                               for what, v in aa.items() if isinstance(v, dict))))
     ok = True
-    for k in ("converted", *helds):
+    for k in ("converted", *helds, *(["offered"] if args.offer_half_pipeline else [])):
         models[k].load_state_dict(plain.state_dict())
         chk = bn.check(plain, models[k], x, target, mode)
         log("  %s %s %s%s: errors against float64 (the plain model's), %s%s" % (
-            name, mode, k, "" if k == "converted" else " (%s)" % patterns[int(k[4:])],
+            name, mode, k, " (%s)" % patterns[int(k[4:])] if k.startswith("held") else "",
             ", ".join("%s %.2e (%.2e, x%.2f)" % (what, v["converted_err"], v["plain_err"],
                                                  v["converted_err"] / v["plain_err"])
                       for what, v in chk.items() if isinstance(v, dict)),
@@ -161,6 +213,9 @@ def run(name, mode, patterns, args):
     for k, pat in zip(helds, patterns):
         log("  %s %s N=%d, %d passes held (%s): %s; %s" % (
             name, mode, N, n[k], pat, show(k, "converted"), show("plain", k)))
+    if args.offer_half_pipeline:
+        log("  %s %s N=%d, the 16-bit pipeline offered: %s; %s" % (
+            name, mode, N, show("converted", "offered"), show("plain", "offered")))
     log("  %s %s N=%d: %s; A/A %s; plain %.2f ms" % (
         name, mode, N, show("plain", "converted"), show("plain", "twin"),
         statistics.median(per["plain"])))
@@ -180,6 +235,8 @@ def main() -> int:
     ap.add_argument("--choices-from", default=None,
                     help="a bench_networks results JSON whose recorded decisions the converted "
                          "models take (default: tuned anew)")
+    ap.add_argument("--offer-half-pipeline", action="store_true",
+                    help="also a model tuned with the non-fused pipeline offered in 16 bits")
     args = ap.parse_args()
     if not common.require_cuda("whole-network training steps"):
         return 0
