@@ -168,15 +168,21 @@ def run(name, mode, patterns, args):
                                   for k, v in sorted(ratios.items()))))
     n = {k: hold(conv, helds[k], pat) for k, pat in zip(helds, patterns)}
     if args.offer_half_pipeline:
+        before = [plan_labels(m) for m in conv.modules()]
         for k in ("converted", *helds):  # decided and pinned before the cache is cleared
             if k != "converted":
                 steps[k]()
             pin(models[k])
         tuner.clear(memory=True, file=True)
         tune_with_half_pipeline(steps["offered"])
-        n_pinned = pin(models["offered"])
+        # (counted before pinning: a pinned layer plans again at its next call)
         offered = collections.Counter(lab for m in models["offered"].modules()
                                       for lab in plan_labels(m))
+        after = [plan_labels(m) for m in models["offered"].modules()]
+        n_pinned = pin(models["offered"])
+        for i, (a, b) in enumerate(zip(before, after)):
+            if a != b:
+                log("    module %d: %s -> %s" % (i, " / ".join(a), " / ".join(b)))
         log("  %s %s N=%d: with the 16-bit pipeline offered (%d layers pinned), the labels: %s" % (
             name, mode, N, n_pinned, ", ".join("%s x%d" % kv for kv in sorted(offered.items()))))
     # The plain model's own error moves with cuDNN's algorithms: its error with the heuristics'
