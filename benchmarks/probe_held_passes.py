@@ -5,6 +5,7 @@ network's error? (a diagnosis, not a result.)
     python3 benchmarks/probe_held_passes.py [--nets resnet50] [--modes bf16] [--hold 'winograd*']...
                                             [--steps 10] [--rounds 15] [--best-of 1]
                                             [--choices-from networks-DEVICE.json]
+                                            [--offer-half-pipeline]
 
 Per network and mode: the plain model, a converted one (tuned on a fresh cache; the labels of its
 passes are counted), for each --hold pattern a converted twin whose passes that the tuner gave a
@@ -20,10 +21,13 @@ same rounds. Prints held / converted (> 1: the held passes pay) and plain / held
 plain / converted and plain / plain copy (the A/A), each the median of per-round ratios with its
 quartiles and the median's 95% interval.
 
---offer-half-pipeline: a further converted model, "offered", tuned (on a cleared cache, after the
-converted one) with the non-fused Winograd pipeline offered in float16 and bfloat16 as well (the
-module's policy offers only the fused kernel there: docs/winograd.md); both models' passes are then
-pinned to their tuned labels, so that neither tunes again, and the two timed in the same rotation.
+--offer-half-pipeline (AMP bf16 modes; elsewhere the two models below only tune again): two further
+converted models, each tuned on a cache cleared after the others had decided: "retuned" with the
+module's policy, which offers only the fused Winograd kernel in float16 and bfloat16 on CUDA
+(docs/winograd.md), and "offered" with the non-fused pipeline offered there as well. Every
+converted model (the held ones too) is pinned to its tuned labels before the cache is cleared, so
+that none tunes again, and all are timed in the same rotation. Tuning twice moves some choices by
+chance, so retuned / offered, not converted / offered, is the pipeline's share.
 
 --choices-from: the converted model takes the decisions a bench_networks run recorded for the
 same network and mode (its row's `choices`, written into the fresh tuner cache, keyed for this
@@ -95,27 +99,35 @@ def replay_choices(path, name, mode):
 
 
 def pin(model):
-    """Pins every decided layer of `model` to its tuned labels. Returns how many layers."""
+    """Pins every decided layer of `model` that can take fastlayers' algorithms to its tuned labels
+    (a stride-2 layer, say, runs PyTorch's path whatever its pins, and would warn). Returns how
+    many layers."""
     n = 0
     for m in model.modules():
         labels = plan_labels(m)
-        if labels:
+        if labels and m._unsupported_layer() is None:
             m.force_algorithms(*labels)
             n += 1
     return n
 
 
+def labels_by_layer(model):
+    """{module name: its tuned labels} for the decided layers of `model`."""
+    return {name: plan_labels(m) for name, m in model.named_modules() if plan_labels(m)}
+
+
 def tune_with_half_pipeline(step):
     """Runs `step` (its first: the layers tune) with the Winograd family offering its non-fused
     tiles in float16 and bfloat16 on CUDA beside the fused kernel (for float16 up to alpha
-    FP16_MAX_ALPHA, as on other devices)."""
+    FP16_MAX_ALPHA, the family's rule on other devices)."""
     from fastlayers.algorithms import winograd as wg
     family = wg.FAMILY
     policy = family.candidates
 
     def offered(p, pass_):
         out = list(policy(p, pass_))
-        if p.device_type == "cuda" and p.dtype in wg.HALF_DTYPES and wg.Winograd._layer_fits(p) is None:
+        half = p.device_type == "cuda" and p.dtype in wg.HALF_DTYPES
+        if half and wg.Winograd._layer_fits(p) is None:
             tiles = [t for t in wg._tiles(pass_)
                      if p.dtype != "float16" or t + wg.KERNEL - 1 <= wg.FP16_MAX_ALPHA]
             out = [family.make(t) for t in tiles] + out
@@ -139,6 +151,7 @@ def run(name, mode, patterns, args):
     target = torch.randint(0, 1000, (N,), device="cuda")
     models = {"plain": plain, "converted": conv, **helds, "twin": twin}
     if args.offer_half_pipeline:
+        models["retuned"] = fastlayers.convert(copy.deepcopy(plain))
         models["offered"] = fastlayers.convert(copy.deepcopy(plain))
     steps = {k: bn.make_step(m, x, target, mode) for k, m in models.items()}
     tuner.clear()
@@ -168,23 +181,29 @@ def run(name, mode, patterns, args):
                                   for k, v in sorted(ratios.items()))))
     n = {k: hold(conv, helds[k], pat) for k, pat in zip(helds, patterns)}
     if args.offer_half_pipeline:
-        before = [plan_labels(m) for m in conv.modules()]
+        before = labels_by_layer(conv)
         for k in ("converted", *helds):  # decided and pinned before the cache is cleared
             if k != "converted":
                 steps[k]()
             pin(models[k])
-        tuner.clear(memory=True, file=True)
-        tune_with_half_pipeline(steps["offered"])
-        # (counted before pinning: a pinned layer plans again at its next call)
-        offered = collections.Counter(lab for m in models["offered"].modules()
-                                      for lab in plan_labels(m))
-        after = [plan_labels(m) for m in models["offered"].modules()]
-        n_pinned = pin(models["offered"])
-        for i, (a, b) in enumerate(zip(before, after)):
-            if a != b:
-                log("    module %d: %s -> %s" % (i, " / ".join(a), " / ".join(b)))
-        log("  %s %s N=%d: with the 16-bit pipeline offered (%d layers pinned), the labels: %s" % (
-            name, mode, N, n_pinned, ", ".join("%s x%d" % kv for kv in sorted(offered.items()))))
+        for k in ("retuned", "offered"):
+            tuner.clear(memory=True, file=True)
+            if k == "offered":
+                tune_with_half_pipeline(steps[k])
+            else:
+                steps[k]()
+            # (read before pinning: a pinned layer plans again at its next call)
+            after = labels_by_layer(models[k])
+            n_pinned = pin(models[k])
+            how = "tuned again" if k == "retuned" else "with the 16-bit pipeline offered"
+            counts = collections.Counter(lab for labs in after.values() for lab in labs)
+            log("  %s %s N=%d: %s (%d layers pinned), the labels: %s" % (
+                name, mode, N, how, n_pinned,
+                ", ".join("%s x%d" % kv for kv in sorted(counts.items()))))
+            for layer, labs in after.items():
+                if labs != before.get(layer):
+                    log("    %s %s: %s -> %s" % (k, layer, " / ".join(before.get(layer, ["?"])),
+                                                 " / ".join(labs)))
     # The plain model's own error moves with cuDNN's algorithms: its error with the heuristics'
     # choices (benchmark off) beside the benchmark's shows how much.
     torch.backends.cudnn.benchmark = False
@@ -194,7 +213,8 @@ def run(name, mode, patterns, args):
         name, mode, ", ".join("%s %.2e" % (what, v["plain_err"])
                               for what, v in aa.items() if isinstance(v, dict))))
     ok = True
-    for k in ("converted", *helds, *(["offered"] if args.offer_half_pipeline else [])):
+    extra = ["retuned", "offered"] if args.offer_half_pipeline else []
+    for k in ("converted", *helds, *extra):
         models[k].load_state_dict(plain.state_dict())
         chk = bn.check(plain, models[k], x, target, mode)
         log("  %s %s %s%s: errors against float64 (the plain model's), %s%s" % (
@@ -220,8 +240,9 @@ def run(name, mode, patterns, args):
         log("  %s %s N=%d, %d passes held (%s): %s; %s" % (
             name, mode, N, n[k], pat, show(k, "converted"), show("plain", k)))
     if args.offer_half_pipeline:
-        log("  %s %s N=%d, the 16-bit pipeline offered: %s; %s" % (
-            name, mode, N, show("converted", "offered"), show("plain", "offered")))
+        log("  %s %s N=%d, the 16-bit pipeline offered: %s; %s; tuned again: %s; %s" % (
+            name, mode, N, show("retuned", "offered"), show("converted", "offered"),
+            show("converted", "retuned"), show("plain", "offered")))
     log("  %s %s N=%d: %s; A/A %s; plain %.2f ms" % (
         name, mode, N, show("plain", "converted"), show("plain", "twin"),
         statistics.median(per["plain"])))
@@ -242,7 +263,8 @@ def main() -> int:
                     help="a bench_networks results JSON whose recorded decisions the converted "
                          "models take (default: tuned anew)")
     ap.add_argument("--offer-half-pipeline", action="store_true",
-                    help="also a model tuned with the non-fused pipeline offered in 16 bits")
+                    help="also two models tuned again on a cleared cache, one with the "
+                         "non-fused pipeline offered in 16 bits and one without")
     args = ap.parse_args()
     if not common.require_cuda("whole-network training steps"):
         return 0
