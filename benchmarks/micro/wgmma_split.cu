@@ -491,32 +491,28 @@ int main(int argc, char** argv) {
         // B^T d B by a generic 4 x 4 product with the generated matrix, in float (each sum has
         // at most two terms that are not zero, so the kernel's adds round alike) and in double
         using BT = fastlayers::winograd::Matrices<2, 3>;
+        // row o of B^T times the vector xf(i) in float, xd(i) in double
+        const auto bt_row = [](int o, auto xf, auto xd, float& f, double& e) {
+          f = 0.f;
+          e = 0.0;
+          for (int i = 0; i < 4; ++i)
+            if (BT::BT(o, i) != 0.0) {
+              f += float(BT::BT(o, i)) * xf(i);
+              e += BT::BT(o, i) * xd(i);
+            }
+        };
         float tf[4][4];
         double td[4][4];
         for (int r = 0; r < 4; ++r)
           for (int j = 0; j < 4; ++j) {
-            float f = 0.f;
-            double e = 0.0;
-            for (int i = 0; i < 4; ++i)
-              if (BT::BT(r, i) != 0.0) {
-                f += float(BT::BT(r, i)) * d[i * kPatchCols + j];
-                e += BT::BT(r, i) * d[i * kPatchCols + j];
-              }
-            tf[r][j] = f;
-            td[r][j] = e;
+            const auto dij = [&](int i) { return d[i * kPatchCols + j]; };
+            bt_row(r, dij, dij, tf[r][j], td[r][j]);
           }
         for (int r = 0; r < 4; ++r)
           for (int col = 0; col < 4; ++col) {
-            float f = 0.f;
-            double e = 0.0;
-            for (int j = 0; j < 4; ++j)
-              if (BT::BT(col, j) != 0.0) {
-                f += tf[r][j] * float(BT::BT(col, j));
-                e += td[r][j] * BT::BT(col, j);
-              }
             const size_t at = ((size_t(c) * kP + 4 * r + col) * kN + n) * kK + k;
-            Vf[at] = f;
-            Vd[at] = e;
+            bt_row(col, [&](int j) { return tf[r][j]; }, [&](int j) { return td[r][j]; }, Vf[at],
+                   Vd[at]);
           }
       }
   // float64 references, M[p][m][n]: V of each chunk (mode 0, copied), chunk 0's V for every
