@@ -27,9 +27,18 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
                                 "fastlayers"))
-from winograd_matrices import matrices  # noqa: E402  (the generator alone: no torch needed)
+from winograd_matrices import POINTS, matrices  # noqa: E402  (the generator alone: no torch)
 
 C = 64
+
+
+def _f32(x):
+    return x.astype(np.float32)
+
+
+def _f16(x):
+    """x rounded to float16, kept in float64."""
+    return x.astype(np.float16).astype(np.float64)
 
 
 def _float64(m, points, r=3):
@@ -55,7 +64,7 @@ def errors(m, points, tiles, seed=0):
     AT, G, BT = _float64(m, points)
     g, d = _windows(np.random.default_rng(seed), m, tiles, C)
     ref = _direct(g, d, m)
-    f = lambda x: x.astype(np.float32)  # noqa: E731
+    f = _f32
     direct = _direct(g, d, m, f)
     U = f(np.einsum("ak,ckl,bl->cab", f(G), f(g), f(G)))
     V = f(np.einsum("ai,tcij,bj->tcab", f(BT), f(d), f(BT)))
@@ -67,7 +76,7 @@ def errors(m, points, tiles, seed=0):
 def half_error(m, points, tiles, seed=0, channels=C):
     """The relative L2 error of F(m x m, 3x3) with `points` as the 16-bit passes round it."""
     AT, G, BT = _float64(m, points)
-    h = lambda x: x.astype(np.float16).astype(np.float64)  # noqa: E731
+    h = _f16
     g, d = (h(x) for x in _windows(np.random.default_rng(seed), m, tiles, channels))
     ref = _direct(g, d, m)
     with np.errstate(over="ignore", invalid="ignore"):  # leaving float16's range: inf, or nan
@@ -88,8 +97,8 @@ def weight_grad_errors(points, tiles=2048, trials=24, seed=2):
     m, r, a = 3, 4, 6
     AT, G, BT = _float64(m, points, r)
     rng = np.random.default_rng(seed)
-    f = lambda x: x.astype(np.float32)  # noqa: E731
-    h = lambda x: x.astype(np.float16).astype(np.float64)  # noqa: E731
+    f = _f32
+    h = _f16
     e32 = n32 = e16 = n16 = 0.0
     for _ in range(trials):
         gy, d = rng.uniform(-1, 1, (tiles, r, r)), rng.uniform(-1, 1, (tiles, a, a))
@@ -114,7 +123,7 @@ def weight_grad_errors(points, tiles=2048, trials=24, seed=2):
 
 
 OLD_6 = (0, 1, -1, 2, Fr(-1, 2))  # the alpha-6 set before d86080b
-NEW_6 = (0, Fr(-3, 2), Fr(2, 3), Fr(-2, 3), Fr(4, 3))  # since d86080b
+NEW_6 = POINTS[6]  # the set in use (since d86080b)
 TABLE = [(2, (0, 1, -1)), (4, (0, 1, -1, 2, -2)), (4, (0, 1, -1, Fr(1, 2), Fr(-1, 2))),
          (4, OLD_6), (4, NEW_6),
          (6, (0, 1, -1, 2, -2, Fr(1, 2), Fr(-1, 2)))]
