@@ -211,7 +211,56 @@ void go(const char* tname) {
       }
 }
 
+// The pipeline's three stages timed apart (forward, F(m x m, 3x3)): the data transform, the
+// alpha^2 GEMMs (cuBLAS; TF32 for float), the inverse; each stage's bytes over its time.
+template <typename T, int M>
+void stages(const char* tname) {
+  using Mat = Matrices<M, 3>;
+  using G = GemmTypes<T>;
+  const Layer layers[] = {{"conv1_2", 64, 64, 224}, {"conv2_2", 128, 128, 112}, {"conv3_2", 256, 256, 56},
+                          {"conv4_2", 512, 512, 28}};
+  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasHandle_t blas; CK(cublasCreate(&blas)); CK(cublasSetStream(blas, st));
+  for (int N : {8, 64})
+    for (const Layer& L : layers) {
+      const Shape s{N, L.C, L.K, L.H, L.H, 1, 1, M};
+      const Tiling t = tiling(Pass::Forward, s);
+      const int64_t a2 = t.alpha * t.alpha, P = N * t.tiles();
+      const int64_t nx = int64_t(N) * L.C * L.H * L.H, ny = int64_t(N) * L.K * L.H * L.H;
+      T *x, *U, *V, *y; float* Mb;
+      CK(cudaMalloc(&x, nx * sizeof(T))); CK(cudaMalloc(&y, ny * sizeof(T)));
+      CK(cudaMalloc(&U, a2 * L.K * L.C * sizeof(T))); CK(cudaMalloc(&V, a2 * L.C * P * sizeof(T)));
+      CK(cudaMalloc(&Mb, a2 * L.K * P * sizeof(float)));
+      fill<<<1024, 256, 0, st>>>(x, nx, 1.f, 1u);
+      fill<<<1024, 256, 0, st>>>(U, a2 * L.K * L.C, 1.f, 2u);
+      const TileSource src{N, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
+      const TileJob<T, UseBT<Mat>> tiles{x, V, src};
+      const float t1 = graph_ms(st, [&] { run_job<<<blocks_for(tiles.threads()), kThreads, 0, st>>>(tiles); });
+      const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.K, s.C, P, s.C, P};
+      const float t2 = graph_ms(st, [&] {
+        gemm::strided_batched(blas, st, G::store, G::acc, true, d, V, s.C * P, U, s.K * s.C, Mb, s.K * P, a2);
+      });
+      const TileTarget dst{N, t.res_ch, t.res_h, t.res_w, t.th, t.tw};
+      const float t3 = graph_ms(st, [&] {
+        output_transform<T, Mat><<<blocks_for(t.res_ch * P), kThreads, 0, st>>>(Mb, nullptr, y, dst);
+      });
+      const double b1 = double(nx + a2 * L.C * P) * sizeof(T), b2 = double(a2 * L.C * P + a2 * L.K * L.C) * sizeof(T) + 4.0 * a2 * L.K * P;
+      const double b3 = 4.0 * a2 * L.K * P + double(ny) * sizeof(T);
+      std::printf("%s F(%dx%d) %-8s N%-3d transform %.4f ms (%.2f TB/s)  gemm %.4f ms (%.2f TB/s, %.0f TFLOP/s)  inverse %.4f ms (%.2f TB/s)\n",
+                  tname, M, M, L.name, N, t1, b1 / t1 / 1e9, t2, b2 / t2 / 1e9, 2.0 * a2 * L.K * L.C * P / t2 / 1e9, t3, b3 / t3 / 1e9);
+      std::fflush(stdout);
+      cudaFree(x); cudaFree(y); cudaFree(U); cudaFree(V); cudaFree(Mb);
+    }
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && !std::strcmp(argv[1], "stages")) {
+    stages<__half, 4>("fp16");
+    stages<float, 4>("tf32");
+    stages<__half, 2>("fp16");
+    stages<float, 2>("tf32");
+    return 0;
+  }
   if (argc == 5) {
     g_only_layer = argv[2];
     g_only_n = std::atoi(argv[3]);

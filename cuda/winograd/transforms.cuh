@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/storage.h"
 #include "matrices.h"
@@ -120,31 +121,43 @@ __device__ __forceinline__ void tile_transform(const T* __restrict__ in, T* __re
   using F = compute_t<T>;
   constexpr int R = Tf::kRows, N = Tf::kCols;
   const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * P;
-  for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{blocks} * blockDim.x) {
-    const int64_t c = i / P, p = i - c * P;
-    const int64_t s = p / tiles, t = p - s * tiles;
-    const int64_t ty = t / src.tw, tx = t - ty * src.tw;
-    const int64_t y0 = ty * src.step - src.oy, x0 = tx * src.step - src.ox;
-    const T* plane = in + (s * src.ch + c) * src.ih * src.iw;
-    F d[N][N];
+  // The flat index split into coordinates in 32 bits where it fits (the usual case): 64-bit
+  // divisions cost several times the instructions, and bound the 16-bit transforms.
+  const auto run = [&](auto zero) {
+    using I = decltype(zero);
+    const I tiles_i = static_cast<I>(tiles), P_i = static_cast<I>(P);
+    const I tw_i = static_cast<I>(src.tw);
+    for (I i = static_cast<I>(block * blockDim.x + threadIdx.x); i < static_cast<I>(total);
+         i += static_cast<I>(blocks) * blockDim.x) {
+      const I c = i / P_i, p = i - c * P_i;
+      const I s = p / tiles_i, t = p - s * tiles_i;
+      const I ty = t / tw_i, tx = t - ty * tw_i;
+      const int64_t y0 = int64_t{ty} * src.step - src.oy, x0 = int64_t{tx} * src.step - src.ox;
+      const T* plane = in + (int64_t{s} * src.ch + c) * src.ih * src.iw;
+      F d[N][N];
 #pragma unroll
-    for (int u = 0; u < N; ++u) {
-      const int64_t y = y0 + u;
-      const bool row_in = y >= 0 && y < src.ih;
+      for (int u = 0; u < N; ++u) {
+        const int64_t y = y0 + u;
+        const bool row_in = y >= 0 && y < src.ih;
 #pragma unroll
-      for (int v = 0; v < N; ++v) {
-        const int64_t x = x0 + v;
-        d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : F(0);
+        for (int v = 0; v < N; ++v) {
+          const int64_t x = x0 + v;
+          d[u][v] = row_in && x >= 0 && x < src.iw ? to_compute(plane[y * src.iw + x]) : F(0);
+        }
       }
+      F out[R][R];
+      two_sided<Tf>(d, out);
+#pragma unroll
+      for (int a = 0; a < R; ++a)
+#pragma unroll
+        for (int b = 0; b < R; ++b)
+          V[(a * R + b) * total + int64_t{i}] = from_compute<T>(out[a][b]);
     }
-    F out[R][R];
-    two_sided<Tf>(d, out);
-#pragma unroll
-    for (int a = 0; a < R; ++a)
-#pragma unroll
-      for (int b = 0; b < R; ++b) V[(a * R + b) * total + i] = from_compute<T>(out[a][b]);
-  }
+  };
+  if (total < (int64_t{1} << 31))
+    run(uint32_t{0});
+  else
+    run(int64_t{0});
 }
 
 // tile_transform as a job.
@@ -177,12 +190,48 @@ __global__ void run_two_jobs(A first, unsigned first_blocks, B second) {
     second(blockIdx.x - first_blocks, gridDim.x - first_blocks);
 }
 
+// A result row of m values at q: one vector store where `vec` (q aligned to the row's bytes) and
+// the row is 4 or 8 bytes of 16-bit values or 8 or 16 bytes of float32, else value by value. The
+// values are the same either way; a warp's rows of consecutive tiles then fill whole sectors, where
+// single values reach a quarter of each at m = 4.
+template <typename T, int m, typename F>
+__device__ __forceinline__ void store_row(T* q, const F (&v)[m], bool vec) {
+  constexpr bool k16 = std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value;
+  constexpr bool k32 = std::is_same<T, float>::value;
+  if constexpr ((k16 || k32) && (m == 2 || m == 4)) {
+    if (vec) {
+      if constexpr (k32 && m == 4) {
+        *reinterpret_cast<float4*>(q) = make_float4(v[0], v[1], v[2], v[3]);
+      } else if constexpr (k32) {
+        *reinterpret_cast<float2*>(q) = make_float2(v[0], v[1]);
+      } else {
+        uint32_t w[m / 2];
+#pragma unroll
+        for (int k = 0; k < m / 2; ++k) {
+          const T lo = from_compute<T>(v[2 * k]), hi = from_compute<T>(v[2 * k + 1]);
+          w[k] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&lo)) |
+                 static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&hi)) << 16;
+        }
+        if constexpr (m == 4)
+          *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
+        else
+          *reinterpret_cast<uint32_t*>(q) = w[0];
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < m; ++b) q[b] = from_compute<T>(v[b]);
+}
+
 // The m x m output tile (ty, tx) of `plane` [oh, ow] = A^T v A + bias, clipped at the edges, in
-// storage type T (v: one tile's alpha x alpha products, accumulation type F).
+// storage type T (v: one tile's alpha x alpha products, accumulation type F). `vec`: rows by
+// store_row's vector stores where the tile lies wholly inside (the caller checks the alignment:
+// plane and ow * sizeof(T) multiples of the row's bytes).
 template <typename T, typename Mat, typename F>
 __device__ __forceinline__ void store_inverse(const F (&v)[Mat::kAlpha][Mat::kAlpha], F bias,
                                               T* plane, int64_t ty, int64_t tx, int64_t oh,
-                                              int64_t ow) {
+                                              int64_t ow, bool vec = false) {
   constexpr int A = Mat::kAlpha, m = Mat::kM;
   F t1[m][A];  // A^T v
 #pragma unroll
@@ -196,19 +245,29 @@ __device__ __forceinline__ void store_inverse(const F (&v)[Mat::kAlpha][Mat::kAl
       t1[a][b] = acc;
     }
   }
+  const bool inside = vec && ty * m + m <= oh && tx * m + m <= ow;
 #pragma unroll
   for (int a = 0; a < m; ++a) {
     const int64_t y = ty * m + a;
     if (y >= oh) break;
+    F row[m];
 #pragma unroll
     for (int b = 0; b < m; ++b) {
-      const int64_t x = tx * m + b;
-      if (x >= ow) break;
       F acc = bias;
 #pragma unroll
       for (int k = 0; k < A; ++k)
         if (Mat::AT(b, k) != 0.0) acc += t1[a][k] * static_cast<F>(Mat::AT(b, k));
-      plane[y * ow + x] = from_compute<T>(acc);
+      row[b] = acc;
+    }
+    if (inside) {
+      store_row<T, m>(plane + y * ow + tx * m, row, true);
+      continue;
+    }
+#pragma unroll
+    for (int b = 0; b < m; ++b) {
+      const int64_t x = tx * m + b;
+      if (x >= ow) break;
+      plane[y * ow + x] = from_compute<T>(row[b]);
     }
   }
 }
@@ -226,21 +285,34 @@ __global__ void output_transform(const compute_t<T>* __restrict__ M, const T* __
                                  T* __restrict__ out, TileTarget dst) {
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha;
+  constexpr int m = Mat::kM;
   const int64_t tiles = dst.th * dst.tw, P = dst.n * tiles, total = dst.ch * P;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i / P, p = i - c * P;
-    const int64_t s = p / tiles, t = p - s * tiles;
-    const int64_t ty = t / dst.tw, tx = t - ty * dst.tw;
-    F v[A][A];
+  // Rows by vector stores: every row start (y ow + m tx) a multiple of m values, and out aligned.
+  const bool vec = dst.ow % m == 0 && reinterpret_cast<uintptr_t>(out) % (m * sizeof(T)) == 0;
+  // 32-bit coordinates where they fit, as tile_transform's.
+  const auto run = [&](auto zero) {
+    using I = decltype(zero);
+    const I tiles_i = static_cast<I>(tiles), P_i = static_cast<I>(P);
+    const I tw_i = static_cast<I>(dst.tw);
+    for (I i = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); i < static_cast<I>(total);
+         i += static_cast<I>(gridDim.x) * blockDim.x) {
+      const I c = i / P_i, p = i - c * P_i;
+      const I s = p / tiles_i, t = p - s * tiles_i;
+      const I ty = t / tw_i, tx = t - ty * tw_i;
+      F v[A][A];
 #pragma unroll
-    for (int a = 0; a < A; ++a)
+      for (int a = 0; a < A; ++a)
 #pragma unroll
-      for (int b = 0; b < A; ++b) v[a][b] = M[(a * A + b) * total + i];
-    const F bv = bias != nullptr ? to_compute(bias[c]) : F(0);
-    store_inverse<T, Mat>(v, bv, out + (s * dst.ch + c) * dst.oh * dst.ow, ty, tx, dst.oh,
-                          dst.ow);
-  }
+        for (int b = 0; b < A; ++b) v[a][b] = M[(a * A + b) * total + int64_t{i}];
+      const F bv = bias != nullptr ? to_compute(bias[c]) : F(0);
+      store_inverse<T, Mat>(v, bv, out + (int64_t{s} * dst.ch + c) * dst.oh * dst.ow, ty, tx,
+                            dst.oh, dst.ow, vec);
+    }
+  };
+  if (total < (int64_t{1} << 31))
+    run(uint32_t{0});
+  else
+    run(int64_t{0});
 }
 
 }  // namespace winograd
