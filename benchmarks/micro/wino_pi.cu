@@ -67,7 +67,8 @@ template <typename T, typename R>
 __global__ void err(const T* y, const R* ref, int64_t n, float* out) {
   float e = 0, m = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    e = fmaxf(e, fabsf(to_compute(y[i]) - to_compute(ref[i])));
+    const float diff = fabsf(to_compute(y[i]) - to_compute(ref[i]));
+    e = fmaxf(e, isfinite(diff) ? diff : INFINITY);  // fmaxf would drop a NaN
     m = fmaxf(m, fabsf(to_compute(ref[i])));
   }
   atomicMax(reinterpret_cast<int*>(out), __float_as_int(e));

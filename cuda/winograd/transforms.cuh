@@ -121,8 +121,9 @@ __device__ __forceinline__ void tile_transform(const T* __restrict__ in, T* __re
   using F = compute_t<T>;
   constexpr int R = Tf::kRows, N = Tf::kCols;
   const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * P;
-  // The flat index split into coordinates in 32 bits where it fits (the usual case): 64-bit
-  // divisions cost several times the instructions, and bound the 16-bit transforms.
+  // The flat index split into coordinates in 32-bit arithmetic where it fits (the usual case).
+  // No gain was measured from it (nvcc already takes a 32-bit path for a 64-bit division whose
+  // operands fit); the stride and a thread's first index rely on blocks_for's 2^20 blocks.
   const auto run = [&](auto zero) {
     using I = decltype(zero);
     const I tiles_i = static_cast<I>(tiles), P_i = static_cast<I>(P);
@@ -289,7 +290,7 @@ __global__ void output_transform(const compute_t<T>* __restrict__ M, const T* __
   const int64_t tiles = dst.th * dst.tw, P = dst.n * tiles, total = dst.ch * P;
   // Rows by vector stores: every row start (y ow + m tx) a multiple of m values, and out aligned.
   const bool vec = dst.ow % m == 0 && reinterpret_cast<uintptr_t>(out) % (m * sizeof(T)) == 0;
-  // 32-bit coordinates where they fit, as tile_transform's.
+  // 32-bit coordinates where they fit, as tile_transform's (and on the same grid bound).
   const auto run = [&](auto zero) {
     using I = decltype(zero);
     const I tiles_i = static_cast<I>(tiles), P_i = static_cast<I>(P);

@@ -25,10 +25,14 @@ def chunk_bound(pass_, S, C, K, H, W, pad, tile, samples, store=8, acc=8, given=
     return lo
 
 
+# An odd result width (the inverse's values one by one) and a width of 8 (its rows by vector
+# stores into each chunk's part of the result).
+@pytest.mark.parametrize("geometry", [(5, 3, 4, 9, 7, (1, 2)), (5, 3, 4, 9, 8, (1, 1))],
+                         ids=["ow7", "ow8"])
 @pytest.mark.parametrize("pass_", [0, 1, 2])
 @pytest.mark.parametrize("tile", [2, 4])
-def test_several_chunks_match_pytorch(device, pass_, tile):
-    S, C, K, H, W, pad = 5, 3, 4, 9, 7, (1, 2)
+def test_several_chunks_match_pytorch(device, pass_, tile, geometry):
+    S, C, K, H, W, pad = geometry
     g = torch.Generator().manual_seed(pass_ * 10 + tile)
     x = torch.randn(S, C, H, W, generator=g, dtype=torch.float64)
     w = torch.randn(K, C, 3, 3, generator=g, dtype=torch.float64)
