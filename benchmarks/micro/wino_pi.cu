@@ -76,20 +76,34 @@ __global__ void err(const T* y, const R* ref, int64_t n, float* out) {
 }
 
 struct Layer { const char* name; int C, K, H; };
+// The VGG-E layers from conv1_2 (conv1_1's 3 channels are not a multiple of 8).
+constexpr Layer kLayers[] = {{"conv1_2", 64, 64, 224},  {"conv2_1", 64, 128, 112},
+                             {"conv2_2", 128, 128, 112}, {"conv3_1", 128, 256, 56},
+                             {"conv3_2", 256, 256, 56},  {"conv4_1", 256, 512, 28},
+                             {"conv4_2", 512, 512, 28},  {"conv5", 512, 512, 14}};
 
-// The transforms (unless kernel_only) and the products-and-inverse kernel.
+// The pipeline's transforms (unless kernel_only), then the products-and-inverse kernel. Its
+// 16-byte copies take U's rows of C values and V's of P: both multiples of 8 here (every layer
+// below, N 8 and 64).
 template <typename T>
 void run_pi(Pass pass, const Shape& s, const T* a, const T* w, const T* bias, T* out, T* U, T* V,
             cudaStream_t st, bool kernel_only = false, int diag = 0) {
   using Mat = Matrices<4, 3>;
   const Tiling t = tiling(pass, s);
   const bool ig = pass == Pass::InputGrad;
-  const int64_t P = s.S * t.tiles(), ldv = pi::pad8(P), ldu = pi::pad8(s.C);
+  const int64_t P = s.S * t.tiles(), ldv = P, ldu = s.C;
   const int64_t Mo = ig ? s.C : s.K, R = ig ? s.K : s.C;
+  if (ldu % 8 != 0 || ldv % 8 != 0) {
+    std::printf("run_pi: C = %lld and P = %lld must be multiples of 8\n", (long long)ldu,
+                (long long)ldv);
+    std::exit(1);
+  }
   if (!kernel_only) {
-    pi::filter_kernel<T, Mat><<<blocks_for(s.K * ldu), 256, 0, st>>>(w, U, s.K, s.C, ldu, ig);
+    const FilterJob<T, Mat> filters{w, U, s.K, s.C, ig};
     const TileSource src{s.S, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
-    pi::data_kernel<T, Mat><<<blocks_for(R * ldv), 256, 0, st>>>(a, V, src, ldv);
+    const TileJob<T, UseBT<Mat>> tiles{a, V, src};
+    run_job<<<blocks_for(filters.threads()), kThreads, 0, st>>>(filters);
+    run_job<<<blocks_for(tiles.threads()), kThreads, 0, st>>>(tiles);
   }
   pi::Args<T> g{U, V, ig ? nullptr : bias, out, Mo, R, P, ldu, ldv, s.K,
                 TileTarget{s.S, t.res_ch, t.res_h, t.res_w, t.th, t.tw}, 0, false, false};
@@ -142,13 +156,10 @@ static int g_only_n = 0, g_only_ig = -1;
 
 template <typename T>
 void go(const char* tname) {
-  const Layer layers[] = {{"conv1_2", 64, 64, 224}, {"conv2_1", 64, 128, 112}, {"conv2_2", 128, 128, 112},
-                          {"conv3_1", 128, 256, 56}, {"conv3_2", 256, 256, 56}, {"conv4_1", 256, 512, 28},
-                          {"conv4_2", 512, 512, 28}, {"conv5", 512, 512, 14}};
   cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cublasHandle_t blas; CK(cublasCreate(&blas)); CK(cublasSetStream(blas, st));
   for (int N : {8, 64})
-    for (const Layer& L : layers)
+    for (const Layer& L : kLayers)
       for (Pass pass : {Pass::Forward, Pass::InputGrad}) {
         if (g_only_layer && (std::strcmp(g_only_layer, L.name) || g_only_n != N ||
                              g_only_ig != (pass == Pass::InputGrad)))
@@ -163,8 +174,8 @@ void go(const char* tname) {
         CK(cudaMalloc(&a, na * sizeof(T))); CK(cudaMalloc(&w, int64_t(L.K) * L.C * 9 * sizeof(T)));
         CK(cudaMalloc(&bias, L.K * sizeof(T))); CK(cudaMalloc(&y1, nout * sizeof(T)));
         CK(cudaMalloc(&y2, nout * sizeof(T)));
-        CK(cudaMalloc(&U, 36 * int64_t(L.K) * pi::pad8(L.C) * sizeof(T)));
-        CK(cudaMalloc(&V, 36 * int64_t(ig ? L.K : L.C) * pi::pad8(P) * sizeof(T)));
+        CK(cudaMalloc(&U, 36 * int64_t(L.K) * L.C * sizeof(T)));
+        CK(cudaMalloc(&V, 36 * int64_t(ig ? L.K : L.C) * P * sizeof(T)));
         CK(cudaMalloc(&e, 8));
         fill<<<1024, 256, 0, st>>>(a, na, 1.f, 1u);
         fill<<<1024, 256, 0, st>>>(w, int64_t(L.K) * L.C * 9, 1.f, 2u);
@@ -218,12 +229,10 @@ template <typename T, int M>
 void stages(const char* tname) {
   using Mat = Matrices<M, 3>;
   using G = GemmTypes<T>;
-  const Layer layers[] = {{"conv1_2", 64, 64, 224}, {"conv2_2", 128, 128, 112}, {"conv3_2", 256, 256, 56},
-                          {"conv4_2", 512, 512, 28}};
   cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cublasHandle_t blas; CK(cublasCreate(&blas)); CK(cublasSetStream(blas, st));
   for (int N : {8, 64})
-    for (const Layer& L : layers) {
+    for (const Layer& L : kLayers) {
       const Shape s{N, L.C, L.K, L.H, L.H, 1, 1, M};
       const Tiling t = tiling(Pass::Forward, s);
       const int64_t a2 = t.alpha * t.alpha, P = N * t.tiles();

@@ -1,9 +1,9 @@
 // A prototype, measured by wino_pi.cu and not part of the library (docs/winograd.md, "Where not,
 // and why"): the Winograd products and the inverse transform in one kernel (forward and input
-// gradient, 16-bit storage). The transforms write U and V to memory as the non-fused pipeline's do,
-// and one kernel multiplies them and applies A^T M A where the products are, so the products M
-// (float32, 2.25x the result's values at F(4x4, 3x3), read and written once each) never go through
-// memory.
+// gradient, 16-bit storage). The non-fused pipeline's transforms (FilterJob, TileJob) write U and V
+// to memory, and one kernel multiplies them and applies A^T M A where the products are, so the
+// products M (float32, 2.25x the result's values at F(4x4, 3x3), read and written once each) never
+// go through memory.
 //
 // A block computes BM result channels x BN tiles at all alpha^2 points, reduced over the
 // reduction channels in chunks of BK: U's rows (the forward: U [xi] [Mo, R]; the input gradient:
@@ -22,6 +22,7 @@
 #include "common/async_copy.cuh"
 #include "common/mma.cuh"
 #include "common/storage.h"
+#include "winograd/fused.cuh"  // Pack: two values into a 32-bit word
 #include "winograd/transforms.cuh"
 
 namespace fastlayers {
@@ -30,11 +31,10 @@ namespace pi {
 
 constexpr int kBM = 64, kBN = 32, kBK = 32, kThreads = 256, kStages = 5;
 
-// Round up to a multiple of 8 values: U's and V's row strides (16-byte rows for the copies).
-inline int64_t pad8(int64_t n) { return (n + 7) / 8 * 8; }
 
 template <typename T>
 struct Args {
+  // Rows of U and V by 16-byte copies: ldu and ldv multiples of 8 values, U and V 16-byte aligned.
   const T* U;     // [alpha^2, u_rows, ldu]: the forward [xi, Mo, R], the input gradient [xi, R, Mo]
   const T* V;     // [alpha^2, R, ldv]
   const T* bias;  // [Mo] or null
@@ -53,20 +53,6 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* gmem,
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
                "r"(in ? 16 : 0)
                : "memory");
-}
-
-// Two float values rounded into one 32-bit word of T (the first in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
@@ -289,10 +275,10 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args<T> g) {
 #pragma unroll
         for (int i = 0; i < m; ++i, q += d.ow) {
           uint4 w;
-          w.x = pack2<T>(y0[i][0] + bv, y0[i][1 % m] + bv);
-          w.y = pack2<T>(y0[i][2 % m] + bv, y0[i][3 % m] + bv);
-          w.z = pack2<T>(y1[i][0] + bv, y1[i][1 % m] + bv);
-          w.w = pack2<T>(y1[i][2 % m] + bv, y1[i][3 % m] + bv);
+          w.x = fused::Pack<T>::two(y0[i][0] + bv, y0[i][1 % m] + bv);
+          w.y = fused::Pack<T>::two(y0[i][2 % m] + bv, y0[i][3 % m] + bv);
+          w.z = fused::Pack<T>::two(y1[i][0] + bv, y1[i][1 % m] + bv);
+          w.w = fused::Pack<T>::two(y1[i][2 % m] + bv, y1[i][3 % m] + bv);
           *reinterpret_cast<uint4*>(q) = w;
         }
         continue;
@@ -310,8 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args<T> g) {
 #pragma unroll
           for (int i = 0; i < m; ++i, q += d.ow) {
             uint2 w;
-            w.x = pack2<T>(yv[i][0] + bv, yv[i][1 % m] + bv);
-            w.y = pack2<T>(yv[i][2 % m] + bv, yv[i][3 % m] + bv);
+            w.x = fused::Pack<T>::two(yv[i][0] + bv, yv[i][1 % m] + bv);
+            w.y = fused::Pack<T>::two(yv[i][2 % m] + bv, yv[i][3 % m] + bv);
             *reinterpret_cast<uint2*>(q) = w;
           }
           continue;
@@ -329,63 +315,6 @@ __global__ void __launch_bounds__(kThreads, 1) kernel(Args<T> g) {
         }
       }
     }
-}
-
-// U [alpha^2, K, ldu] = G w[k, c] G^T (turned 180 degrees where `rotate`), zeros for c in
-// [C, ldu): one thread per (k, c < ldu).
-template <typename T, typename Mat>
-__global__ void filter_kernel(const T* __restrict__ w, T* __restrict__ U, int64_t K, int64_t C,
-                              int64_t ldu, bool rotate) {
-  using F = compute_t<T>;
-  constexpr int A = Mat::kAlpha, R = Mat::kR;
-  const int64_t n = K * ldu;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t k = i / ldu, c = i - k * ldu;
-    F out[A][A] = {};
-    if (c < C) transform_filter<Mat>(w + (k * C + c) * R * R, rotate, out);
-#pragma unroll
-    for (int a = 0; a < A; ++a)
-#pragma unroll
-      for (int b = 0; b < A; ++b) U[(a * A + b) * n + i] = from_compute<T>(out[a][b]);
-  }
-}
-
-// V [alpha^2, ch, ldv] = B^T d B over each window of src (P = n th tw tiles, zeros for p in
-// [P, ldv)): one thread per (channel, p < ldv).
-template <typename T, typename Mat>
-__global__ void data_kernel(const T* __restrict__ in, T* __restrict__ V, TileSource src,
-                            int64_t ldv) {
-  using F = compute_t<T>;
-  constexpr int N = Mat::kAlpha;
-  const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * ldv;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i / ldv, p = i - c * ldv;
-    F out[N][N] = {};
-    if (p < P) {
-      const int64_t s = p / tiles, t = p - s * tiles;
-      const int64_t ty = t / src.tw, tx = t - ty * src.tw;
-      const int64_t y0 = ty * src.step - src.oy, x0 = tx * src.step - src.ox;
-      const T* plane = in + (s * src.ch + c) * src.ih * src.iw;
-      F dd[N][N];
-#pragma unroll
-      for (int u = 0; u < N; ++u) {
-        const int64_t yy = y0 + u;
-        const bool row_in = yy >= 0 && yy < src.ih;
-#pragma unroll
-        for (int v = 0; v < N; ++v) {
-          const int64_t xx = x0 + v;
-          dd[u][v] = row_in && xx >= 0 && xx < src.iw ? to_compute(plane[yy * src.iw + xx]) : F(0);
-        }
-      }
-      two_sided<UseBT<Mat>>(dd, out);
-    }
-#pragma unroll
-    for (int a = 0; a < N; ++a)
-#pragma unroll
-      for (int b = 0; b < N; ++b) V[(a * N + b) * total + i] = from_compute<T>(out[a][b]);
-  }
 }
 
 }  // namespace pi
