@@ -121,9 +121,8 @@ __device__ __forceinline__ void tile_transform(const T* __restrict__ in, T* __re
   using F = compute_t<T>;
   constexpr int R = Tf::kRows, N = Tf::kCols;
   const int64_t tiles = src.th * src.tw, P = src.n * tiles, total = src.ch * P;
-  // The flat index split into coordinates in 32-bit arithmetic where it fits (the usual case).
-  // No gain was measured from it (nvcc already takes a 32-bit path for a 64-bit division whose
-  // operands fit); the stride and a thread's first index rely on blocks_for's 2^20 blocks.
+  // The flat index split into coordinates in 32-bit arithmetic where it fits (the usual case);
+  // the stride and a thread's first index stay below 2^32 by blocks_for's 2^20 blocks.
   const auto run = [&](auto zero) {
     using I = decltype(zero);
     const I tiles_i = static_cast<I>(tiles), P_i = static_cast<I>(P);
@@ -191,38 +190,34 @@ __global__ void run_two_jobs(A first, unsigned first_blocks, B second) {
     second(blockIdx.x - first_blocks, gridDim.x - first_blocks);
 }
 
-// A result row of m values at q: one vector store where `vec` (q aligned to the row's bytes) and
-// the row is 4 or 8 bytes of 16-bit values or 8 or 16 bytes of float32, else value by value. The
-// values are the same either way; a warp's rows of consecutive tiles then fill whole sectors, where
-// single values reach a quarter of each at m = 4.
+// A result row of m values at q (aligned to the row's bytes): one vector store where the row is 4
+// or 8 bytes of 16-bit values or 8 or 16 bytes of float32, else value by value. The values are
+// the same either way; a warp's rows of consecutive tiles then fill whole sectors, where single
+// values reach a quarter of each at m = 4.
 template <typename T, int m, typename F>
-__device__ __forceinline__ void store_row(T* q, const F (&v)[m], bool vec) {
+__device__ __forceinline__ void store_row(T* q, const F (&v)[m]) {
   constexpr bool k16 = std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value;
   constexpr bool k32 = std::is_same<T, float>::value;
-  if constexpr ((k16 || k32) && (m == 2 || m == 4)) {
-    if (vec) {
-      if constexpr (k32 && m == 4) {
-        *reinterpret_cast<float4*>(q) = make_float4(v[0], v[1], v[2], v[3]);
-      } else if constexpr (k32) {
-        *reinterpret_cast<float2*>(q) = make_float2(v[0], v[1]);
-      } else {
-        uint32_t w[m / 2];
+  if constexpr (k32 && m == 4) {
+    *reinterpret_cast<float4*>(q) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (k32 && m == 2) {
+    *reinterpret_cast<float2*>(q) = make_float2(v[0], v[1]);
+  } else if constexpr (k16 && (m == 2 || m == 4)) {
+    uint32_t w[m / 2];
 #pragma unroll
-        for (int k = 0; k < m / 2; ++k) {
-          const T lo = from_compute<T>(v[2 * k]), hi = from_compute<T>(v[2 * k + 1]);
-          w[k] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&lo)) |
-                 static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&hi)) << 16;
-        }
-        if constexpr (m == 4)
-          *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
-        else
-          *reinterpret_cast<uint32_t*>(q) = w[0];
-      }
-      return;
+    for (int k = 0; k < m / 2; ++k) {
+      const T lo = from_compute<T>(v[2 * k]), hi = from_compute<T>(v[2 * k + 1]);
+      w[k] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&lo)) |
+             static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&hi)) << 16;
     }
-  }
+    if constexpr (m == 4)
+      *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
+    else
+      *reinterpret_cast<uint32_t*>(q) = w[0];
+  } else {
 #pragma unroll
-  for (int b = 0; b < m; ++b) q[b] = from_compute<T>(v[b]);
+    for (int b = 0; b < m; ++b) q[b] = from_compute<T>(v[b]);
+  }
 }
 
 // The m x m output tile (ty, tx) of `plane` [oh, ow] = A^T v A + bias, clipped at the edges, in
@@ -261,7 +256,7 @@ __device__ __forceinline__ void store_inverse(const F (&v)[Mat::kAlpha][Mat::kAl
       row[b] = acc;
     }
     if (inside) {
-      store_row<T, m>(plane + y * ow + tx * m, row, true);
+      store_row<T, m>(plane + y * ow + tx * m, row);
       continue;
     }
 #pragma unroll
