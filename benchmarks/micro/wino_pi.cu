@@ -7,7 +7,8 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Icuda -Icsrc \
 //     benchmarks/micro/wino_pi.cu cuda/winograd/winograd_half.cu cuda/common/gemm.cu \
 //     cuda/common/step_graph.cu -lcublas -lcuda -o wino_pi && ./wino_pi
-// `./wino_pi fp16` (or bf16) runs one dtype; `./wino_pi fp16 conv3_2 64 fwd` (or igrad) one pass,
+// `./wino_pi stages` times the pipeline's stages apart, `./wino_pi gemms` its GEMMs by pass and
+// layout; `./wino_pi fp16` (or bf16) runs one dtype; `./wino_pi fp16 conv3_2 64 fwd` (or igrad) one pass,
 // with timing variants of the kernel that leave out U's copies, V's, both, the products, or all.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -263,12 +264,50 @@ void stages(const char* tname) {
     }
 }
 
+// The alpha^2 GEMMs of each pass alone (F(4x4,3x3), cuBLAS, TF32 for float), on V [alpha^2, R,
+// P] and U [alpha^2, K, C]: the forward's (U V, both as stored), the input gradient's as the
+// pipeline runs it (U^T V, U transposed by cuBLAS) and with U stored [alpha^2, C, K] instead.
+template <typename T>
+void gemms(const char* tname) {
+  using G = GemmTypes<T>;
+  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasHandle_t blas; CK(cublasCreate(&blas)); CK(cublasSetStream(blas, st));
+  for (int N : {16, 64})
+    for (const Layer& L : kLayers) {
+      const Shape s{N, L.C, L.K, L.H, L.H, 1, 1, 4};
+      const Tiling t = tiling(Pass::Forward, s);
+      const int64_t a2 = t.alpha * t.alpha, P = N * t.tiles(), R = std::max(L.C, L.K);
+      T *U, *V; float* Mb;
+      CK(cudaMalloc(&U, a2 * L.K * L.C * sizeof(T))); CK(cudaMalloc(&V, a2 * R * P * sizeof(T)));
+      CK(cudaMalloc(&Mb, a2 * R * P * sizeof(float)));
+      fill<<<1024, 256, 0, st>>>(V, a2 * R * P, 1.f, 1u);
+      fill<<<1024, 256, 0, st>>>(U, a2 * L.K * L.C, 1.f, 2u);
+      auto time = [&](const gemm::Dims& d, int64_t sv, int64_t sm) {
+        return graph_ms(st, [&] {
+          gemm::strided_batched(blas, st, G::store, G::acc, true, d, V, sv, U, s.K * s.C, Mb, sm, a2);
+        });
+      };
+      const float fwd = time({CUBLAS_OP_N, CUBLAS_OP_N, P, s.K, s.C, P, s.C, P}, s.C * P, s.K * P);
+      const float nt = time({CUBLAS_OP_N, CUBLAS_OP_T, P, s.C, s.K, P, s.C, P}, s.K * P, s.C * P);
+      const float nn = time({CUBLAS_OP_N, CUBLAS_OP_N, P, s.C, s.K, P, s.K, P}, s.K * P, s.C * P);
+      std::printf("%s %-8s N%-3d forward %.4f ms  input gradient U^T %.4f ms  U stored [C, K] %.4f ms  (T/N %.3f)\n",
+                  tname, L.name, N, fwd, nt, nn, nt / nn);
+      std::fflush(stdout);
+      cudaFree(U); cudaFree(V); cudaFree(Mb);
+    }
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && !std::strcmp(argv[1], "stages")) {
     stages<__half, 4>("fp16");
     stages<float, 4>("tf32");
     stages<__half, 2>("fp16");
     stages<float, 2>("tf32");
+    return 0;
+  }
+  if (argc == 2 && !std::strcmp(argv[1], "gemms")) {
+    gemms<float>("tf32");
+    gemms<__half>("fp16");
     return 0;
   }
   if (argc == 5) {
