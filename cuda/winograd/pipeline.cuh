@@ -42,7 +42,9 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
 
   // The filters' transform (forward, input gradient) rides in the first chunk's data-transform
   // launch, unless they come transformed.
-  const FilterJob<T, Mat> filters{b, U, s.K, s.C, pass == Pass::InputGrad};
+  // The input gradient's: turned, and stored [alpha^2, C, K] (U^T of its products).
+  const bool ig = pass == Pass::InputGrad;
+  const FilterJob<T, Mat> filters{b, U, s.K, s.C, ig, ig};
   for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
     const int64_t n = std::min(chunk, s.S - s0);
     const int64_t P = n * t.tiles();
@@ -69,8 +71,8 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
                               s.K * s.C, M, s.K * P, a2);
         break;
       }
-      case Pass::InputGrad: {  // M [C, P] = U^T [C, K] V [K, P]
-        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_T, P, s.C, s.K, P, s.C, P};
+      case Pass::InputGrad: {  // M [C, P] = U^T [C, K] V [K, P], U^T as stored
+        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.C, s.K, P, s.K, P};
         gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, V, s.K * P, U, s.K * s.C,
                               M, s.C * P, a2);
         break;

@@ -68,20 +68,24 @@ __device__ __forceinline__ void transform_filter(const T* g, bool rotate,
 }
 
 // U [alpha^2, K, C] (storage T) = G w[k, c] G^T, w [K, C, 3, 3]; `rotate`: w turned 180 degrees
-// (the input gradient's filters). One thread per (k, c), a grid-stride loop over `blocks` blocks
-// from `block`. The pointers are __restrict__ parameters (not members of the job): nvcc takes the
-// qualifier there only, and the operands' loads then go through the read-only path.
+// (the input gradient's filters); `by_c`: U [alpha^2, C, K] instead, so that the input gradient's
+// products read U^T untransposed (cuBLAS's TF32 GEMMs run the transposed operand up to 2x slower).
+// One thread per row of U's storage order, so that the writes, 2-4x the reads, coalesce; a
+// grid-stride loop over `blocks` blocks from `block`. The pointers are __restrict__ parameters (not
+// members of the job): nvcc takes the qualifier there only, and the operands' loads then go
+// through the read-only path.
 template <typename T, typename Mat>
 __device__ __forceinline__ void filter_transform(const T* __restrict__ w, T* __restrict__ U,
-                                                 int64_t K, int64_t C, bool rotate,
+                                                 int64_t K, int64_t C, bool rotate, bool by_c,
                                                  unsigned block, unsigned blocks) {
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha, R = Mat::kR;
   const int64_t n = K * C;
   for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blocks} * blockDim.x) {
+    const int64_t filter = by_c ? (i % K) * C + i / K : i;  // (k, c) of U's row i
     F out[A][A];
-    transform_filter<Mat>(w + i * R * R, rotate, out);
+    transform_filter<Mat>(w + filter * R * R, rotate, out);
 #pragma unroll
     for (int a = 0; a < A; ++a)
 #pragma unroll
@@ -96,11 +100,12 @@ struct FilterJob {
   T* U;
   int64_t K, C;
   bool rotate;
+  bool by_c = false;
 
   int64_t threads() const { return K * C; }
 
   __device__ __forceinline__ void operator()(unsigned block, unsigned blocks) const {
-    filter_transform<T, Mat>(w, U, K, C, rotate, block, blocks);
+    filter_transform<T, Mat>(w, U, K, C, rotate, by_c, block, blocks);
   }
 };
 
