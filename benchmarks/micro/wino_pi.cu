@@ -265,8 +265,10 @@ void stages(const char* tname) {
 }
 
 // The alpha^2 GEMMs of each pass alone (F(4x4,3x3), cuBLAS, TF32 for float), on V [alpha^2, R,
-// P] and U [alpha^2, K, C]: the forward's (U V, both as stored), the input gradient's as the
-// pipeline runs it (U^T V, U transposed by cuBLAS) and with U stored [alpha^2, C, K] instead.
+// P] and U [alpha^2, K, C]: the forward's (U V, both as stored), the input gradient's with U
+// transposed by cuBLAS (U^T V) and with U stored [alpha^2, C, K], as the pipeline does; at N 16
+// also the input gradient's filter transform, into U [alpha^2, K, C] in w's order (FilterJob) and
+// into U [alpha^2, C, K] (TurnedFilterJob).
 template <typename T>
 void gemms(const char* tname) {
   using G = GemmTypes<T>;
@@ -290,8 +292,19 @@ void gemms(const char* tname) {
       const float fwd = time({CUBLAS_OP_N, CUBLAS_OP_N, P, s.K, s.C, P, s.C, P}, s.C * P, s.K * P);
       const float nt = time({CUBLAS_OP_N, CUBLAS_OP_T, P, s.C, s.K, P, s.C, P}, s.K * P, s.C * P);
       const float nn = time({CUBLAS_OP_N, CUBLAS_OP_N, P, s.C, s.K, P, s.K, P}, s.K * P, s.C * P);
-      std::printf("%s %-8s N%-3d forward %.4f ms  input gradient U^T %.4f ms  U stored [C, K] %.4f ms  (T/N %.3f)\n",
+      std::printf("%s %-8s N%-3d forward %.4f ms  input gradient U^T %.4f ms  U stored [C, K] %.4f ms  (T/N %.3f)",
                   tname, L.name, N, fwd, nt, nn, nt / nn);
+      if (N == 16) {  // the input gradient's filter transforms: by k (w's order) and by c
+        T* w; CK(cudaMalloc(&w, int64_t(L.K) * L.C * 9 * sizeof(T)));
+        fill<<<1024, 256, 0, st>>>(w, int64_t(L.K) * L.C * 9, 1.f, 3u);
+        const FilterJob<T, Matrices<4, 3>> by_k{w, U, s.K, s.C, true};
+        const TurnedFilterJob<T, Matrices<4, 3>> by_c{w, U, s.K, s.C};
+        const float tk = graph_ms(st, [&] { run_job<<<blocks_for(by_k.threads()), kThreads, 0, st>>>(by_k); });
+        const float tc = graph_ms(st, [&] { run_job<<<blocks_for(by_c.threads()), kThreads, 0, st>>>(by_c); });
+        std::printf("  filters by k %.4f ms, by c %.4f ms", tk, tc);
+        cudaFree(w);
+      }
+      std::printf("\n");
       std::fflush(stdout);
       cudaFree(U); cudaFree(V); cudaFree(Mb);
     }

@@ -42,9 +42,6 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
 
   // The filters' transform (forward, input gradient) rides in the first chunk's data-transform
   // launch, unless they come transformed.
-  // The input gradient's: turned, and stored [alpha^2, C, K] (U^T of its products).
-  const bool ig = pass == Pass::InputGrad;
-  const FilterJob<T, Mat> filters{b, U, s.K, s.C, ig, ig};
   for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
     const int64_t n = std::min(chunk, s.S - s0);
     const int64_t P = n * t.tiles();
@@ -59,7 +56,10 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
       const TileJob<T, UseG<Mat>> gtiles{a + s0 * s.K * s.oh() * s.ow(), U, gsrc};
       launch_two(gtiles, tiles, stream);
     } else if (s0 == 0 && given_u == nullptr) {
-      launch_two(filters, tiles, stream);
+      if (pass == Pass::InputGrad)  // turned, and stored [alpha^2, C, K]: U^T of its products
+        launch_two(TurnedFilterJob<T, Mat>{b, U, s.K, s.C}, tiles, stream);
+      else
+        launch_two(FilterJob<T, Mat>{b, U, s.K, s.C, false}, tiles, stream);
     } else {
       run_job<<<blocks_for(tiles.threads()), kThreads, 0, stream>>>(tiles);
       FL_LAUNCH_CHECK();

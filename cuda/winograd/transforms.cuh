@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/launch.cuh"
 #include "../common/storage.h"
 #include "matrices.h"
 
@@ -68,24 +69,20 @@ __device__ __forceinline__ void transform_filter(const T* g, bool rotate,
 }
 
 // U [alpha^2, K, C] (storage T) = G w[k, c] G^T, w [K, C, 3, 3]; `rotate`: w turned 180 degrees
-// (the input gradient's filters); `by_c`: U [alpha^2, C, K] instead, so that the input gradient's
-// products read U^T untransposed (cuBLAS's TF32 GEMMs run the transposed operand up to 2x slower).
-// One thread per row of U's storage order, so that the writes, 2-4x the reads, coalesce; a
-// grid-stride loop over `blocks` blocks from `block`. The pointers are __restrict__ parameters (not
-// members of the job): nvcc takes the qualifier there only, and the operands' loads then go
-// through the read-only path.
+// (the input gradient's filters). One thread per (k, c), a grid-stride loop over `blocks` blocks
+// from `block`. The pointers are __restrict__ parameters (not members of the job): nvcc takes the
+// qualifier there only, and the operands' loads then go through the read-only path.
 template <typename T, typename Mat>
 __device__ __forceinline__ void filter_transform(const T* __restrict__ w, T* __restrict__ U,
-                                                 int64_t K, int64_t C, bool rotate, bool by_c,
+                                                 int64_t K, int64_t C, bool rotate,
                                                  unsigned block, unsigned blocks) {
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha, R = Mat::kR;
   const int64_t n = K * C;
   for (int64_t i = block * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blocks} * blockDim.x) {
-    const int64_t filter = by_c ? (i % K) * C + i / K : i;  // (k, c) of U's row i
     F out[A][A];
-    transform_filter<Mat>(w + filter * R * R, rotate, out);
+    transform_filter<Mat>(w + i * R * R, rotate, out);
 #pragma unroll
     for (int a = 0; a < A; ++a)
 #pragma unroll
@@ -100,12 +97,75 @@ struct FilterJob {
   T* U;
   int64_t K, C;
   bool rotate;
-  bool by_c = false;
 
   int64_t threads() const { return K * C; }
 
   __device__ __forceinline__ void operator()(unsigned block, unsigned blocks) const {
-    filter_transform<T, Mat>(w, U, K, C, rotate, by_c, block, blocks);
+    filter_transform<T, Mat>(w, U, K, C, rotate, block, blocks);
+  }
+};
+
+// The least r >= n for which r values of `bytes` each fill an odd count of 4-byte words (8-byte
+// values: r odd), so that rows of r values start in distinct banks.
+__host__ __device__ constexpr int odd_words(int n, int bytes) {
+  while (bytes == 8 ? n % 2 == 0 : (n * bytes) % 8 != 4) ++n;
+  return n;
+}
+
+// The input gradient's filters: U [alpha^2, C, K] (storage T) = G w'[k, c] G^T, w' = w [K, C, 3,
+// 3] turned 180 degrees. Stored by c, so that the products read U^T untransposed: cuBLAS's TF32
+// GEMMs with the transposed operand took up to 2x the time. A tile of filters, 32 k x 8 c: the
+// block copies each k's 8 filters (contiguous in w) into shared memory, then thread (c, k)
+// transforms one and stores its alpha^2 values beside its neighbours' k, so both the reads and the
+// writes coalesce. Tiles by a grid-stride loop over `blocks` blocks from `block` (block-uniform,
+// as the barriers need); blockDim.x == kThreads.
+template <typename T, typename Mat>
+__device__ __forceinline__ void turned_filter_transform(const T* __restrict__ w,
+                                                        T* __restrict__ U, int64_t K, int64_t C,
+                                                        unsigned block, unsigned blocks) {
+  using F = compute_t<T>;
+  constexpr int A = Mat::kAlpha, RR = Mat::kR * Mat::kR;
+  constexpr int Tk = 32, Tc = kThreads / Tk, kSpan = Tc * RR;
+  // A k's row in shared memory: the 32 threads of a warp, at consecutive k, read distinct banks.
+  constexpr int kRow = odd_words(kSpan, sizeof(T));
+  __shared__ T tile[Tk * kRow];
+  const int64_t tiles_k = (K + Tk - 1) / Tk, tiles = tiles_k * ((C + Tc - 1) / Tc), n = K * C;
+  const int kk = threadIdx.x % Tk, cc = threadIdx.x / Tk;
+  for (int64_t i = block; i < tiles; i += blocks) {
+    const int64_t k0 = (i % tiles_k) * Tk, c0 = (i / tiles_k) * Tc;
+    const int span = static_cast<int>(C - c0 < Tc ? C - c0 : Tc) * RR;
+    for (int j = threadIdx.x; j < Tk * kSpan; j += kThreads) {
+      const int r = j / kSpan, e = j % kSpan;
+      if (k0 + r < K && e < span) tile[r * kRow + e] = w[((k0 + r) * C + c0) * RR + e];
+    }
+    __syncthreads();
+    if (k0 + kk < K && c0 + cc < C) {
+      F out[A][A];
+      transform_filter<Mat>(tile + kk * kRow + cc * RR, true, out);
+      const int64_t row = (c0 + cc) * K + k0 + kk;
+#pragma unroll
+      for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int b = 0; b < A; ++b) U[(a * A + b) * n + row] = from_compute<T>(out[a][b]);
+    }
+    __syncthreads();  // the tile is rewritten next
+  }
+}
+
+// turned_filter_transform as a job (run_job, run_two_jobs).
+template <typename T, typename Mat>
+struct TurnedFilterJob {
+  const T* w;
+  T* U;
+  int64_t K, C;
+
+  int64_t threads() const {
+    constexpr int Tk = 32, Tc = kThreads / Tk;
+    return (K + Tk - 1) / Tk * ((C + Tc - 1) / Tc) * kThreads;
+  }
+
+  __device__ __forceinline__ void operator()(unsigned block, unsigned blocks) const {
+    turned_filter_transform<T, Mat>(w, U, K, C, block, blocks);
   }
 };
 
