@@ -91,8 +91,8 @@ inline Tiling tiling(Pass pass, const Shape& s) {
 
 // Workspace of one chunk of `samples` samples, in bytes, for transformed operands stored in
 // `store_bytes` per value and products accumulated in `acc_bytes`:
-//   Forward, InputGrad: U [a2, K, C] (InputGrad: [a2, C, K]), V [a2, data_ch, P], M [a2, res_ch,
-//                       P] (accumulation type).
+//   Forward, InputGrad: U [a2, K, C] (InputGrad on TF32: [a2, C, K]), V [a2, data_ch, P],
+//                       M [a2, res_ch, P] (accumulation type).
 //   WeightGrad:         Gy [a2, K, P], X [a2, C, P], M [a2, C, K] (accumulation type, summed over
 //                       the chunks).
 // Each buffer starts on a 256-byte boundary. A forward given its filters transformed ahead

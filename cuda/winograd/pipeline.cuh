@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "../common/check.h"
 #include "../common/gemm.h"
@@ -40,8 +41,24 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
   F* M = reinterpret_cast<F*>(ws + buf.m);
   const T* filter_u = given_u != nullptr ? given_u : U;  // what the products read
 
+  // The input gradient's turned filters are stored [alpha^2, C, K] where its products run on
+  // TF32, so that they read U^T untransposed: cuBLAS's TF32 GEMMs run a transposed operand slowly.
+  // In the other types they read U [alpha^2, K, C] transposed, no slower there, and that
+  // transform, in w's order, is the faster.
+  bool by_c = false;
+  if constexpr (std::is_same<T, float>::value) by_c = pass == Pass::InputGrad && tf32;
   // The filters' transform (forward, input gradient) rides in the first chunk's data-transform
   // launch, unless they come transformed.
+  const auto with_filters = [&](const auto& tiles) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (by_c) {
+        launch_two(TurnedFilterJob<T, Mat>{b, U, s.K, s.C}, tiles, stream);
+        return;
+      }
+    }
+    launch_two(FilterJob<T, Mat>{b, U, s.K, s.C, pass == Pass::InputGrad}, tiles, stream);
+  };
+
   for (int64_t s0 = 0; s0 < s.S; s0 += chunk) {
     const int64_t n = std::min(chunk, s.S - s0);
     const int64_t P = n * t.tiles();
@@ -56,10 +73,7 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
       const TileJob<T, UseG<Mat>> gtiles{a + s0 * s.K * s.oh() * s.ow(), U, gsrc};
       launch_two(gtiles, tiles, stream);
     } else if (s0 == 0 && given_u == nullptr) {
-      if (pass == Pass::InputGrad)  // turned, and stored [alpha^2, C, K]: U^T of its products
-        launch_two(TurnedFilterJob<T, Mat>{b, U, s.K, s.C}, tiles, stream);
-      else
-        launch_two(FilterJob<T, Mat>{b, U, s.K, s.C, false}, tiles, stream);
+      with_filters(tiles);
     } else {
       run_job<<<blocks_for(tiles.threads()), kThreads, 0, stream>>>(tiles);
       FL_LAUNCH_CHECK();
@@ -71,8 +85,9 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
                               s.K * s.C, M, s.K * P, a2);
         break;
       }
-      case Pass::InputGrad: {  // M [C, P] = U^T [C, K] V [K, P], U^T as stored
-        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.C, s.K, P, s.K, P};
+      case Pass::InputGrad: {  // M [C, P] = U^T [C, K] V [K, P]; U stored [K, C] or (by_c) [C, K]
+        const gemm::Dims d = by_c ? gemm::Dims{CUBLAS_OP_N, CUBLAS_OP_N, P, s.C, s.K, P, s.K, P}
+                                  : gemm::Dims{CUBLAS_OP_N, CUBLAS_OP_T, P, s.C, s.K, P, s.C, P};
         gemm::strided_batched(blas, stream, G::store, G::acc, tf32, d, V, s.K * P, U, s.K * s.C,
                               M, s.C * P, a2);
         break;

@@ -113,8 +113,8 @@ __host__ __device__ constexpr int odd_words(int n, int bytes) {
 }
 
 // The input gradient's filters: U [alpha^2, C, K] (storage T) = G w'[k, c] G^T, w' = w [K, C, 3,
-// 3] turned 180 degrees. Stored by c, so that the products read U^T untransposed: cuBLAS's TF32
-// GEMMs with the transposed operand took up to 2x the time. A tile of filters, 32 k x 8 c: the
+// 3] turned 180 degrees. Stored by c, so that the products read U^T untransposed (pipeline.cuh
+// says where). A tile of filters, 32 k x 8 c: the
 // block copies each k's 8 filters (contiguous in w) into shared memory, then thread (c, k)
 // transforms one and stores its alpha^2 values beside its neighbours' k, so both the reads and the
 // writes coalesce. Tiles by a grid-stride loop over `blocks` blocks from `block` (block-uniform,
