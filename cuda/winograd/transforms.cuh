@@ -106,7 +106,8 @@ struct FilterJob {
 };
 
 // The least r >= n for which r values of `bytes` each fill an odd count of 4-byte words (8-byte
-// values: r odd), so that rows of r values start in distinct banks.
+// values: r odd), so that rows of r values start in distinct banks (8-byte values: within each
+// half-warp, which is how 8-byte accesses are served).
 __host__ __device__ constexpr int odd_words(int n, int bytes) {
   while (bytes == 8 ? n % 2 == 0 : (n * bytes) % 8 != 4) ++n;
   return n;
@@ -114,10 +115,9 @@ __host__ __device__ constexpr int odd_words(int n, int bytes) {
 
 // The input gradient's filters: U [alpha^2, C, K] (storage T) = G w'[k, c] G^T, w' = w [K, C, 3,
 // 3] turned 180 degrees. Stored by c, so that the products read U^T untransposed (pipeline.cuh
-// says where). A tile of filters, 32 k x 8 c: the
-// block copies each k's 8 filters (contiguous in w) into shared memory, then thread (c, k)
-// transforms one and stores its alpha^2 values beside its neighbours' k, so both the reads and the
-// writes coalesce. Tiles by a grid-stride loop over `blocks` blocks from `block` (block-uniform,
+// says where). A tile of filters, 32 k x 8 c: the block copies each k's 8 filters (contiguous in
+// w) into shared memory, then thread (c, k) transforms one and stores its alpha^2 values beside
+// its neighbours' k, so both the reads and the writes coalesce. Tiles by a grid-stride loop over `blocks` blocks from `block` (block-uniform,
 // as the barriers need); blockDim.x == kThreads.
 template <typename T, typename Mat>
 __device__ __forceinline__ void turned_filter_transform(const T* __restrict__ w,
@@ -126,7 +126,7 @@ __device__ __forceinline__ void turned_filter_transform(const T* __restrict__ w,
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha, RR = Mat::kR * Mat::kR;
   constexpr int Tk = 32, Tc = kThreads / Tk, kSpan = Tc * RR;
-  // A k's row in shared memory: the 32 threads of a warp, at consecutive k, read distinct banks.
+  // A k's row in shared memory: threads at consecutive k read distinct banks (odd_words).
   constexpr int kRow = odd_words(kSpan, sizeof(T));
   __shared__ T tile[Tk * kRow];
   const int64_t tiles_k = (K + Tk - 1) / Tk, tiles = tiles_k * ((C + Tc - 1) / Tc), n = K * C;

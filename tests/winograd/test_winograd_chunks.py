@@ -1,10 +1,11 @@
 """Batches in chunks of samples (the ops bound one chunk's buffers): every pass over several
-chunks, the weight gradient's sum over them included, against PyTorch in float64 and float32."""
+chunks, the weight gradient's sum over them included, against PyTorch in float64, float32 and, on
+CUDA, TF32 (where the input gradient's filters are stored by input channel)."""
 import pytest
 import torch
 
 from fastlayers import _C
-from conv_samples import assert_within_bound, torch_passes
+from conv_samples import assert_within_bound, cudnn_tf32, torch_passes
 
 testing = _C.testing
 
@@ -40,24 +41,30 @@ def test_several_chunks_match_pytorch(device, pass_, tile, geometry):
     gy = torch.randn(S, K, H + 2 * pad[0] - 2, W + 2 * pad[1] - 2, generator=g,
                      dtype=torch.float64)
     ref = torch_passes(x, w, b, gy, pad)[pass_]
-    for dtype in (torch.float64, torch.float32):
+    cases = [(torch.float64, False), (torch.float32, False)]
+    if device == "cuda":  # the CPU kernels ignore TF32
+        cases.append((torch.float32, True))
+    for dtype, tf32 in cases:
         size = 8 if dtype == torch.float64 else 4
         bound = chunk_bound(pass_, S, C, K, H, W, pad, tile, 2, size, size)  # chunks 2, 2, 1
         xd, wd, bd, gyd = (t.to(device, dtype) for t in (x, w, b, gy))
         a, bb, bias = [(xd, wd, bd), (gyd, wd, None), (gyd, xd, None)][pass_]
-        outs = [testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, bound)]
-        whole = testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, False, 0)
+        outs = [testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, tf32, bound)]
+        whole = testing.winograd_conv2d_pass(pass_, a, bb, bias, list(pad), tile, tf32, 0)
         if pass_ == 0:  # with the filters transformed ahead, in the same chunks of 2, 2, 1
             given = chunk_bound(pass_, S, C, K, H, W, pad, tile, 2, size, size, given=True)
             outs.append(testing.winograd_conv2d_pass(
-                pass_, a, bb, bias, list(pad), tile, False, given,
+                pass_, a, bb, bias, list(pad), tile, tf32, given,
                 torch.ops.fastlayers.winograd_filter_transform(wd, tile)))
         for out in outs:
             if dtype == torch.float64:
                 assert (out.cpu() - ref).abs().max().item() <= 1e-10 * ref.abs().max().item()
             else:
-                native = torch_passes(*(t.to(device, dtype) for t in (x, w, b, gy)), pad)[pass_]
-                assert_within_bound(out.cpu(), ref, native.cpu(), whole.cpu(), "float32",
+                with cudnn_tf32(tf32):
+                    native = torch_passes(*(t.to(device, dtype) for t in (x, w, b, gy)),
+                                          pad)[pass_]
+                assert_within_bound(out.cpu(), ref, native.cpu(), whole.cpu(),
+                                    "tf32" if tf32 else "float32",
                                     what="chunked pass %d tile %d" % (pass_, tile))
 
 

@@ -44,6 +44,8 @@ SHAPES = [
     # widths a multiple of 4 with a partial last row of tiles: the inverse's rows by vector stores
     # and, in the same result, the bottom tiles' values one by one (forward 10 x 8, grad_x 10 x 8)
     (2, 3, 4, 10, 8, 1, 1),
+    # channels past the input gradient's filter tiles of 32 k x 8 c on TF32, the last ones partial
+    (2, 17, 33, 6, 7, 1, 1),
 ]
 # Small problems for gradcheck, gradgradcheck and opcheck (padding 3 > 2: input-gradient windows
 # start inside grad_output).
