@@ -8,7 +8,7 @@
 //     benchmarks/micro/wino_pi.cu cuda/winograd/winograd_half.cu cuda/common/gemm.cu \
 //     cuda/common/step_graph.cu -lcublas -lcuda -o wino_pi && ./wino_pi
 // `./wino_pi stages` times the pipeline's stages apart, `./wino_pi gemms` its GEMMs by pass and
-// layout; `./wino_pi fp16` (or bf16) runs one dtype; `./wino_pi fp16 conv3_2 64 fwd` (or igrad) one pass,
+// layout, `./wino_pi layouts` the TF32 input gradient's two filter layouts with their GEMMs; `./wino_pi fp16` (or bf16) runs one dtype; `./wino_pi fp16 conv3_2 64 fwd` (or igrad) one pass,
 // with timing variants of the kernel that leave out U's copies, V's, both, the products, or all.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -310,12 +310,68 @@ void gemms(const char* tname) {
     }
 }
 
+// The input gradient's first launch and products in TF32, both ways (VGG-E layers, N 1..64): the
+// turned filters in w's order (FilterJob) beside the tiles' transform in one launch, then U^T V
+// with U transposed by cuBLAS; against TurnedFilterJob (U [alpha^2, C, K]) and U^T V untransposed,
+// as the pipeline runs TF32. The inverse, the same either way, is left out. "by k again" repeats
+// the first (an A/A of the timing).
+template <int M>
+void igrad_layouts() {
+  using T = float;
+  using Mat = Matrices<M, 3>;
+  using G = GemmTypes<T>;
+  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasHandle_t blas; CK(cublasCreate(&blas)); CK(cublasSetStream(blas, st));
+  const auto two = [&](const auto& first, const auto& second) {
+    const unsigned fb = blocks_for(first.threads()), sb = blocks_for(second.threads());
+    run_two_jobs<<<fb + sb, kThreads, 0, st>>>(first, fb, second);
+  };
+  for (int N : {1, 2, 4, 8, 16, 64})
+    for (const Layer& L : kLayers) {
+      const Shape s{N, L.C, L.K, L.H, L.H, 1, 1, M};
+      const Tiling t = tiling(Pass::InputGrad, s);
+      const int64_t a2 = t.alpha * t.alpha, P = N * t.tiles();
+      const int64_t ngy = int64_t(N) * L.K * s.oh() * s.ow(), nw = int64_t(L.K) * L.C * 9;
+      T *gy, *w, *U, *V; float* Mb;
+      CK(cudaMalloc(&gy, ngy * sizeof(T))); CK(cudaMalloc(&w, nw * sizeof(T)));
+      CK(cudaMalloc(&U, a2 * L.K * L.C * sizeof(T))); CK(cudaMalloc(&V, a2 * L.K * P * sizeof(T)));
+      CK(cudaMalloc(&Mb, a2 * L.C * P * sizeof(float)));
+      fill<<<1024, 256, 0, st>>>(gy, ngy, 1.f, 1u);
+      fill<<<1024, 256, 0, st>>>(w, nw, 1.f, 2u);
+      const TileSource src{N, t.data_ch, t.data_h, t.data_w, t.th, t.tw, t.step, t.oy, t.ox};
+      const TileJob<T, UseBT<Mat>> tiles{gy, V, src};
+      const auto by_k = [&] {
+        two(FilterJob<T, Mat>{w, U, s.K, s.C, true}, tiles);
+        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_T, P, s.C, s.K, P, s.C, P};
+        gemm::strided_batched(blas, st, G::store, G::acc, true, d, V, s.K * P, U, s.K * s.C, Mb,
+                              s.C * P, a2);
+      };
+      const auto by_c = [&] {
+        two(TurnedFilterJob<T, Mat>{w, U, s.K, s.C}, tiles);
+        const gemm::Dims d{CUBLAS_OP_N, CUBLAS_OP_N, P, s.C, s.K, P, s.K, P};
+        gemm::strided_batched(blas, st, G::store, G::acc, true, d, V, s.K * P, U, s.K * s.C, Mb,
+                              s.C * P, a2);
+      };
+      const float k1 = graph_ms(st, by_k), c1 = graph_ms(st, by_c), k2 = graph_ms(st, by_k);
+      std::printf("tf32 F(%dx%d) %-8s N%-3d P %-7lld by k %.4f ms  by c %.4f ms  by k again %.4f ms"
+                  "  (by k / by c %.3f)\n", M, M, L.name, N, (long long)P, k1, c1, k2,
+                  0.5f * (k1 + k2) / c1);
+      std::fflush(stdout);
+      cudaFree(gy); cudaFree(w); cudaFree(U); cudaFree(V); cudaFree(Mb);
+    }
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && !std::strcmp(argv[1], "stages")) {
     stages<__half, 4>("fp16");
     stages<float, 4>("tf32");
     stages<__half, 2>("fp16");
     stages<float, 2>("tf32");
+    return 0;
+  }
+  if (argc == 2 && !std::strcmp(argv[1], "layouts")) {
+    igrad_layouts<2>();
+    igrad_layouts<4>();
     return 0;
   }
   if (argc == 2 && !std::strcmp(argv[1], "gemms")) {
