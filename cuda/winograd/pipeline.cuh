@@ -43,8 +43,8 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
 
   // The input gradient's turned filters are stored [alpha^2, C, K] where its products run on
   // TF32, so that they read U^T untransposed: cuBLAS's TF32 GEMMs take up to twice the time with
-  // it transposed, from 128 channels at 56 wide on. That transform takes longer than the one in
-  // w's order, which can cost more than it saves where the GEMMs are small (batch 1-2). Otherwise
+  // it transposed (VGG's layers from conv3_1 on). That transform takes longer than the one in w's
+  // order, which can cost more than it saves where the GEMMs are small (batch 1-2). Otherwise
   // (float32 without TF32, float64, fp16, bf16) the filters stay in w's order and are read
   // transposed: there the untransposed read gained nothing.
   bool by_c = false;

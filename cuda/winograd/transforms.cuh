@@ -117,8 +117,8 @@ __host__ __device__ constexpr int odd_words(int n, int bytes) {
 // 3] turned 180 degrees. Stored by c, so that the products read U^T untransposed (pipeline.cuh
 // says where). A tile of filters, 32 k x 8 c: the block copies each k's 8 filters (contiguous in
 // w) into shared memory, then thread (c, k) transforms one and stores its alpha^2 values beside
-// its neighbours' k, so both the reads and the writes coalesce. Tiles by a grid-stride loop over `blocks` blocks from `block` (block-uniform,
-// as the barriers need); blockDim.x == kThreads.
+// its neighbours' k, so both the reads and the writes coalesce. Tiles by a grid-stride loop over
+// `blocks` blocks from `block` (block-uniform, as the barriers need); blockDim.x == kThreads.
 template <typename T, typename Mat>
 __device__ __forceinline__ void turned_filter_transform(const T* __restrict__ w,
                                                         T* __restrict__ U, int64_t K, int64_t C,
