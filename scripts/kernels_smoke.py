@@ -186,10 +186,33 @@ def winograd_cases(dev):
         print("winograd S=%d C=%d K=%d %dx%d pad=%s: worst (scaled to fp32) so far %.2e"
               % (S, C, K, H, W, pad, worst), flush=True)
     if dev == "cuda":
+        worst = max(worst, winograd_tf32_input_grad_cases(g))
         if replays == _C.step_graph_replays():
             print("winograd: no pipeline call replayed a graph", flush=True)
             worst = float("inf")
         worst = max(worst, winograd_fused_cases(g))
+    return worst
+
+
+def winograd_tf32_input_grad_cases(g):
+    """The TF32 input gradient, whose turned filters go through shared memory in tiles of 32 k x 8
+    c (TurnedFilterJob): one tile, partial, and several in both directions, each partial, in one
+    chunk and several."""
+    worst = 0.0
+    for S, C, K, H, W, pad in ((2, 3, 4, 9, 7, (1, 1)), (2, 17, 33, 5, 6, (1, 1))):
+        x, w, b, gy, ref = conv3x3_problem(g, S, C, K, H, W, pad)
+        bound = 5e-2  # loose, as fp16's above: this run is for the sanitizers
+        gyd, wd = gy.to("cuda", torch.float32), w.to("cuda", torch.float32)
+        for tile, chunk_bytes in itertools.product((2, 4, 6), (0, 1)):
+            out = testing.winograd_conv2d_pass(1, gyd, wd, None, list(pad), tile, True,
+                                               chunk_bytes)
+            err = ((out.double().cpu() - ref[1]).norm() / ref[1].norm()).item()
+            worst = max(worst, err / bound * 1e-5)
+            if err > bound:
+                print("winograd tf32 input gradient tile %d: rel err %.2e > %.0e"
+                      % (tile, err, bound), flush=True)
+        print("winograd tf32 input gradient S=%d C=%d K=%d %dx%d: worst (scaled to fp32) so far "
+              "%.2e" % (S, C, K, H, W, worst), flush=True)
     return worst
 
 
