@@ -47,12 +47,12 @@ void run_variant(Pass pass, const Shape& s, const T* a, const T* b, const T* bia
   // order, which can cost more than it saves where the GEMMs are small (batch 1-2). Otherwise
   // (float32 without TF32, float64, fp16, bf16) the filters stay in w's order and are read
   // transposed: there the untransposed read gained nothing.
-  bool by_c = false;
-  if constexpr (std::is_same<T, float>::value) by_c = pass == Pass::InputGrad && tf32;
+  constexpr bool kFloat = std::is_same<T, float>::value;
+  const bool by_c = kFloat && pass == Pass::InputGrad && tf32;
   // The filters' transform (forward, input gradient) rides in the first chunk's data-transform
   // launch, unless they come transformed.
   const auto with_filters = [&](const auto& tiles) {
-    if constexpr (std::is_same<T, float>::value) {
+    if constexpr (kFloat) {  // TurnedFilterJob is instantiated for float only
       if (by_c) {
         launch_two(TurnedFilterJob<T, Mat>{b, U, s.K, s.C}, tiles, stream);
         return;

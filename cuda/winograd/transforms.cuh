@@ -113,6 +113,9 @@ __host__ __device__ constexpr int odd_words(int n, int bytes) {
   return n;
 }
 
+// TurnedFilterJob's tiles of filters: 32 k x 8 c, a block's threads.
+constexpr int kTurnedK = 32, kTurnedC = kThreads / kTurnedK;
+
 // The input gradient's filters: U [alpha^2, C, K] (storage T) = G w'[k, c] G^T, w' = w [K, C, 3,
 // 3] turned 180 degrees. Stored by c, so that the products read U^T untransposed (pipeline.cuh
 // says where). A tile of filters, 32 k x 8 c: the block copies each k's 8 filters (contiguous in
@@ -125,7 +128,7 @@ __device__ __forceinline__ void turned_filter_transform(const T* __restrict__ w,
                                                         unsigned block, unsigned blocks) {
   using F = compute_t<T>;
   constexpr int A = Mat::kAlpha, RR = Mat::kR * Mat::kR;
-  constexpr int Tk = 32, Tc = kThreads / Tk, kSpan = Tc * RR;
+  constexpr int Tk = kTurnedK, Tc = kTurnedC, kSpan = Tc * RR;
   // A k's row in shared memory: threads at consecutive k read distinct banks (odd_words).
   constexpr int kRow = odd_words(kSpan, sizeof(T));
   __shared__ T tile[Tk * kRow];
@@ -160,8 +163,7 @@ struct TurnedFilterJob {
   int64_t K, C;
 
   int64_t threads() const {
-    constexpr int Tk = 32, Tc = kThreads / Tk;
-    return (K + Tk - 1) / Tk * ((C + Tc - 1) / Tc) * kThreads;
+    return (K + kTurnedK - 1) / kTurnedK * ((C + kTurnedC - 1) / kTurnedC) * kThreads;
   }
 
   __device__ __forceinline__ void operator()(unsigned block, unsigned blocks) const {
