@@ -27,7 +27,9 @@ def chunk_bound(pass_, S, C, K, H, W, pad, tile, samples, store=8, acc=8, given=
 
 
 # An odd result width (the inverse's values one by one) and a width of 8 (its rows by vector
-# stores into each chunk's part of the result).
+# stores into each chunk's part of the result). The bound takes the unchunked result as the
+# algorithm's own error, so this test catches what chunks change; the stores' values are
+# test_winograd_values' (a mutation of them failed there, not here: w193).
 @pytest.mark.parametrize("geometry", [(5, 3, 4, 9, 7, (1, 2)), (5, 3, 4, 9, 8, (1, 1))],
                          ids=["ow7", "ow8"])
 @pytest.mark.parametrize("pass_", [0, 1, 2])
